@@ -1,0 +1,244 @@
+//! What a plugin call costs, as figures and ratios measured in one run:
+//!
+//! ```text
+//! cargo bench -p custodian --bench plugin_call
+//! ```
+//!
+//! Each figure is the median of several batches (after a warm-up), so one
+//! noisy batch does not move it. Absolute times on a shared machine drift;
+//! the ratios between rows of one run are what to compare.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use custodian::clock::{Clock, FixedClock};
+use custodian::kv::memory::MemoryKv;
+use custodian::kv::{Batch, Kv, Partition, Write};
+use custodian::policy::retention::{Item, RetentionPolicy, Settings, Stage};
+use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
+use custodian_plugin_retention::Policy;
+use custodian_sdk::retention::RetentionRules;
+
+include!("../build/wasm.rs");
+
+const PROBE: &str = "custodian-test:probe/probe@0.1.0";
+const BATCHES: usize = 9;
+
+/// Median nanoseconds per call of `f`, over `BATCHES` batches of `n`.
+fn per_call(n: u32, mut f: impl FnMut()) -> f64 {
+    for _ in 0..n / 10 + 1 {
+        f();
+    }
+    let mut batches: Vec<f64> = (0..BATCHES)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            started.elapsed().as_nanos() as f64 / f64::from(n)
+        })
+        .collect();
+    batches.sort_by(f64::total_cmp);
+    batches[BATCHES / 2]
+}
+
+fn human(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn row(what: &str, ns: f64, note: &str) {
+    println!("{what:<48} {:>12}   {note}", human(ns));
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let target = wasm_target_dir(Path::new(env!("OUT_DIR")));
+    let probe = build_wasm(root, &target, &["custodian-guest-probe"])
+        .expect("the probe guest builds")[0]
+        .clone();
+    let retention = Path::new(env!("CUSTODIAN_BUNDLED_RETENTION"));
+
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(FixedClock::new(1_700_000_000_000));
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let notes = Partition::new("notes").unwrap();
+    let seed = Batch {
+        preconditions: vec![],
+        writes: vec![Write::Put {
+            partition: notes,
+            key: b"a".to_vec(),
+            value: b"1".to_vec(),
+        }],
+    };
+    io.block_on(kv.apply(&seed)).unwrap();
+    let services = Arc::new(Services {
+        kv,
+        stores: Default::default(),
+        clock,
+        io: io.handle().clone(),
+    });
+    let limits = Limits {
+        timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let call = Arc::new(CallContext {
+        services,
+        grants: Grants::none().partition("notes").unwrap(),
+        limits: Limits {
+            host_calls: 100_000,
+            ..limits
+        },
+        actor: "plugin:bench".into(),
+    });
+
+    println!(
+        "environment: RUST_BACKTRACE={}",
+        std::env::var("RUST_BACKTRACE").unwrap_or_else(|_| "unset".into())
+    );
+    println!("{:<48} {:>12}   note", "what", "per call");
+
+    // Loading: cold compile vs the on-disk cache.
+    let uncached = Runtime::new(&RuntimeConfig {
+        cache_dir: None,
+        concurrent_calls: 8,
+    })
+    .unwrap();
+    let cold = per_call(3, || {
+        black_box(uncached.load_file(retention).unwrap());
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let cached_runtime = Runtime::new(&RuntimeConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        concurrent_calls: 8,
+    })
+    .unwrap();
+    cached_runtime.load_file(retention).unwrap();
+    let warm = per_call(20, || {
+        assert!(
+            cached_runtime
+                .load_file(retention)
+                .unwrap()
+                .info()
+                .from_cache
+        );
+    });
+    row("plugin load, cold compile (retention)", cold, "");
+    row(
+        "plugin load, from the disk cache",
+        warm,
+        &format!("{:.0}x faster than compiling", cold / warm),
+    );
+
+    let runtime = Runtime::new(&RuntimeConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        concurrent_calls: 8,
+    })
+    .unwrap();
+    let plugin = runtime.load_file(&probe).unwrap();
+    let noop = plugin.function(PROBE, "noop").unwrap();
+    let read_twice = plugin.function(PROBE, "read-twice").unwrap();
+
+    let instantiate = per_call(20_000, || {
+        black_box(plugin.session(call.clone()).unwrap());
+    });
+    row(
+        "fresh store + pooled instance",
+        instantiate,
+        "target <= 15 µs",
+    );
+
+    let mut session = plugin.session(call.clone()).unwrap();
+    let trivial = per_call(200_000, || {
+        let (n,): (u32,) = session.call(&noop, ()).unwrap();
+        black_box(n);
+    });
+    row(
+        "trivial call on a live instance",
+        trivial,
+        "target <= 250 ns",
+    );
+
+    let partition = "notes".to_owned();
+    let two_reads = per_call(100_000, || {
+        let (n,): (u32,) = session.call(&read_twice, (partition.clone(),)).unwrap();
+        assert_eq!(n, 1);
+    });
+    row(
+        "call making 2 host KV reads",
+        two_reads,
+        &format!(
+            "target <= 1 µs; {} per read over trivial",
+            human((two_reads - trivial) / 2.0)
+        ),
+    );
+    drop(session);
+
+    let fresh_call = per_call(20_000, || {
+        let (n,): (u32,) = noop.call(call.clone(), ()).unwrap();
+        black_box(n);
+    });
+    row(
+        "fresh instance + trivial call (one-shot call)",
+        fresh_call,
+        "",
+    );
+
+    // The same retention logic, natively and as a component.
+    let policy = RetentionPolicy::new(Arc::new(runtime.load_file(retention).unwrap())).unwrap();
+    let settings = Settings {
+        retention_ms: 86_400_000,
+        noncurrent_retention_ms: 3_600_000,
+    };
+    let item = Item {
+        created_ms: 1_700_000_000_000,
+        noncurrent_since_ms: None,
+        hold: false,
+        stage: Stage::Retaining,
+    };
+    let wasm = per_call(20_000, || {
+        black_box(
+            policy
+                .assess(call.clone(), settings, item, 1_700_050_000_000)
+                .unwrap()
+                .unwrap(),
+        );
+    });
+    let native_settings = custodian_sdk::retention::Settings {
+        retention_ms: 86_400_000,
+        noncurrent_retention_ms: 3_600_000,
+    };
+    let native_item = custodian_sdk::retention::Item {
+        created_ms: 1_700_000_000_000,
+        noncurrent_since_ms: None,
+        hold: false,
+        stage: custodian_sdk::retention::Stage::Retaining,
+    };
+    let native = per_call(1_000_000, || {
+        black_box(
+            Policy::assess(
+                black_box(native_settings),
+                black_box(native_item),
+                1_700_050_000_000,
+            )
+            .unwrap(),
+        );
+    });
+    row("retention assess, wasm (fresh instance)", wasm, "");
+    row(
+        "retention assess, native build",
+        native,
+        &format!("native/wasm = {:.3}x", native / wasm),
+    );
+}

@@ -1,0 +1,89 @@
+//! The `custodian` command line: argument parsing in [`args`], one module
+//! per command group, errors printed as `error:` with their causes.
+
+mod args;
+mod plugin;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use custodian::runtime::{Runtime, RuntimeConfig};
+
+use args::{Cli, Command, Global};
+
+/// How a command failed, which decides the exit code.
+pub enum Failure {
+    /// The operation ran and failed (exit 1).
+    Failed(anyhow::Error),
+    /// Bad usage, or a plugin that cannot be loaded (exit 2).
+    Usage(anyhow::Error),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Failed(_) => 1,
+            Failure::Usage(_) => 2,
+        }
+    }
+
+    fn error(&self) -> &anyhow::Error {
+        match self {
+            Failure::Failed(e) | Failure::Usage(e) => e,
+        }
+    }
+}
+
+/// What a command returns.
+pub type Outcome = Result<(), Failure>;
+
+/// Runs the command line.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.global.verbose);
+    let result = match cli.command {
+        Command::Plugin(command) => plugin::run(&cli.global, command),
+        Command::Run(args) => run::run(&cli.global, &args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", failure.error());
+            for cause in failure.error().chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .init();
+}
+
+/// The runtime the global options describe.
+fn runtime(global: &Global) -> Result<Runtime, Failure> {
+    // One command makes one call at a time; a small pool reserves less.
+    let mut config = RuntimeConfig {
+        concurrent_calls: 4,
+        ..RuntimeConfig::default()
+    };
+    if global.no_cache {
+        config.cache_dir = None;
+    } else if let Some(dir) = &global.cache_dir {
+        config.cache_dir = Some(dir.clone());
+    }
+    Runtime::new(&config).map_err(|e| Failure::Failed(e.into()))
+}

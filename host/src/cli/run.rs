@@ -1,0 +1,124 @@
+//! `custodian run`: one generic call into a plugin, JSON in and out.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use custodian::bundled;
+use custodian::clock::{Clock, FixedClock, SystemClock};
+use custodian::kv::memory::MemoryKv;
+use custodian::object::ObjectStore;
+use custodian::object::memory::MemoryStore;
+use custodian::runtime::{CallContext, CallError, Grants, Limits, Services, World};
+use serde_json::Value;
+
+use super::args::{Global, RunArgs};
+use super::plugin::load;
+use super::{Failure, Outcome, runtime};
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure::Usage(error.into())
+}
+
+fn read_input(input: &str) -> Result<Value, Failure> {
+    let text = if input == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the input from stdin")
+            .map_err(usage)?;
+        text
+    } else if let Some(path) = input.strip_prefix('@') {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the input file {path}"))
+            .map_err(usage)?
+    } else {
+        input.to_owned()
+    };
+    serde_json::from_str(&text)
+        .context("the input is not JSON")
+        .map_err(usage)
+}
+
+pub(super) fn run(global: &Global, args: &RunArgs) -> Outcome {
+    let world = args.world.parse::<World>().ok();
+    let spec = match (&args.plugin, world) {
+        (Some(spec), _) => spec.clone(),
+        (None, Some(world)) => bundled::name(world),
+        (None, None) => {
+            return Err(usage(anyhow!(
+                "{} is not a world; pass --plugin PATH",
+                args.world
+            )));
+        }
+    };
+    let input = read_input(&args.input)?;
+    let limits = Limits {
+        timeout: Duration::from_millis(args.timeout_ms),
+        memory_bytes: args.memory_mib.saturating_mul(1 << 20),
+        host_calls: args.host_calls,
+    };
+    limits.validate().map_err(|e| usage(anyhow!(e)))?;
+    let mut grants = Grants::none();
+    for partition in &args.partitions {
+        grants = grants.partition(partition).map_err(usage)?;
+    }
+    let clock: Arc<dyn Clock> = match args.now {
+        Some(now) => Arc::new(FixedClock::new(now)),
+        None => Arc::new(SystemClock),
+    };
+    let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
+    for store in &args.stores {
+        grants = grants.store(store);
+        stores.insert(
+            store.clone(),
+            Arc::new(MemoryStore::versioned(clock.clone())),
+        );
+    }
+
+    let runtime = runtime(global)?;
+    let plugin = load(&runtime, &spec)?;
+    if let Some(world) = world {
+        plugin.expect_world(world).map_err(usage)?;
+    }
+    let function = plugin
+        .function(&args.world, &args.function)
+        .map_err(usage)?;
+    // Mechanism futures that have to wait are driven here; the in-memory
+    // ones used by `run` never do, so one worker is plenty.
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the I/O runtime")
+        .map_err(Failure::Failed)?;
+    let call = Arc::new(CallContext {
+        services: Arc::new(Services {
+            kv: Arc::new(MemoryKv::new(clock.clone())),
+            stores,
+            clock,
+            io: io.handle().clone(),
+        }),
+        grants,
+        limits,
+        actor: plugin.info().actor(),
+    });
+    let output = function.call_json(call, &input).map_err(|e| match e {
+        CallError::Input(_) | CallError::NoSuchFunction(_) => usage(e),
+        other => Failure::Failed(other.into()),
+    })?;
+    let text = if args.compact {
+        serde_json::to_string(&output)
+    } else {
+        serde_json::to_string_pretty(&output)
+    };
+    println!("{}", text.expect("JSON values serialize"));
+    if let Some(error) = output.get("err") {
+        return Err(Failure::Failed(anyhow!(
+            "the policy answered with an error: {error}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,610 @@
+//! The in-memory backend: the reference model every other object store is
+//! compared against. Not durable; one mutex makes every call trivially
+//! serializable, so it never answers [`ObjectError::Conflict`] (there is
+//! no concurrent writer in flight for a second one to collide with).
+//!
+//! Every key holds its versions oldest first. On an unversioned store a
+//! key holds at most one, and a publish replaces it; on a versioned store
+//! a publish or a delete appends. Keys with no versions are removed from
+//! the map, so "a key is present" and "it has versions" are one fact.
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, Range};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{
+    ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore,
+    PutCondition, validate_key, validate_limit, validate_metadata,
+};
+use crate::checksum::crc64_nvme;
+use crate::clock::Clock;
+
+/// The digits of a version id. Zero-padded so that ids compare as strings
+/// in creation order, which is what lets a version-listing cursor resume
+/// after a version that has since been deleted.
+const VERSION_ID_DIGITS: usize = 20;
+
+/// One published body.
+#[derive(Debug, Clone)]
+struct Object {
+    body: Bytes,
+    etag: String,
+    crc64: u64,
+    metadata: Metadata,
+}
+
+/// One entry in a key's history.
+#[derive(Debug, Clone)]
+struct Version {
+    /// Unique across the store; sorts by creation.
+    id: String,
+    last_modified_ms: u64,
+    /// `None` is a delete marker.
+    object: Option<Object>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Versions of each key, oldest first; never empty.
+    keys: BTreeMap<String, Vec<Version>>,
+    /// Store-wide publish counter: makes every etag and version id unique
+    /// even when the same bytes are published twice.
+    seq: u64,
+}
+
+impl State {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// The current object: the newest version, unless that is a marker.
+    /// An older version behind a marker is deliberately not current.
+    fn current(&self, key: &str) -> Option<(&Version, &Object)> {
+        let newest = self.keys.get(key)?.last()?;
+        Some((newest, newest.object.as_ref()?))
+    }
+
+    fn version(&self, key: &str, version_id: &str) -> Option<&Version> {
+        self.keys.get(key)?.iter().find(|v| v.id == version_id)
+    }
+}
+
+/// Objects held in process memory, with the full conditional, checksum
+/// and version semantics of the [`ObjectStore`] contract.
+pub struct MemoryStore {
+    state: Mutex<State>,
+    clock: Arc<dyn Clock>,
+    versioned: bool,
+}
+
+impl MemoryStore {
+    /// An empty store that keeps every version and marks deletes, stamping
+    /// versions with `clock`.
+    pub fn versioned(clock: Arc<dyn Clock>) -> Self {
+        Self::new(clock, true)
+    }
+
+    /// An empty store where a publish replaces the object and a delete
+    /// removes it, stamping objects with `clock`.
+    pub fn unversioned(clock: Arc<dyn Clock>) -> Self {
+        Self::new(clock, false)
+    }
+
+    fn new(clock: Arc<dyn Clock>, versioned: bool) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            clock,
+            versioned,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied call:
+        // every check runs before the first mutation, and the mutations
+        // (a counter bump, then one push, clear, retain or remove) do not
+        // panic midway. The only code between them that could panic is the
+        // injected clock, and a panic there costs an unused sequence
+        // number, which nothing reads as meaningful. So the state behind a
+        // poisoned lock is consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn require_versions(&self, call: &str) -> Result<(), ObjectError> {
+        if self.versioned {
+            Ok(())
+        } else {
+            Err(ObjectError::Unsupported(format!(
+                "{call} needs a versioned store"
+            )))
+        }
+    }
+
+    fn meta(&self, key: &str, version: &Version, object: &Object) -> ObjectMeta {
+        ObjectMeta {
+            key: key.to_owned(),
+            version_id: self.versioned.then(|| version.id.clone()),
+            etag: object.etag.clone(),
+            size: object.body.len() as u64,
+            crc64: Some(object.crc64),
+            last_modified_ms: Some(version.last_modified_ms),
+            metadata: object.metadata.clone(),
+        }
+    }
+
+    /// Publishes `body` at `key` under `condition`, after every argument
+    /// has been checked; the one place the state grows an object.
+    fn publish(
+        &self,
+        state: &mut State,
+        key: &str,
+        body: Bytes,
+        crc64: u64,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        check_condition(state, key, condition)?;
+        let seq = state.next_seq();
+        let version = Version {
+            id: format!("{seq:0width$}", width = VERSION_ID_DIGITS),
+            last_modified_ms: self.clock.now_ms(),
+            object: Some(Object {
+                body,
+                etag: format!("\"{crc64:016x}-{seq}\""),
+                crc64,
+                metadata: metadata.clone(),
+            }),
+        };
+        let versions = state.keys.entry(key.to_owned()).or_default();
+        if !self.versioned {
+            versions.clear();
+        }
+        versions.push(version);
+        let newest = versions.last().expect("a version was just pushed");
+        let object = newest.object.as_ref().expect("a publish is not a marker");
+        Ok(self.meta(key, newest, object))
+    }
+}
+
+/// Whether a publish to `key` may go ahead.
+fn check_condition(state: &State, key: &str, condition: &PutCondition) -> Result<(), ObjectError> {
+    let current = state.current(key).map(|(_, object)| object.etag.as_str());
+    match (condition, current) {
+        (PutCondition::Unconditional, _) | (PutCondition::IfNoneMatchAny, None) => Ok(()),
+        (PutCondition::IfNoneMatchAny, Some(etag)) => Err(ObjectError::PreconditionFailed(
+            format!("{key:?} already exists with etag {etag}"),
+        )),
+        (PutCondition::IfMatch(want), Some(etag)) if want == etag => Ok(()),
+        (PutCondition::IfMatch(want), Some(etag)) => Err(ObjectError::PreconditionFailed(format!(
+            "{key:?} has etag {etag}, not {want}"
+        ))),
+        (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(format!(
+            "{key:?} has no current object to match {want}"
+        ))),
+    }
+}
+
+/// Refuses a read guard that does not name the current etag.
+fn check_if_match(key: &str, object: &Object, if_match: Option<&str>) -> Result<(), ObjectError> {
+    match if_match {
+        Some(want) if want != object.etag => Err(ObjectError::PreconditionFailed(format!(
+            "{key:?} has etag {}, not {want}",
+            object.etag
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses an inverted range before anything is read, so the answer does
+/// not depend on whether the key exists.
+fn check_range(range: &Range<u64>) -> Result<(), ObjectError> {
+    if range.start > range.end {
+        return Err(ObjectError::InvalidArgument(format!(
+            "range {}..{} ends before it starts",
+            range.start, range.end
+        )));
+    }
+    Ok(())
+}
+
+/// `range` of `body`, truncated at its end; empty from the end onwards.
+fn slice(body: &Bytes, range: &Range<u64>) -> Bytes {
+    let len = body.len() as u64;
+    let start = range.start.min(len);
+    let end = range.end.clamp(start, len);
+    // Both are at most `len`, which came from a usize.
+    body.slice(start as usize..end as usize)
+}
+
+fn not_found(key: &str) -> ObjectError {
+    ObjectError::NotFound(format!("no current object at {key:?}"))
+}
+
+fn version_not_found(key: &str, version_id: &str) -> ObjectError {
+    ObjectError::NotFound(format!("no version {version_id:?} of {key:?}"))
+}
+
+fn marker_version(key: &str, version_id: &str) -> ObjectError {
+    ObjectError::PreconditionFailed(format!(
+        "version {version_id:?} of {key:?} is a delete marker and has no bytes"
+    ))
+}
+
+/// Splits a version-listing cursor, `key\0version_id`, refusing anything
+/// this store could not have handed out.
+fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
+    let malformed = || {
+        ObjectError::InvalidArgument(format!(
+            "{cursor:?} is not a version-listing cursor (key, NUL, version id)"
+        ))
+    };
+    let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
+    let well_formed_id =
+        version_id.len() == VERSION_ID_DIGITS && version_id.bytes().all(|b| b.is_ascii_digit());
+    if validate_key(key).is_err() || !well_formed_id {
+        return Err(malformed());
+    }
+    Ok((key, version_id))
+}
+
+#[async_trait]
+impl ObjectStore for MemoryStore {
+    fn versioned(&self) -> bool {
+        self.versioned
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
+        validate_key(key)?;
+        let state = self.lock();
+        let (version, object) = state.current(key).ok_or_else(|| not_found(key))?;
+        Ok(self.meta(key, version, object))
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        validate_key(key)?;
+        let state = self.lock();
+        let (version, object) = state.current(key).ok_or_else(|| not_found(key))?;
+        check_if_match(key, object, if_match)?;
+        Ok((self.meta(key, version, object), object.body.clone()))
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Bytes, ObjectError> {
+        validate_key(key)?;
+        check_range(&range)?;
+        let state = self.lock();
+        let (_, object) = state.current(key).ok_or_else(|| not_found(key))?;
+        check_if_match(key, object, if_match)?;
+        Ok(slice(&object.body, &range))
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: &PutCondition,
+        crc64: u64,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        validate_key(key)?;
+        validate_metadata(metadata)?;
+        // Hashed before taking the lock: it is the slow part, and it
+        // depends on nothing stored.
+        let actual = crc64_nvme(&body);
+        if actual != crc64 {
+            return Err(ObjectError::ChecksumMismatch(format!(
+                "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {crc64:016x}"
+            )));
+        }
+        let mut state = self.lock();
+        self.publish(&mut state, key, body, crc64, condition, metadata)
+    }
+
+    async fn copy(
+        &self,
+        source: &str,
+        source_if_match: Option<&str>,
+        destination: &str,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        validate_key(source)?;
+        validate_key(destination)?;
+        validate_metadata(metadata)?;
+        let mut state = self.lock();
+        let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
+        check_if_match(source, object, source_if_match)?;
+        // The bytes are shared, not duplicated; the CRC travels with them
+        // because it describes the bytes, while the metadata describes a
+        // publish and so comes only from the caller.
+        let (body, crc64) = (object.body.clone(), object.crc64);
+        self.publish(&mut state, destination, body, crc64, condition, metadata)
+    }
+
+    /// On a versioned store this always appends a delete marker, even when
+    /// the key has no versions or is already behind a marker: that is what
+    /// S3 does, and matching it keeps the version listing identical across
+    /// backends.
+    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
+        validate_key(key)?;
+        let mut state = self.lock();
+        if self.versioned {
+            let seq = state.next_seq();
+            let marker = Version {
+                id: format!("{seq:0width$}", width = VERSION_ID_DIGITS),
+                last_modified_ms: self.clock.now_ms(),
+                object: None,
+            };
+            state.keys.entry(key.to_owned()).or_default().push(marker);
+        } else {
+            state.keys.remove(key);
+        }
+        Ok(())
+    }
+
+    /// `cursor` is the last key of the previous page and may be any string:
+    /// the listing resumes strictly after it.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedObject>, ObjectError> {
+        validate_limit(limit)?;
+        let lower = match cursor {
+            Some(cursor) if cursor >= prefix => Bound::Excluded(cursor),
+            _ => Bound::Included(prefix),
+        };
+        let state = self.lock();
+        let mut current = state
+            .keys
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .filter_map(|(key, versions)| {
+                let newest = versions.last()?;
+                let object = newest.object.as_ref()?;
+                Some(ListedObject {
+                    key: key.clone(),
+                    size: object.body.len() as u64,
+                    etag: object.etag.clone(),
+                    last_modified_ms: Some(newest.last_modified_ms),
+                })
+            });
+        let items: Vec<_> = current.by_ref().take(limit as usize).collect();
+        let next = match current.next() {
+            Some(_) => items.last().map(|item| item.key.clone()),
+            None => None,
+        };
+        Ok(ListPage { items, next })
+    }
+
+    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
+        self.require_versions("head_version")?;
+        validate_key(key)?;
+        let state = self.lock();
+        let version = state
+            .version(key, version_id)
+            .ok_or_else(|| version_not_found(key, version_id))?;
+        let object = version
+            .object
+            .as_ref()
+            .ok_or_else(|| marker_version(key, version_id))?;
+        Ok(self.meta(key, version, object))
+    }
+
+    /// A delete marker has no bytes to read: `PreconditionFailed`, as for
+    /// [`ObjectStore::head_version`].
+    async fn get_version_range(
+        &self,
+        key: &str,
+        version_id: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes, ObjectError> {
+        self.require_versions("get_version_range")?;
+        validate_key(key)?;
+        check_range(&range)?;
+        let state = self.lock();
+        let version = state
+            .version(key, version_id)
+            .ok_or_else(|| version_not_found(key, version_id))?;
+        let object = version
+            .object
+            .as_ref()
+            .ok_or_else(|| marker_version(key, version_id))?;
+        Ok(slice(&object.body, &range))
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
+        self.require_versions("delete_version")?;
+        validate_key(key)?;
+        let mut state = self.lock();
+        if let Some(versions) = state.keys.get_mut(key) {
+            versions.retain(|v| v.id != version_id);
+            if versions.is_empty() {
+                state.keys.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// The cursor is `key\0version_id` of the last item returned. Resuming
+    /// compares version ids rather than looking the version up, so a page
+    /// boundary survives that version being deleted in between.
+    async fn list_versions(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        self.require_versions("list_versions")?;
+        validate_limit(limit)?;
+        let after = cursor.map(parse_version_cursor).transpose()?;
+        let lower = match after {
+            Some((key, _)) if key >= prefix => key,
+            _ => prefix,
+        };
+        let state = self.lock();
+        let mut listed = state
+            .keys
+            .range::<str, _>((Bound::Included(lower), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .flat_map(|(key, versions)| {
+                let newest = versions.len() - 1;
+                versions
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .map(move |(index, version)| (key, index == newest, version))
+            })
+            .filter(|(key, _, version)| match after {
+                Some((after_key, after_id)) => {
+                    key.as_str() > after_key
+                        || (key.as_str() == after_key && version.id.as_str() < after_id)
+                }
+                None => true,
+            })
+            .map(|(key, is_current, version)| ListedVersion {
+                key: key.clone(),
+                version_id: version.id.clone(),
+                etag: version
+                    .object
+                    .as_ref()
+                    .map_or_else(String::new, |o| o.etag.clone()),
+                size: version.object.as_ref().map_or(0, |o| o.body.len() as u64),
+                is_current,
+                is_delete_marker: version.object.is_none(),
+                last_modified_ms: Some(version.last_modified_ms),
+            });
+        let items: Vec<_> = listed.by_ref().take(limit as usize).collect();
+        let next = match listed.next() {
+            Some(_) => items
+                .last()
+                .map(|item| format!("{}\0{}", item.key, item.version_id)),
+            None => None,
+        };
+        Ok(ListPage { items, next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FixedClock;
+
+    fn store(versioned: bool, clock: &Arc<FixedClock>) -> MemoryStore {
+        let clock: Arc<dyn Clock> = clock.clone();
+        if versioned {
+            MemoryStore::versioned(clock)
+        } else {
+            MemoryStore::unversioned(clock)
+        }
+    }
+
+    async fn put(store: &MemoryStore, key: &str, body: &'static [u8]) -> ObjectMeta {
+        let body = Bytes::from_static(body);
+        let crc = crc64_nvme(&body);
+        store
+            .put(
+                key,
+                body,
+                &PutCondition::Unconditional,
+                crc,
+                &Metadata::new(),
+            )
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn timestamps_come_from_the_injected_clock() {
+        for versioned in [true, false] {
+            let clock = Arc::new(FixedClock::new(5_000));
+            let store = store(versioned, &clock);
+            assert_eq!(put(&store, "a", b"1").await.last_modified_ms, Some(5_000));
+            clock.set(7_000);
+            put(&store, "b", b"2").await;
+            let page = store.list("", None, 10).await.unwrap();
+            let stamps: Vec<_> = page.items.iter().map(|o| o.last_modified_ms).collect();
+            assert_eq!(stamps, vec![Some(5_000), Some(7_000)]);
+            assert_eq!(store.head("b").await.unwrap().last_modified_ms, Some(7_000));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_delete_marker_is_stamped_with_the_clock() {
+        let clock = Arc::new(FixedClock::new(1_000));
+        let store = store(true, &clock);
+        put(&store, "k", b"v").await;
+        clock.set(2_000);
+        store.delete("k").await.unwrap();
+        let page = store.list_versions("", None, 10).await.unwrap();
+        let stamps: Vec<_> = page
+            .items
+            .iter()
+            .map(|v| (v.is_delete_marker, v.last_modified_ms))
+            .collect();
+        assert_eq!(stamps, vec![(true, Some(2_000)), (false, Some(1_000))]);
+    }
+
+    #[tokio::test]
+    async fn a_version_cursor_not_issued_by_this_store_is_invalid() {
+        let store = store(true, &Arc::new(FixedClock::new(0)));
+        let cursors = [
+            "k\x00".to_owned(),
+            "k\x00abc".to_owned(),
+            "k\x001".to_owned(),
+            format!("k\x00{:021}", 1),
+            format!("k\x00{:020}\x00x", 1),
+        ];
+        for cursor in &cursors {
+            let got = store.list_versions("", Some(cursor), 10).await;
+            assert!(
+                matches!(got, Err(ObjectError::InvalidArgument(_))),
+                "{cursor:?}: {got:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unversioned_store_keeps_no_history() {
+        // Invisible through the trait (version calls are unsupported), so
+        // only this backend can check that a replace frees the old bytes.
+        let store = store(false, &Arc::new(FixedClock::new(0)));
+        for _ in 0..3 {
+            put(&store, "k", b"v").await;
+        }
+        store.delete("gone").await.unwrap();
+        let state = store.lock();
+        assert_eq!(state.keys.len(), 1);
+        assert_eq!(state.keys["k"].len(), 1);
+    }
+
+    mod versioned {
+        use super::*;
+
+        crate::object_conformance_tests!(versioned: || {
+            MemoryStore::versioned(Arc::new(FixedClock::new(1_000_000)))
+        });
+    }
+
+    mod unversioned {
+        use super::*;
+
+        crate::object_conformance_tests!(unversioned: || {
+            MemoryStore::unversioned(Arc::new(FixedClock::new(1_000_000)))
+        });
+    }
+}

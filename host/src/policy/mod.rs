@@ -1,0 +1,55 @@
+//! Host-side drivers of the policy worlds: typed calls into a loaded
+//! plugin, with host types on this side of the boundary.
+
+pub mod retention;
+
+use crate::runtime::bindings_error::WitError;
+
+/// A policy's own error answer (the WIT `error` it returned), as opposed to
+/// a failure of the call itself ([`crate::runtime::CallError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// See the WIT `error` type.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// See the WIT `error` type.
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    /// See the WIT `error` type.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// See the WIT `error` type.
+    #[error("checksum mismatch: {0}")]
+    ChecksumMismatch(String),
+    /// See the WIT `error` type.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// See the WIT `error` type.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// See the WIT `error` type.
+    #[error("budget exhausted: {0}")]
+    BudgetExhausted(String),
+    /// See the WIT `error` type.
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    /// See the WIT `error` type.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl From<WitError> for PolicyError {
+    fn from(error: WitError) -> Self {
+        match error {
+            WitError::NotFound(m) => Self::NotFound(m),
+            WitError::PreconditionFailed(m) => Self::PreconditionFailed(m),
+            WitError::Conflict(m) => Self::Conflict(m),
+            WitError::ChecksumMismatch(m) => Self::ChecksumMismatch(m),
+            WitError::Corrupt(m) => Self::Corrupt(m),
+            WitError::Unavailable(m) => Self::Unavailable(m),
+            WitError::BudgetExhausted(m) => Self::BudgetExhausted(m),
+            WitError::AccessDenied(m) => Self::AccessDenied(m),
+            WitError::InvalidArgument(m) => Self::InvalidArgument(m),
+        }
+    }
+}

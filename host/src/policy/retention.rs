@@ -1,0 +1,218 @@
+//! The retention world's driver: asks a retention plugin what may be
+//! deleted or purged, and when to look again.
+
+use std::sync::Arc;
+
+use super::PolicyError;
+use crate::runtime::policy::retention::RetentionPre;
+use crate::runtime::policy::retention::exports::custodian::policy::retention_rules as wit;
+use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
+
+/// The deployer's configured retention for a class of items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Kept this long after creation; must be positive.
+    pub retention_ms: u64,
+    /// Kept this long after a version stops being current.
+    pub noncurrent_retention_ms: u64,
+}
+
+/// Where an item stands in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Being worked on.
+    Active,
+    /// Kept until retention ends.
+    Retaining,
+    /// Being destroyed; no hold can be placed.
+    Purging,
+    /// Destroyed; re-swept for late writes.
+    Purged,
+}
+
+/// What the host knows about one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    /// Creation time, ms since the epoch.
+    pub created_ms: u64,
+    /// When it stopped being the current version, if it has.
+    pub noncurrent_since_ms: Option<u64>,
+    /// A legal hold is set.
+    pub hold: bool,
+    /// Lifecycle stage.
+    pub stage: Stage,
+}
+
+/// An answer to "may I?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Yes.
+    Allow,
+    /// No, for this reason.
+    Deny(String),
+}
+
+/// The policy's assessment of one item now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    /// First instant retention no longer protects the item.
+    pub retain_until_ms: u64,
+    /// May it be deleted now?
+    pub may_delete: Verdict,
+    /// Should purging begin (or re-sweep) now?
+    pub may_purge: Verdict,
+    /// When to ask again.
+    pub next_check_ms: u64,
+}
+
+/// A loaded retention plugin, ready to be asked.
+pub struct RetentionPolicy {
+    plugin: Arc<Plugin>,
+    pre: RetentionPre<crate::runtime::host::CallState>,
+}
+
+impl RetentionPolicy {
+    /// Wraps `plugin`, which must implement the retention world.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
+    /// not have the retention world's types.
+    pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
+        plugin.expect_world(World::Retention)?;
+        let pre = RetentionPre::new(plugin.pre.clone()).map_err(|e| LoadError::Link {
+            source_name: plugin.info().source.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(Self { plugin, pre })
+    }
+
+    /// The plugin asked.
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// Assesses `item` at `now_ms`.
+    ///
+    /// # Errors
+    /// The outer error is the call failing (a trap, a limit); the inner one
+    /// is the policy's own answer (e.g. invalid settings).
+    pub fn assess(
+        &self,
+        call: Arc<CallContext>,
+        settings: Settings,
+        item: Item,
+        now_ms: u64,
+    ) -> Result<Result<Assessment, PolicyError>, CallError> {
+        let mut store = self.plugin.new_store(call);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+        let answer = instance
+            .custodian_policy_retention_rules()
+            .call_assess(
+                &mut store,
+                wit::Settings::from(settings),
+                wit::Item::from(item),
+                now_ms,
+            )
+            .map_err(|e| crate::runtime::classify(e, store.data()))?;
+        Ok(answer.map(Assessment::from).map_err(PolicyError::from))
+    }
+
+    /// Sets or clears the legal hold on `item`.
+    ///
+    /// # Errors
+    /// As for [`RetentionPolicy::assess`]; placing a hold once purging has
+    /// begun is the policy's [`PolicyError::PreconditionFailed`].
+    pub fn set_hold(
+        &self,
+        call: Arc<CallContext>,
+        item: Item,
+        enabled: bool,
+    ) -> Result<Result<Item, PolicyError>, CallError> {
+        let mut store = self.plugin.new_store(call);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+        let answer = instance
+            .custodian_policy_retention_rules()
+            .call_set_hold(&mut store, wit::Item::from(item), enabled)
+            .map_err(|e| crate::runtime::classify(e, store.data()))?;
+        Ok(answer.map(Item::from).map_err(PolicyError::from))
+    }
+}
+
+impl From<Settings> for wit::Settings {
+    fn from(s: Settings) -> Self {
+        Self {
+            retention_ms: s.retention_ms,
+            noncurrent_retention_ms: s.noncurrent_retention_ms,
+        }
+    }
+}
+
+impl From<Stage> for wit::Stage {
+    fn from(stage: Stage) -> Self {
+        match stage {
+            Stage::Active => Self::Active,
+            Stage::Retaining => Self::Retaining,
+            Stage::Purging => Self::Purging,
+            Stage::Purged => Self::Purged,
+        }
+    }
+}
+
+impl From<wit::Stage> for Stage {
+    fn from(stage: wit::Stage) -> Self {
+        match stage {
+            wit::Stage::Active => Self::Active,
+            wit::Stage::Retaining => Self::Retaining,
+            wit::Stage::Purging => Self::Purging,
+            wit::Stage::Purged => Self::Purged,
+        }
+    }
+}
+
+impl From<Item> for wit::Item {
+    fn from(item: Item) -> Self {
+        Self {
+            created_ms: item.created_ms,
+            noncurrent_since_ms: item.noncurrent_since_ms,
+            hold: item.hold,
+            stage: item.stage.into(),
+        }
+    }
+}
+
+impl From<wit::Item> for Item {
+    fn from(item: wit::Item) -> Self {
+        Self {
+            created_ms: item.created_ms,
+            noncurrent_since_ms: item.noncurrent_since_ms,
+            hold: item.hold,
+            stage: item.stage.into(),
+        }
+    }
+}
+
+impl From<wit::Verdict> for Verdict {
+    fn from(verdict: wit::Verdict) -> Self {
+        match verdict {
+            wit::Verdict::Allow => Self::Allow,
+            wit::Verdict::Deny(reason) => Self::Deny(reason),
+        }
+    }
+}
+
+impl From<wit::Assessment> for Assessment {
+    fn from(a: wit::Assessment) -> Self {
+        Self {
+            retain_until_ms: a.retain_until_ms,
+            may_delete: a.may_delete.into(),
+            may_purge: a.may_purge.into(),
+            next_check_ms: a.next_check_ms,
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Host bindings generated from `wit/`, in this one private module.
+//!
+//! The host capabilities (`custodian:host`) are generated once; every
+//! policy world maps them here with `with`, so all worlds share one set of
+//! host types and one implementation of each capability.
+#![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+pub(crate) mod host {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "custodian:host/capabilities@0.1.0",
+        imports: { default: trappable },
+        trappable_error_type: {
+            "custodian:host/types.error" => crate::runtime::host::HostError,
+        },
+    });
+}
+
+/// The policy worlds' export bindings.
+pub(crate) mod policy {
+    pub(crate) mod retention {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "custodian:policy/retention@0.1.0",
+            with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
+        });
+    }
+}

@@ -1,0 +1,67 @@
+//! Bindings generated from `wit/`, in one place.
+//!
+//! The host capabilities are generated once (from the `capabilities` world)
+//! and every policy world reuses them through `with`, so a `kv::Batch` is
+//! the same Rust type whichever world a plugin implements.
+#![allow(missing_docs, unsafe_code, clippy::all)]
+
+/// The host capabilities: `custodian:host/*`.
+pub mod host {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "custodian:host/capabilities@0.1.0",
+        additional_derives: [PartialEq, Eq],
+        generate_all,
+    });
+}
+
+macro_rules! policy_world {
+    ($module:ident, $world:literal, $macro_name:literal, $bindings_module:literal) => {
+        /// Bindings of one policy world.
+        pub mod $module {
+            wit_bindgen::generate!({
+                path: "../wit",
+                world: $world,
+                additional_derives: [PartialEq, Eq],
+                with: {
+                    "custodian:host/types@0.1.0": crate::bindings::host::custodian::host::types,
+                    "custodian:host/kv@0.1.0": crate::bindings::host::custodian::host::kv,
+                    "custodian:host/objects@0.1.0": crate::bindings::host::custodian::host::objects,
+                    "custodian:host/checksum@0.1.0": crate::bindings::host::custodian::host::checksum,
+                    "custodian:host/clock@0.1.0": crate::bindings::host::custodian::host::clock,
+                    "custodian:host/audit@0.1.0": crate::bindings::host::custodian::host::audit,
+                    "custodian:host/log@0.1.0": crate::bindings::host::custodian::host::log,
+                },
+                generate_all,
+                pub_export_macro: true,
+                export_macro_name: $macro_name,
+                default_bindings_module: $bindings_module,
+            });
+        }
+    };
+}
+
+policy_world!(
+    retention,
+    "custodian:policy/retention@0.1.0",
+    "export_retention",
+    "custodian_sdk::bindings::retention"
+);
+policy_world!(
+    takedown,
+    "custodian:policy/takedown@0.1.0",
+    "export_takedown",
+    "custodian_sdk::bindings::takedown"
+);
+policy_world!(
+    purge,
+    "custodian:policy/purge@0.1.0",
+    "export_purge",
+    "custodian_sdk::bindings::purge"
+);
+policy_world!(
+    archive,
+    "custodian:policy/archive@0.1.0",
+    "export_archive",
+    "custodian_sdk::bindings::archive"
+);

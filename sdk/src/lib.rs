@@ -1,0 +1,85 @@
+//! `custodian-sdk`: everything a Rust author needs to write a Custodian
+//! policy plugin.
+//!
+//! A plugin is a `cdylib` crate built for `wasm32-wasip2`. It implements
+//! the trait of one policy world and names its type in that world's export
+//! macro:
+//!
+//! ```ignore
+//! use custodian_sdk::retention::{RetentionRules, Settings, Item, Assessment};
+//! struct Policy;
+//! impl RetentionRules for Policy { /* assess, set_hold */ }
+//! custodian_sdk::export_retention!(Policy);
+//! ```
+//!
+//! The capability modules ([`kv`], [`objects`], [`checksum`], [`clock`],
+//! [`audit`], [`log`]) call the host when built for wasm. Built natively
+//! (`cargo test`), the same functions run against an in-memory host —
+//! see [`testing`] — so policy logic is unit-testable without wasm and the
+//! same code can be benchmarked natively against its component build.
+
+pub mod audit;
+pub mod batch;
+#[doc(hidden)]
+pub mod bindings;
+pub mod checksum;
+pub mod clock;
+pub mod key;
+pub mod kv;
+pub mod log;
+pub mod objects;
+pub mod policies;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native;
+
+pub use batch::{Batch, Commit};
+pub use policies::{archive, purge, retention, steps, takedown};
+
+/// Why a host call failed; see `wit/deps/host/types.wit` for each case.
+pub use bindings::host::custodian::host::types::Error;
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type TimestampMs = u64;
+
+/// Exports a type implementing [`retention::RetentionRules`] as this
+/// component's retention policy. Expands to nothing in a native build.
+#[macro_export]
+macro_rules! export_retention {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::retention::export_retention!($ty with_types_in $crate::bindings::retention);
+    };
+}
+
+/// Exports a type implementing [`takedown::TakedownSteps`] as this
+/// component's takedown policy. Expands to nothing in a native build.
+#[macro_export]
+macro_rules! export_takedown {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::takedown::export_takedown!($ty with_types_in $crate::bindings::takedown);
+    };
+}
+
+/// Exports a type implementing [`purge::PurgeRules`] as this component's
+/// purge policy. Expands to nothing in a native build.
+#[macro_export]
+macro_rules! export_purge {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::purge::export_purge!($ty with_types_in $crate::bindings::purge);
+    };
+}
+
+/// Exports a type implementing [`archive::ArchiveMap`] as this component's
+/// archive-mapping policy. Expands to nothing in a native build.
+#[macro_export]
+macro_rules! export_archive {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::archive::export_archive!($ty with_types_in $crate::bindings::archive);
+    };
+}

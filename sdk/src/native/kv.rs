@@ -1,0 +1,199 @@
+use std::ops::Bound;
+
+use crate::Error;
+use crate::kv::{
+    Entry, KeyRef, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
+    MAX_VALUE_BYTES, Outcome, Page, Precondition, WitBatch, Write,
+};
+
+fn invalid(message: String) -> Error {
+    Error::InvalidArgument(message)
+}
+
+fn check_partition(partition: &str) -> Result<(), Error> {
+    let ok = (1..=64).contains(&partition.len())
+        && partition
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!("{partition:?} is not a partition name")))
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if (1..=MAX_KEY_BYTES).contains(&key.len()) {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "a key of {} bytes is outside 1..={MAX_KEY_BYTES}",
+            key.len()
+        )))
+    }
+}
+
+/// The native host's `kv.get`; see `wit/deps/host/kv.wit`.
+pub fn get(partition: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    check_partition(partition)?;
+    check_key(key)?;
+    Ok(super::with(|host| {
+        host.kv.get(partition).and_then(|p| p.get(key)).cloned()
+    }))
+}
+
+/// The native host's `kv.get-many`; see `wit/deps/host/kv.wit`.
+pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+    if keys.len() > MAX_PAGE_ENTRIES as usize {
+        return Err(invalid(format!(
+            "{} keys exceed {MAX_PAGE_ENTRIES}",
+            keys.len()
+        )));
+    }
+    keys.iter().map(|key| get(partition, key)).collect()
+}
+
+/// The native host's `kv.scan`; see `wit/deps/host/kv.wit`.
+pub fn scan(
+    partition: &str,
+    start: &[u8],
+    end: Option<&[u8]>,
+    cursor: Option<&[u8]>,
+    limit: u32,
+) -> Result<Page, Error> {
+    check_partition(partition)?;
+    if limit == 0 || limit > MAX_PAGE_ENTRIES {
+        return Err(invalid(format!(
+            "limit {limit} is outside 1..={MAX_PAGE_ENTRIES}"
+        )));
+    }
+    let lower = match cursor {
+        Some(cursor) if cursor < start || end.is_some_and(|end| cursor >= end) => {
+            return Err(invalid("the cursor is outside the scanned range".into()));
+        }
+        Some(cursor) => Bound::Excluded(cursor.to_vec()),
+        None => Bound::Included(start.to_vec()),
+    };
+    let upper = end.map_or(Bound::Unbounded, |end| Bound::Excluded(end.to_vec()));
+    if end.is_some_and(|end| end <= start) {
+        return Ok(Page {
+            entries: Vec::new(),
+            next: None,
+        });
+    }
+    super::with(|host| {
+        let Some(rows) = host.kv.get(partition) else {
+            return Ok(Page {
+                entries: Vec::new(),
+                next: None,
+            });
+        };
+        let mut range = rows.range((lower, upper));
+        let entries: Vec<Entry> = range
+            .by_ref()
+            .take(limit as usize)
+            .map(|(key, value)| Entry {
+                partition: partition.to_owned(),
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect();
+        let next = if range.next().is_some() {
+            entries.last().map(|last| last.key.clone())
+        } else {
+            None
+        };
+        Ok(Page { entries, next })
+    })
+}
+
+fn check_batch(batch: &WitBatch) -> Result<(), Error> {
+    let ops = batch.preconditions.len() + batch.writes.len();
+    if ops > MAX_BATCH_OPS {
+        return Err(invalid(format!("{ops} operations exceed {MAX_BATCH_OPS}")));
+    }
+    let mut bytes = 0usize;
+    let mut check_ref = |partition: &str, key: &[u8], value: Option<&[u8]>| {
+        check_partition(partition)?;
+        check_key(key)?;
+        if let Some(value) = value {
+            if value.len() > MAX_VALUE_BYTES {
+                return Err(invalid(format!(
+                    "a value of {} bytes exceeds {MAX_VALUE_BYTES}",
+                    value.len()
+                )));
+            }
+            bytes += value.len();
+        }
+        bytes += key.len();
+        Ok(())
+    };
+    for precondition in &batch.preconditions {
+        match precondition {
+            Precondition::Absent(KeyRef { partition, key }) => check_ref(partition, key, None)?,
+            Precondition::Equals(Entry {
+                partition,
+                key,
+                value,
+            }) => check_ref(partition, key, Some(value))?,
+            Precondition::NotAfter(_) => {}
+        }
+    }
+    for write in &batch.writes {
+        match write {
+            Write::Put(Entry {
+                partition,
+                key,
+                value,
+            }) => check_ref(partition, key, Some(value))?,
+            Write::Delete(KeyRef { partition, key }) => check_ref(partition, key, None)?,
+        }
+    }
+    if bytes > MAX_BATCH_BYTES {
+        return Err(invalid(format!(
+            "{bytes} batch bytes exceed {MAX_BATCH_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// The native host's `kv.apply`; see `wit/deps/host/kv.wit`.
+pub fn apply(batch: &WitBatch) -> Result<Outcome, Error> {
+    check_batch(batch)?;
+    super::with(|host| {
+        for (index, precondition) in batch.preconditions.iter().enumerate() {
+            let current =
+                |partition: &str, key: &[u8]| host.kv.get(partition).and_then(|p| p.get(key));
+            let holds = match precondition {
+                Precondition::Absent(r) => current(&r.partition, &r.key).is_none(),
+                Precondition::Equals(e) => current(&e.partition, &e.key) == Some(&e.value),
+                Precondition::NotAfter(deadline) => {
+                    if host.now_ms > *deadline {
+                        return Ok(Outcome::DeadlinePassed);
+                    }
+                    true
+                }
+            };
+            if !holds {
+                let index = u32::try_from(index).expect("batch size is bounded");
+                return Ok(Outcome::PreconditionFailed(index));
+            }
+        }
+        for write in &batch.writes {
+            match write {
+                Write::Put(e) => {
+                    host.kv
+                        .entry(e.partition.clone())
+                        .or_default()
+                        .insert(e.key.clone(), e.value.clone());
+                }
+                Write::Delete(r) => {
+                    if let Some(rows) = host.kv.get_mut(&r.partition) {
+                        rows.remove(&r.key);
+                    }
+                }
+            }
+        }
+        Ok(Outcome::Committed)
+    })
+}

@@ -1,0 +1,50 @@
+//! The in-memory host a native build runs against.
+//!
+//! It keeps the host's semantics where policies depend on them — guarded
+//! batches are really guarded, scans page with cursors, publishes check
+//! conditions and CRCs, bounds are the host's — and grants every partition
+//! and store, since a unit test is its own deployer. One host per thread,
+//! so parallel tests do not see each other; [`crate::testing`] resets and
+//! inspects it.
+
+pub(crate) mod audit;
+pub(crate) mod checksum;
+pub(crate) mod clock;
+pub(crate) mod kv;
+pub(crate) mod log;
+pub(crate) mod objects;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use crate::audit::Entry;
+use crate::log::Level;
+
+/// One stored object of the native host.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredObject {
+    pub body: Vec<u8>,
+    pub crc64: u64,
+    pub etag: String,
+    pub modified_ms: u64,
+    pub metadata: Vec<(String, String)>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub now_ms: u64,
+    pub kv: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+    pub stores: BTreeMap<String, BTreeMap<String, StoredObject>>,
+    pub audit: Vec<Entry>,
+    pub logs: Vec<(Level, String)>,
+    /// Makes every publish's etag distinct, as a real store's are.
+    pub publishes: u64,
+}
+
+thread_local! {
+    static HOST: RefCell<State> = RefCell::new(State::default());
+}
+
+pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    HOST.with(|host| f(&mut host.borrow_mut()))
+}

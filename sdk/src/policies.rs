@@ -1,0 +1,38 @@
+//! The policy worlds' types and the traits a plugin implements.
+
+/// Timer-driven steps: what a step receives and returns.
+pub mod steps {
+    pub use crate::bindings::takedown::custodian::policy::steps::{
+        Commit as WitCommit, Reschedule, StepResult, Timer,
+    };
+}
+
+/// The retention world: [`RetentionRules`] decides what may be deleted and
+/// when to look again.
+pub mod retention {
+    pub use crate::bindings::retention::exports::custodian::policy::retention_rules::{
+        Assessment, Guest as RetentionRules, Item, Settings, Stage, Verdict,
+    };
+}
+
+/// The takedown world: [`TakedownSteps`] is the preservation state machine.
+pub mod takedown {
+    pub use crate::bindings::takedown::exports::custodian::policy::takedown_steps::{
+        Guest as TakedownSteps, RequestStatus,
+    };
+}
+
+/// The purge world: [`PurgeRules`] judges which exact versions may go.
+pub mod purge {
+    pub use crate::bindings::purge::exports::custodian::policy::purge_rules::{
+        Candidate, Guest as PurgeRules, Mapping, Verdict,
+    };
+}
+
+/// The archive world: [`ArchiveMap`] chooses the next hop of a moved
+/// version.
+pub mod archive {
+    pub use crate::bindings::archive::exports::custodian::policy::archive_map::{
+        Guest as ArchiveMap, Hop, RegistryRow, VersionRef,
+    };
+}

@@ -1,0 +1,323 @@
+//! Every call is bounded, capabilities are denied unless granted, and a
+//! misbehaving guest never takes the host down.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use custodian::kv::{Batch, Kv, KvError, Outcome, Page, Partition};
+use custodian::runtime::{CallError, Grants, LimitExceeded, Limits, Services};
+use serde_json::{Value, json};
+
+use crate::support::{self, PROBE, World, runtime};
+
+fn call(
+    world: &World,
+    grants: Grants,
+    limits: Limits,
+    function: &str,
+    input: Value,
+) -> Result<Value, CallError> {
+    let runtime = runtime();
+    let plugin = runtime.load_file(support::probe()).unwrap();
+    plugin
+        .function(PROBE, function)?
+        .call_json(world.call(grants, limits), &input)
+}
+
+fn limits() -> Limits {
+    Limits::default()
+}
+
+#[test]
+fn a_trivial_call_returns_its_value() {
+    let got = call(&World::new(), Grants::none(), limits(), "noop", json!({}));
+    assert_eq!(got.unwrap(), json!(7));
+}
+
+#[test]
+fn a_guest_panic_surfaces_with_the_guests_message() {
+    let got = call(
+        &World::new(),
+        Grants::none(),
+        limits(),
+        "crash",
+        json!({"message": "the ledger is upside down"}),
+    );
+    match got {
+        Err(CallError::Trap(message)) => {
+            assert!(message.contains("guest panicked at"), "{message}");
+            assert!(message.contains("the ledger is upside down"), "{message}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_infinite_loop_is_stopped_at_the_deadline_and_the_host_serves_the_next_call() {
+    let world = World::new();
+    let runtime = runtime();
+    let plugin = runtime.load_file(support::probe()).unwrap();
+    let timeout = Duration::from_millis(200);
+    let started = Instant::now();
+    let got = plugin.function(PROBE, "spin").unwrap().call_json(
+        world.call(
+            Grants::none(),
+            Limits {
+                timeout,
+                ..limits()
+            },
+        ),
+        &json!({"seed": 3}),
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(got, Err(CallError::Limit(LimitExceeded::Time(t))) if t == timeout),
+        "{got:?}"
+    );
+    assert!(elapsed >= timeout, "stopped early, after {elapsed:?}");
+    assert!(
+        elapsed < timeout + Duration::from_millis(250),
+        "stopped late, after {elapsed:?}"
+    );
+    let next = plugin
+        .function(PROBE, "noop")
+        .unwrap()
+        .call_json(world.call(Grants::none(), limits()), &json!({}));
+    assert_eq!(next.unwrap(), json!(7));
+}
+
+#[test]
+fn a_memory_hungry_guest_is_stopped_at_its_memory_cap() {
+    let cap = 16 << 20;
+    let got = call(
+        &World::new(),
+        Grants::none(),
+        Limits {
+            memory_bytes: cap,
+            ..limits()
+        },
+        "hog",
+        json!({"mebibytes": 64}),
+    );
+    match got {
+        Err(CallError::Limit(LimitExceeded::Memory { limit, requested })) => {
+            assert_eq!(limit, cap);
+            assert!(requested > cap);
+        }
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_guest_within_its_memory_cap_runs_to_completion() {
+    let got = call(
+        &World::new(),
+        Grants::none(),
+        Limits {
+            memory_bytes: 64 << 20,
+            ..limits()
+        },
+        "hog",
+        json!({"mebibytes": 8}),
+    );
+    assert_eq!(got.unwrap(), json!(8 << 20));
+}
+
+#[test]
+fn an_ungranted_partition_is_refused_with_access_denied() {
+    let got = call(
+        &World::new(),
+        Grants::none(),
+        limits(),
+        "touch-partition",
+        json!({"partition": "secrets"}),
+    )
+    .unwrap();
+    let message = got["err"]["access-denied"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{got}"));
+    assert!(message.contains("secrets"), "{message}");
+}
+
+#[test]
+fn a_granted_partition_is_reachable() {
+    let world = World::new();
+    let grants = Grants::none().partition("notes").unwrap();
+    let got = call(
+        &world,
+        grants,
+        limits(),
+        "touch-partition",
+        json!({"partition": "notes"}),
+    )
+    .unwrap();
+    assert_eq!(got, json!({"ok": false}));
+}
+
+#[test]
+fn another_partition_than_the_granted_one_is_still_refused() {
+    let grants = Grants::none().partition("notes").unwrap();
+    let got = call(
+        &World::new(),
+        grants,
+        limits(),
+        "touch-partition",
+        json!({"partition": "other"}),
+    )
+    .unwrap();
+    assert!(got["err"]["access-denied"].is_string(), "{got}");
+}
+
+#[test]
+fn an_ungranted_store_is_refused_with_access_denied() {
+    let got = call(
+        &World::new(),
+        Grants::none(),
+        limits(),
+        "touch-store",
+        json!({"store": "content"}),
+    )
+    .unwrap();
+    assert!(got["err"]["access-denied"].is_string(), "{got}");
+    let granted = call(
+        &World::new(),
+        Grants::none().store("content"),
+        limits(),
+        "touch-store",
+        json!({"store": "content"}),
+    )
+    .unwrap();
+    assert_eq!(granted, json!({"ok": false}));
+}
+
+#[test]
+fn a_host_reserved_partition_cannot_be_granted() {
+    assert!(Grants::none().partition("custodian.audit").is_err());
+}
+
+#[test]
+fn a_guest_that_ignores_budget_exhausted_is_stopped() {
+    let grants = Grants::none().partition("notes").unwrap();
+    let got = call(
+        &World::new(),
+        grants,
+        Limits {
+            host_calls: 50,
+            ..limits()
+        },
+        "burn",
+        json!({"partition": "notes"}),
+    );
+    assert!(
+        matches!(got, Err(CallError::Limit(LimitExceeded::HostCalls(50)))),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_guest_is_told_when_its_budget_is_spent() {
+    let grants = Grants::none().partition("notes").unwrap();
+    let got = call(
+        &World::new(),
+        grants,
+        Limits {
+            host_calls: 50,
+            ..limits()
+        },
+        "burn-politely",
+        json!({"partition": "notes"}),
+    );
+    assert_eq!(got.unwrap(), json!({"ok": 50}));
+}
+
+/// A KV backend whose reads never finish, like a network store that hangs.
+struct HangingKv;
+
+#[async_trait]
+impl Kv for HangingKv {
+    async fn get(&self, _: &Partition, _: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        std::future::pending().await
+    }
+    async fn get_many(
+        &self,
+        _: &Partition,
+        _: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        std::future::pending().await
+    }
+    async fn scan(
+        &self,
+        _: &Partition,
+        _: &[u8],
+        _: Option<&[u8]>,
+        _: Option<&[u8]>,
+        _: u32,
+    ) -> Result<Page, KvError> {
+        std::future::pending().await
+    }
+    async fn apply(&self, _: &Batch) -> Result<Outcome, KvError> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn a_host_call_that_hangs_is_stopped_at_the_call_deadline() {
+    let world = World::new();
+    let services = Arc::new(Services {
+        kv: Arc::new(HangingKv),
+        stores: Default::default(),
+        clock: world.services.clock.clone(),
+        io: world.services.io.clone(),
+    });
+    let runtime = runtime();
+    let plugin = runtime.load_file(support::probe()).unwrap();
+    let timeout = Duration::from_millis(200);
+    let call = Arc::new(custodian::runtime::CallContext {
+        services,
+        grants: Grants::none().partition("notes").unwrap(),
+        limits: Limits {
+            timeout,
+            ..limits()
+        },
+        actor: "plugin:test".into(),
+    });
+    let started = Instant::now();
+    let got = plugin
+        .function(PROBE, "touch-partition")
+        .unwrap()
+        .call_json(call, &json!({"partition": "notes"}));
+    assert!(
+        matches!(got, Err(CallError::Limit(LimitExceeded::Time(_)))),
+        "{got:?}"
+    );
+    assert!(
+        started.elapsed() < timeout + Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn guests_reading_two_keys_see_what_the_host_stored() {
+    let world = World::new();
+    let partition = Partition::new("notes").unwrap();
+    let batch = Batch {
+        preconditions: vec![],
+        writes: vec![custodian::kv::Write::Put {
+            partition,
+            key: b"a".to_vec(),
+            value: b"1".to_vec(),
+        }],
+    };
+    world.services.io.block_on(world.kv.apply(&batch)).unwrap();
+    let grants = Grants::none().partition("notes").unwrap();
+    let got = call(
+        &world,
+        grants,
+        limits(),
+        "read-twice",
+        json!({"partition": "notes"}),
+    );
+    assert_eq!(got.unwrap(), json!(1));
+}

@@ -1,0 +1,126 @@
+//! What the end-to-end tests share: real `.wasm` guests built from
+//! `tests/guests/`, a runtime, call contexts, and the `custodian` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, OnceLock};
+
+use custodian::clock::{Clock, FixedClock};
+use custodian::kv::Kv;
+use custodian::kv::memory::MemoryKv;
+use custodian::object::ObjectStore;
+use custodian::object::memory::MemoryStore;
+use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
+
+include!("../../host/build/wasm.rs");
+
+/// The test guests, built once per test process.
+fn guests() -> &'static [PathBuf] {
+    static GUESTS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    GUESTS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let target = wasm_target_dir(Path::new(env!("OUT_DIR")));
+        build_wasm(
+            root,
+            &target,
+            &["custodian-guest-probe", "custodian-guest-future"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// `tests/guests/probe`: misbehaves on request.
+pub fn probe() -> &'static Path {
+    &guests()[0]
+}
+
+/// `tests/guests/future`: built against `custodian:host@0.2.0`.
+pub fn future_contract() -> &'static Path {
+    &guests()[1]
+}
+
+/// The bundled retention plugin, as built from `plugins/retention`.
+pub fn retention() -> &'static Path {
+    Path::new(env!("CUSTODIAN_BUNDLED_RETENTION"))
+}
+
+/// The probe's interface.
+pub const PROBE: &str = "custodian-test:probe/probe@0.1.0";
+
+/// A cache directory shared by the tests, so only the first compiles.
+pub fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("custodian-cache")
+}
+
+/// A runtime with the shared cache.
+pub fn runtime() -> Runtime {
+    Runtime::new(&RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        concurrent_calls: 16,
+    })
+    .expect("the runtime starts")
+}
+
+/// In-memory services: one KV, one store named `content`, a pinned clock.
+pub struct World {
+    pub kv: Arc<dyn Kv>,
+    pub services: Arc<Services>,
+    _io: tokio::runtime::Runtime,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(FixedClock::new(1_700_000_000_000));
+        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+        let content: Arc<dyn ObjectStore> = Arc::new(MemoryStore::versioned(clock.clone()));
+        let services = Arc::new(Services {
+            kv: kv.clone(),
+            stores: [("content".to_owned(), content)].into_iter().collect(),
+            clock,
+            io: io.handle().clone(),
+        });
+        Self {
+            kv,
+            services,
+            _io: io,
+        }
+    }
+
+    /// A call context with these grants and limits.
+    pub fn call(&self, grants: Grants, limits: Limits) -> Arc<CallContext> {
+        Arc::new(CallContext {
+            services: self.services.clone(),
+            grants,
+            limits,
+            actor: "plugin:test".into(),
+        })
+    }
+}
+
+/// The `custodian` binary, with the tests' cache.
+pub fn custodian() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_custodian"));
+    command
+        .env("CUSTODIAN_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// Runs `custodian` with `args`.
+pub fn run(args: &[&str]) -> Output {
+    custodian().args(args).output().expect("custodian runs")
+}
+
+/// The exit code, stdout and stderr of a run, for assertions.
+pub fn outcome(output: &Output) -> (i32, String, String) {
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -112,6 +112,13 @@ impl Partition {
     }
 }
 
+/// Lets a set of partitions be searched by name without building one.
+impl std::borrow::Borrow<str> for Partition {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::fmt::Display for Partition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

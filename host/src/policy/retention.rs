@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use super::PolicyError;
-use crate::runtime::policy::retention::RetentionPre;
+use crate::runtime::host::CallState;
 use crate::runtime::policy::retention::exports::custodian::policy::retention_rules as wit;
+use crate::runtime::policy::retention::{Retention, RetentionPre};
 use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
 
 /// The deployer's configured retention for a class of items.
@@ -68,7 +69,7 @@ pub struct Assessment {
 /// A loaded retention plugin, ready to be asked.
 pub struct RetentionPolicy {
     plugin: Arc<Plugin>,
-    pre: RetentionPre<crate::runtime::host::CallState>,
+    pre: RetentionPre<CallState>,
 }
 
 impl RetentionPolicy {
@@ -91,6 +92,19 @@ impl RetentionPolicy {
         &self.plugin
     }
 
+    /// A fresh instance for one call.
+    fn instance(
+        &self,
+        call: Arc<CallContext>,
+    ) -> Result<(wasmtime::Store<CallState>, Retention), CallError> {
+        let mut store = self.plugin.new_store(call);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+        Ok((store, instance))
+    }
+
     /// Assesses `item` at `now_ms`.
     ///
     /// # Errors
@@ -103,11 +117,7 @@ impl RetentionPolicy {
         item: Item,
         now_ms: u64,
     ) -> Result<Result<Assessment, PolicyError>, CallError> {
-        let mut store = self.plugin.new_store(call);
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+        let (mut store, instance) = self.instance(call)?;
         let answer = instance
             .custodian_policy_retention_rules()
             .call_assess(
@@ -131,11 +141,7 @@ impl RetentionPolicy {
         item: Item,
         enabled: bool,
     ) -> Result<Result<Item, PolicyError>, CallError> {
-        let mut store = self.plugin.new_store(call);
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+        let (mut store, instance) = self.instance(call)?;
         let answer = instance
             .custodian_policy_retention_rules()
             .call_set_hold(&mut store, wit::Item::from(item), enabled)

@@ -3,9 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use wasmtime::component::{ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower, Val};
+use wasmtime::component::{
+    ComponentExportIndex, ComponentNamedList, Instance, Lift, Lower, TypedFunc, Val,
+};
 use wasmtime::{Store, Trap};
 
 use super::engine::EPOCH_TICK;
@@ -180,7 +183,20 @@ pub struct Session<'p> {
     store: Store<CallState>,
     instance: Instance,
     broken: bool,
+    id: u64,
 }
+
+/// A function of one session's instance with its types checked once, for
+/// calls in a loop: [`Session::call_typed`] skips the lookup and the type
+/// check that [`Session::call`] does every time.
+pub struct TypedFunction<P, R> {
+    func: TypedFunc<P, R>,
+    session: u64,
+}
+
+/// Tells sessions apart, so a typed function is only ever used with the
+/// store it came from (wasmtime panics on a store mismatch).
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Plugin {
     /// Instantiates the plugin for a session of calls.
@@ -195,8 +211,15 @@ impl Plugin {
             store,
             instance,
             broken: false,
+            id: SESSIONS.fetch_add(1, Ordering::Relaxed),
         })
     }
+}
+
+fn broken() -> CallError {
+    CallError::Trap(
+        "an earlier call of this session trapped; its instance cannot be re-entered".into(),
+    )
 }
 
 impl Session<'_> {
@@ -208,9 +231,7 @@ impl Session<'_> {
             )));
         }
         if self.broken {
-            return Err(CallError::Trap(
-                "an earlier call of this session trapped; its instance cannot be re-entered".into(),
-            ));
+            return Err(broken());
         }
         Ok(())
     }
@@ -218,6 +239,55 @@ impl Session<'_> {
     fn fail(&mut self, error: wasmtime::Error) -> CallError {
         self.broken = true;
         classify(error, self.store.data())
+    }
+
+    /// Looks `function` up in this session's instance and checks its types.
+    ///
+    /// # Errors
+    /// [`CallError::NoSuchFunction`] if it does not have types `P -> R`.
+    pub fn typed<P, R>(&mut self, function: &Function<'_>) -> Result<TypedFunction<P, R>, CallError>
+    where
+        P: ComponentNamedList + Lower + Send + Sync,
+        R: ComponentNamedList + Lift + Send + Sync,
+    {
+        self.check(function)?;
+        let func = self
+            .instance
+            .get_typed_func::<P, R>(&mut self.store, function.index)
+            .map_err(|e| {
+                CallError::NoSuchFunction(format!("{} with these types: {e:#}", function.name))
+            })?;
+        Ok(TypedFunction {
+            func,
+            session: self.id,
+        })
+    }
+
+    /// Calls a function prepared with [`Session::typed`].
+    ///
+    /// # Errors
+    /// A [`CallError`]; the host is unaffected whatever the plugin does.
+    pub fn call_typed<P, R>(
+        &mut self,
+        function: &TypedFunction<P, R>,
+        params: P,
+    ) -> Result<R, CallError>
+    where
+        P: ComponentNamedList + Lower + Send + Sync,
+        R: ComponentNamedList + Lift + Send + Sync,
+    {
+        if function.session != self.id {
+            return Err(CallError::NoSuchFunction(
+                "a typed function of another session".into(),
+            ));
+        }
+        if self.broken {
+            return Err(broken());
+        }
+        function
+            .func
+            .call(&mut self.store, params)
+            .map_err(|e| self.fail(e))
     }
 
     /// Calls `function` with typed parameters and results.
@@ -229,14 +299,8 @@ impl Session<'_> {
         P: ComponentNamedList + Lower + Send + Sync,
         R: ComponentNamedList + Lift + Send + Sync,
     {
-        self.check(function)?;
-        let func = self
-            .instance
-            .get_typed_func::<P, R>(&mut self.store, &function.index)
-            .map_err(|e| {
-                CallError::NoSuchFunction(format!("{} with these types: {e:#}", function.name))
-            })?;
-        func.call(&mut self.store, params).map_err(|e| self.fail(e))
+        let typed = self.typed(function)?;
+        self.call_typed(&typed, params)
     }
 
     /// Calls `function` with JSON parameters (an object keyed by parameter

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-pub use call::{CallContext, CallError, Function, Grants, Services, Session};
+pub use call::{CallContext, CallError, Function, Grants, Services, Session, TypedFunction};
 pub use limits::{LimitExceeded, Limits};
 pub use load::{CONTRACT_VERSION, ExportInfo, LoadError, Plugin, PluginInfo, World};
 

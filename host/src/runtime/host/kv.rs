@@ -15,16 +15,17 @@ pub(crate) fn kv_error(error: KvError) -> HostError {
 }
 
 impl HostView<'_> {
-    /// The partition named `name`, if it is granted to this plugin.
-    fn partition(&self, name: String) -> Result<Partition, HostError> {
-        let partition = Partition::new(name).map_err(kv_error)?;
-        if self.call.grants.partitions.contains(&partition) {
-            Ok(partition)
-        } else {
-            Err(HostError::Guest(Error::AccessDenied(format!(
-                "partition {partition:?} is not granted to this plugin"
-            ))))
+    /// The partition named `name`, if it is granted to this plugin. Found
+    /// in the grants by name: every granted name is valid, so the hot path
+    /// neither validates nor allocates.
+    fn partition(&self, name: &str) -> Result<&Partition, HostError> {
+        if let Some(granted) = self.call.grants.partitions.get(name) {
+            return Ok(granted);
         }
+        let partition = Partition::new(name).map_err(kv_error)?;
+        Err(HostError::Guest(Error::AccessDenied(format!(
+            "partition {partition} is not granted to this plugin"
+        ))))
     }
 
     fn batch(&self, batch: wit::Batch) -> Result<Batch, HostError> {
@@ -35,11 +36,11 @@ impl HostView<'_> {
         for precondition in batch.preconditions {
             out.preconditions.push(match precondition {
                 wit::Precondition::Absent(r) => Precondition::Absent {
-                    partition: self.partition(r.partition)?,
+                    partition: self.partition(&r.partition)?.clone(),
                     key: r.key,
                 },
                 wit::Precondition::Equals(e) => Precondition::Equals {
-                    partition: self.partition(e.partition)?,
+                    partition: self.partition(&e.partition)?.clone(),
                     key: e.key,
                     value: e.value,
                 },
@@ -49,12 +50,12 @@ impl HostView<'_> {
         for write in batch.writes {
             out.writes.push(match write {
                 wit::Write::Put(e) => Write::Put {
-                    partition: self.partition(e.partition)?,
+                    partition: self.partition(&e.partition)?.clone(),
                     key: e.key,
                     value: e.value,
                 },
                 wit::Write::Delete(r) => Write::Delete {
-                    partition: self.partition(r.partition)?,
+                    partition: self.partition(&r.partition)?.clone(),
                     key: r.key,
                 },
             });
@@ -66,8 +67,8 @@ impl HostView<'_> {
 impl wit::Host for HostView<'_> {
     fn get(&mut self, partition: String, key: Vec<u8>) -> Result<Option<Vec<u8>>, HostError> {
         self.charge()?;
-        let partition = self.partition(partition)?;
-        self.wait(self.call.services.kv.get(&partition, &key))?
+        let partition = self.partition(&partition)?;
+        self.wait(self.call.services.kv.get(partition, &key))?
             .map_err(kv_error)
     }
 
@@ -77,8 +78,8 @@ impl wit::Host for HostView<'_> {
         keys: Vec<Vec<u8>>,
     ) -> Result<Vec<Option<Vec<u8>>>, HostError> {
         self.charge()?;
-        let partition = self.partition(partition)?;
-        self.wait(self.call.services.kv.get_many(&partition, &keys))?
+        let partition = self.partition(&partition)?;
+        self.wait(self.call.services.kv.get_many(partition, &keys))?
             .map_err(kv_error)
     }
 
@@ -91,10 +92,10 @@ impl wit::Host for HostView<'_> {
         limit: u32,
     ) -> Result<wit::Page, HostError> {
         self.charge()?;
-        let partition = self.partition(partition)?;
+        let partition = self.partition(&partition)?;
         let page = self
             .wait(self.call.services.kv.scan(
-                &partition,
+                partition,
                 &start,
                 end.as_deref(),
                 cursor.as_deref(),

@@ -46,6 +46,8 @@ macro_rules! object_conformance_tests {
             a_malformed_version_cursor_is_invalid,
             a_zero_or_oversized_version_listing_limit_is_invalid,
             version_calls_refuse_invalid_keys,
+            a_whole_version_reads_back_exactly,
+            a_lease_cell_keeps_its_history_as_versions,
         );
     };
     (unversioned: $factory:expr) => {
@@ -88,6 +90,26 @@ macro_rules! object_conformance_tests {
             only_one_of_two_concurrent_creates_succeeds,
             only_one_of_two_writers_guarded_on_the_same_etag_succeeds,
             random_operations_agree_with_a_model_of_current_objects,
+            range_segments_reassemble_the_range,
+            stamps_round_trip_through_a_publish,
+            a_composed_object_of_local_parts_gets_the_accumulated_crc,
+            a_composed_object_copies_clean_ranges_from_its_base,
+            a_composed_object_may_copy_from_a_base_under_another_key,
+            malformed_compose_specs_are_refused_before_anything_moves,
+            a_compose_whose_base_moved_fails_and_leaves_no_upload,
+            a_compose_failing_midway_aborts_its_upload,
+            a_compose_with_a_wrong_crc_publishes_nothing_and_leaves_no_upload,
+            a_compose_respects_its_condition,
+            a_pending_upload_is_listed_until_aborted_and_aborting_twice_is_fine,
+            an_upload_missing_a_part_cannot_complete,
+            a_part_with_a_wrong_crc_is_refused,
+            an_epoch_cell_is_created_once_at_epoch_one,
+            a_successor_supersedes_the_observed_holder_and_deposes_it,
+            only_one_of_two_successors_racing_for_an_epoch_wins,
+            a_released_cell_keeps_its_epoch_number,
+            another_holders_identity_cannot_renew_a_lease,
+            an_echo_rides_the_renewal_and_none_clears_it,
+            bootstrap_reports_a_usable_store,
         );
     };
     (@each $factory:expr; $($name:ident),+ $(,)?) => {
@@ -133,7 +155,9 @@ async fn try_put(
 ) -> Result<ObjectMeta, ObjectError> {
     let body = Bytes::copy_from_slice(body);
     let crc = crc64_nvme(&body);
-    store.put(key, body, condition, crc, &no_metadata()).await
+    store
+        .put_whole(key, body, condition, &no_metadata(), crc)
+        .await
 }
 
 async fn create(store: &impl ObjectStore, key: &str, body: &[u8]) -> ObjectMeta {
@@ -141,8 +165,13 @@ async fn create(store: &impl ObjectStore, key: &str, body: &[u8]) -> ObjectMeta 
 }
 
 async fn body(store: &impl ObjectStore, key: &str) -> Bytes {
-    let got = store.get(key, None).await;
+    let got = store.get_whole(key, None).await;
     got.unwrap_or_else(|e| panic!("reading {key:?}: {e}")).1
+}
+
+async fn etag(store: &impl ObjectStore, key: &str) -> String {
+    let got = store.head(key).await;
+    got.unwrap_or_else(|e| panic!("heading {key:?}: {e}")).etag
 }
 
 fn if_match(meta: &ObjectMeta) -> PutCondition {
@@ -181,9 +210,9 @@ async fn all_versions(store: &impl ObjectStore, prefix: &str) -> Vec<ListedVersi
 
 pub(crate) async fn a_missing_key_is_not_found(store: &impl ObjectStore) {
     assert_err!(store.head("nothing").await, NotFound);
-    assert_err!(store.get("nothing", None).await, NotFound);
-    assert_err!(store.get("nothing", Some("\"any\"")).await, NotFound);
-    assert_err!(store.get_range("nothing", 0..1, None).await, NotFound);
+    assert_err!(store.get_whole("nothing", None).await, NotFound);
+    assert_err!(store.get_whole("nothing", Some("\"any\"")).await, NotFound);
+    assert_err!(store.get_range("nothing", 0..1, "\"any\"").await, NotFound);
 }
 
 pub(crate) async fn a_published_object_reads_back_with_its_crc_and_metadata(
@@ -193,12 +222,12 @@ pub(crate) async fn a_published_object_reads_back_with_its_crc_and_metadata(
     let crc = crc64_nvme(&bytes);
     let stamps = metadata(&[("gen", "7"), ("flush", "u-1")]);
     let put = store
-        .put(
+        .put_whole(
             "dir/k",
             bytes.clone(),
             &PutCondition::IfNoneMatchAny,
-            crc,
             &stamps,
+            crc,
         )
         .await
         .unwrap();
@@ -212,7 +241,7 @@ pub(crate) async fn a_published_object_reads_back_with_its_crc_and_metadata(
     assert_eq!(head.size, bytes.len() as u64);
     assert_eq!(head.crc64, Some(crc));
     assert_eq!(head.metadata, stamps);
-    let (meta, got) = store.get("dir/k", None).await.unwrap();
+    let (meta, got) = store.get_whole("dir/k", None).await.unwrap();
     assert_eq!(meta, head);
     assert_eq!(got, bytes);
 }
@@ -274,7 +303,7 @@ pub(crate) async fn a_wrong_crc_fails_the_publish_and_stores_nothing(store: &imp
     let wrong = crc64_nvme(&bytes) ^ 1;
     for condition in [PutCondition::IfNoneMatchAny, PutCondition::Unconditional] {
         let got = store
-            .put("k", bytes.clone(), &condition, wrong, &no_metadata())
+            .put_whole("k", bytes.clone(), &condition, &no_metadata(), wrong)
             .await;
         assert_err!(got, ChecksumMismatch);
     }
@@ -289,7 +318,7 @@ pub(crate) async fn a_wrong_crc_on_an_existing_key_leaves_the_old_object(store: 
     let wrong = crc64_nvme(b"old");
     for condition in [if_match(&old), PutCondition::Unconditional] {
         let got = store
-            .put("k", bytes.clone(), &condition, wrong, &no_metadata())
+            .put_whole("k", bytes.clone(), &condition, &no_metadata(), wrong)
             .await;
         assert_err!(got, ChecksumMismatch);
     }
@@ -322,49 +351,97 @@ pub(crate) async fn every_publish_gets_a_distinct_etag_even_for_identical_bytes(
 pub(crate) async fn reads_guarded_by_a_stale_etag_fail(store: &impl ObjectStore) {
     let first = create(store, "k", b"one").await;
     let second = put(store, "k", b"two", &if_match(&first)).await;
-    let (meta, got) = store.get("k", Some(&second.etag)).await.unwrap();
+    let (meta, got) = store.get_whole("k", Some(&second.etag)).await.unwrap();
     assert_eq!(
         (meta.etag.as_str(), &got[..]),
         (second.etag.as_str(), &b"two"[..])
     );
     assert_eq!(
-        store
-            .get_range("k", 0..2, Some(&second.etag))
-            .await
-            .unwrap(),
+        store.get_range("k", 0..2, &second.etag).await.unwrap(),
         "tw"
     );
-    assert_err!(store.get("k", Some(&first.etag)).await, PreconditionFailed);
     assert_err!(
-        store.get_range("k", 0..2, Some(&first.etag)).await,
+        store.get_whole("k", Some(&first.etag)).await,
+        PreconditionFailed
+    );
+    assert_err!(
+        store.get_range("k", 0..2, &first.etag).await,
         PreconditionFailed
     );
 }
 
 pub(crate) async fn a_range_read_returns_exactly_the_bytes_asked_for(store: &impl ObjectStore) {
     create(store, "k", b"0123456789").await;
-    assert_eq!(store.get_range("k", 3..7, None).await.unwrap(), "3456");
     assert_eq!(
-        store.get_range("k", 0..10, None).await.unwrap(),
+        store
+            .get_range("k", 3..7, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        "3456"
+    );
+    assert_eq!(
+        store
+            .get_range("k", 0..10, &etag(store, "k").await)
+            .await
+            .unwrap(),
         "0123456789"
     );
-    assert_eq!(store.get_range("k", 9..10, None).await.unwrap(), "9");
-    assert_eq!(store.get_range("k", 4..4, None).await.unwrap(), "");
+    assert_eq!(
+        store
+            .get_range("k", 9..10, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        "9"
+    );
+    assert_eq!(
+        store
+            .get_range("k", 4..4, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        ""
+    );
 }
 
 pub(crate) async fn a_range_past_the_end_is_truncated_and_one_from_the_end_is_empty(
     store: &impl ObjectStore,
 ) {
     create(store, "k", b"0123456789").await;
-    assert_eq!(store.get_range("k", 7..100, None).await.unwrap(), "789");
     assert_eq!(
-        store.get_range("k", 0..u64::MAX, None).await.unwrap(),
+        store
+            .get_range("k", 7..100, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        "789"
+    );
+    assert_eq!(
+        store
+            .get_range("k", 0..u64::MAX, &etag(store, "k").await)
+            .await
+            .unwrap(),
         "0123456789"
     );
-    assert_eq!(store.get_range("k", 10..20, None).await.unwrap(), "");
-    assert_eq!(store.get_range("k", 50..60, None).await.unwrap(), "");
+    assert_eq!(
+        store
+            .get_range("k", 10..20, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        ""
+    );
+    assert_eq!(
+        store
+            .get_range("k", 50..60, &etag(store, "k").await)
+            .await
+            .unwrap(),
+        ""
+    );
     create(store, "empty", b"").await;
-    assert_eq!(store.get_range("empty", 0..5, None).await.unwrap(), "");
+    assert_eq!(
+        store
+            .get_range("empty", 0..5, &etag(store, "empty").await)
+            .await
+            .unwrap(),
+        ""
+    );
 }
 
 pub(crate) async fn an_inverted_range_is_invalid(store: &impl ObjectStore) {
@@ -372,13 +449,15 @@ pub(crate) async fn an_inverted_range_is_invalid(store: &impl ObjectStore) {
     #[allow(clippy::reversed_empty_ranges)]
     let inverted = 5..2;
     assert_err!(
-        store.get_range("k", inverted.clone(), None).await,
+        store
+            .get_range("k", inverted.clone(), &etag(store, "k").await)
+            .await,
         InvalidArgument
     );
     // Checked before the key is looked up, so the answer cannot leak
     // whether a key exists.
     assert_err!(
-        store.get_range("absent", inverted, None).await,
+        store.get_range("absent", inverted, "\"any\"").await,
         InvalidArgument
     );
 }
@@ -392,18 +471,18 @@ pub(crate) async fn a_copy_keeps_the_bytes_and_crc_but_takes_only_the_given_meta
     let crc = crc64_nvme(&bytes);
     let source_stamps = metadata(&[("gen", "3"), ("epoch", "1")]);
     let source = store
-        .put(
+        .put_whole(
             "src",
             bytes.clone(),
             &PutCondition::IfNoneMatchAny,
-            crc,
             &source_stamps,
+            crc,
         )
         .await
         .unwrap();
     let new_stamps = metadata(&[("gen", "1")]);
     let copied = store
-        .copy(
+        .copy_object(
             "src",
             Some(&source.etag),
             "dst",
@@ -422,7 +501,7 @@ pub(crate) async fn a_copy_keeps_the_bytes_and_crc_but_takes_only_the_given_meta
     assert_eq!(body(store, "dst").await, bytes);
     // Empty metadata means none at all, not "the source's".
     store
-        .copy(
+        .copy_object(
             "src",
             None,
             "bare",
@@ -440,7 +519,7 @@ pub(crate) async fn a_copy_keeps_the_bytes_and_crc_but_takes_only_the_given_meta
 pub(crate) async fn a_copy_onto_itself_publishes_a_new_generation(store: &impl ObjectStore) {
     let first = create(store, "k", b"self").await;
     let copied = store
-        .copy(
+        .copy_object(
             "k",
             Some(&first.etag),
             "k",
@@ -463,7 +542,7 @@ pub(crate) async fn a_copy_guarded_by_a_stale_source_etag_fails_and_writes_nothi
     let first = create(store, "src", b"one").await;
     put(store, "src", b"two", &if_match(&first)).await;
     let got = store
-        .copy(
+        .copy_object(
             "src",
             Some(&first.etag),
             "dst",
@@ -484,23 +563,23 @@ pub(crate) async fn a_copy_respects_the_destination_condition(store: &impl Objec
     ];
     for condition in &refused {
         let got = store
-            .copy("src", None, "dst", condition, &no_metadata())
+            .copy_object("src", None, "dst", condition, &no_metadata())
             .await;
         assert_err!(got, PreconditionFailed);
         assert_eq!(body(store, "dst").await, "existing");
     }
     let got = store
-        .copy("src", None, "absent", &if_match(&existing), &no_metadata())
+        .copy_object("src", None, "absent", &if_match(&existing), &no_metadata())
         .await;
     assert_err!(got, PreconditionFailed);
     assert_err!(store.head("absent").await, NotFound);
     store
-        .copy("src", None, "dst", &if_match(&existing), &no_metadata())
+        .copy_object("src", None, "dst", &if_match(&existing), &no_metadata())
         .await
         .unwrap();
     assert_eq!(body(store, "dst").await, "source");
     store
-        .copy(
+        .copy_object(
             "dst",
             None,
             "src",
@@ -514,7 +593,7 @@ pub(crate) async fn a_copy_respects_the_destination_condition(store: &impl Objec
 
 pub(crate) async fn a_copy_from_a_missing_source_is_not_found(store: &impl ObjectStore) {
     let got = store
-        .copy(
+        .copy_object(
             "absent",
             None,
             "dst",
@@ -526,7 +605,7 @@ pub(crate) async fn a_copy_from_a_missing_source_is_not_found(store: &impl Objec
     create(store, "gone", b"x").await;
     store.delete("gone").await.unwrap();
     let got = store
-        .copy(
+        .copy_object(
             "gone",
             None,
             "dst",
@@ -552,8 +631,8 @@ pub(crate) async fn a_deleted_key_reads_as_not_found_and_can_be_created_again(
     let old = create(store, "k", b"old").await;
     store.delete("k").await.unwrap();
     assert_err!(store.head("k").await, NotFound);
-    assert_err!(store.get("k", None).await, NotFound);
-    assert_err!(store.get_range("k", 0..1, None).await, NotFound);
+    assert_err!(store.get_whole("k", None).await, NotFound);
+    assert_err!(store.get_range("k", 0..1, "\"any\"").await, NotFound);
     assert_err!(
         try_put(store, "k", b"x", &if_match(&old)).await,
         PreconditionFailed
@@ -646,16 +725,20 @@ pub(crate) async fn invalid_keys_are_refused_before_anything_is_stored(store: &i
         let crc = crc64_nvme(&body);
         let any = PutCondition::Unconditional;
         assert_err!(
-            store.put(bad, body, &any, crc, &no_metadata()).await,
+            store.put_whole(bad, body, &any, &no_metadata(), crc).await,
             InvalidArgument
         );
         assert_err!(store.head(bad).await, InvalidArgument);
-        assert_err!(store.get(bad, None).await, InvalidArgument);
-        assert_err!(store.get_range(bad, 0..1, None).await, InvalidArgument);
+        assert_err!(store.get_whole(bad, None).await, InvalidArgument);
+        assert_err!(store.get_range(bad, 0..1, "\"any\"").await, InvalidArgument);
         assert_err!(store.delete(bad).await, InvalidArgument);
-        let got = store.copy(bad, None, "dst", &any, &no_metadata()).await;
+        let got = store
+            .copy_object(bad, None, "dst", &any, &no_metadata())
+            .await;
         assert_err!(got, InvalidArgument);
-        let got = store.copy("good", None, bad, &any, &no_metadata()).await;
+        let got = store
+            .copy_object("good", None, bad, &any, &no_metadata())
+            .await;
         assert_err!(got, InvalidArgument);
     }
     assert_eq!(all_keys(store, "").await, ["good"]);
@@ -682,10 +765,10 @@ pub(crate) async fn out_of_bounds_metadata_is_refused_and_nothing_is_stored(
         let crc = crc64_nvme(&body);
         let any = PutCondition::Unconditional;
         assert_err!(
-            store.put("k", body, &any, crc, metadata).await,
+            store.put_whole("k", body, &any, metadata, crc).await,
             InvalidArgument
         );
-        let got = store.copy("src", None, "dst", &any, metadata).await;
+        let got = store.copy_object("src", None, "dst", &any, metadata).await;
         assert_err!(got, InvalidArgument);
     }
     assert_eq!(all_keys(store, "").await, ["src"]);
@@ -698,7 +781,7 @@ pub(crate) async fn out_of_bounds_metadata_is_refused_and_nothing_is_stored(
         let body = Bytes::from_static(b"v");
         let crc = crc64_nvme(&body);
         let put = store
-            .put("k", body, &PutCondition::Unconditional, crc, &metadata)
+            .put_whole("k", body, &PutCondition::Unconditional, &metadata, crc)
             .await
             .unwrap();
         assert_eq!(put.metadata, metadata);
@@ -831,7 +914,7 @@ pub(crate) async fn random_operations_agree_with_a_model_of_current_objects(
                     Some(_) => Expect::Ok,
                 };
                 let got = store
-                    .copy(&source, None, &k, &condition, &no_metadata())
+                    .copy_object(&source, None, &k, &condition, &no_metadata())
                     .await;
                 match (&expect, got) {
                     (Expect::Ok, Ok(meta)) => {
@@ -873,7 +956,7 @@ pub(crate) async fn random_operations_agree_with_a_model_of_current_objects(
         assert_eq!(listed, want, "round {round}");
         match model.get(&k) {
             Some((bytes, etag)) => {
-                let (meta, got) = store.get(&k, Some(etag)).await.unwrap();
+                let (meta, got) = store.get_whole(&k, Some(etag)).await.unwrap();
                 assert_eq!(
                     (&got[..], meta.crc64),
                     (&bytes[..], Some(crc64_nvme(bytes))),
@@ -915,12 +998,12 @@ pub(crate) async fn every_version_stays_readable_by_id_after_it_is_replaced(
     let crc = crc64_nvme(&one);
     let stamps = metadata(&[("gen", "1")]);
     let first = store
-        .put(
+        .put_whole(
             "k",
             one.clone(),
             &PutCondition::IfNoneMatchAny,
-            crc,
             &stamps,
+            crc,
         )
         .await
         .unwrap();
@@ -954,8 +1037,8 @@ pub(crate) async fn a_delete_marker_hides_the_key_but_older_versions_stay_readab
     let second = put(store, "k", b"two", &if_match(&first)).await;
     store.delete("k").await.unwrap();
     assert_err!(store.head("k").await, NotFound);
-    assert_err!(store.get("k", None).await, NotFound);
-    assert_err!(store.get_range("k", 0..3, None).await, NotFound);
+    assert_err!(store.get_whole("k", None).await, NotFound);
+    assert_err!(store.get_range("k", 0..3, "\"any\"").await, NotFound);
     assert!(all_keys(store, "").await.is_empty());
     // The marker is not an object to guard on, and neither is what it hides.
     assert_err!(
@@ -963,7 +1046,7 @@ pub(crate) async fn a_delete_marker_hides_the_key_but_older_versions_stay_readab
         PreconditionFailed
     );
     let got = store
-        .copy(
+        .copy_object(
             "k",
             None,
             "dst",
@@ -1108,7 +1191,7 @@ pub(crate) async fn a_copy_makes_a_new_version_and_the_source_version_survives(
 ) {
     let first = create(store, "k", b"payload").await;
     let copied = store
-        .copy(
+        .copy_object(
             "k",
             Some(&first.etag),
             "k",
@@ -1285,7 +1368,7 @@ pub(crate) async fn a_publish_reports_no_version_id(store: &impl ObjectStore) {
     assert_eq!(created.version_id, None);
     assert_eq!(store.head("k").await.unwrap().version_id, None);
     let copied = store
-        .copy(
+        .copy_object(
             "k",
             None,
             "dst",
@@ -1306,9 +1389,642 @@ pub(crate) async fn every_version_call_is_unsupported_even_for_an_existing_key(
     // the answer must be "cannot", never "nothing there".
     let id = first.etag.as_str();
     assert_err!(store.head_version("k", id).await, Unsupported);
+    assert_err!(store.get_version("k", id).await, Unsupported);
     assert_err!(store.get_version_range("k", id, 0..1).await, Unsupported);
     assert_err!(store.delete_version("k", id).await, Unsupported);
     assert_err!(store.list_versions("", None, 10).await, Unsupported);
     assert_err!(store.list_versions("k", None, 10).await, Unsupported);
     assert_eq!(body(store, "k").await, "two");
+}
+
+// ── whole versions, segments, stamps ────────────────────────────────
+
+pub(crate) async fn a_whole_version_reads_back_exactly(store: &impl ObjectStore) {
+    let first = create(store, "k", b"first").await;
+    put(store, "k", b"second!", &if_match(&first)).await;
+    let (meta, bytes) = store.get_version("k", version_id(&first)).await.unwrap();
+    assert_eq!(bytes, "first");
+    assert_eq!(meta.etag, first.etag);
+    assert_eq!(meta.crc64, Some(crc64_nvme(b"first")));
+    store.delete("k").await.unwrap();
+    assert_eq!(
+        store.get_version("k", version_id(&first)).await.unwrap().1,
+        "first"
+    );
+    assert_err!(store.get_version("k", "no-such-version").await, NotFound);
+}
+
+pub(crate) async fn range_segments_reassemble_the_range(store: &impl ObjectStore) {
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let meta = create(store, "k", &data).await;
+    let segments = store
+        .get_range_segments("k", 1000..90_000, &meta.etag)
+        .await
+        .unwrap();
+    let joined: Vec<u8> = segments.iter().flat_map(|s| s.iter().copied()).collect();
+    assert_eq!(joined, data[1000..90_000]);
+    assert_err!(
+        store.get_range_segments("k", 0..10, "\"stale\"").await,
+        PreconditionFailed
+    );
+}
+
+pub(crate) async fn stamps_round_trip_through_a_publish(store: &impl ObjectStore) {
+    use super::stamps::{GenerationStamps, PosixStamps};
+    let stamps = GenerationStamps {
+        generation: 12,
+        epoch: 4,
+        flush_id: "flush-9".into(),
+        boundary: None,
+        posix: Some(PosixStamps {
+            mode: 0o100_600,
+            uid: 1000,
+            gid: 1000,
+            mtime_unix: 1_700_000_000,
+        }),
+    };
+    let body = Bytes::from_static(b"stamped");
+    let crc = crc64_nvme(&body);
+    store
+        .put_whole(
+            "k",
+            body,
+            &PutCondition::IfNoneMatchAny,
+            &stamps.to_metadata(),
+            crc,
+        )
+        .await
+        .unwrap();
+    let head = store.head("k").await.unwrap();
+    assert_eq!(
+        GenerationStamps::from_metadata(&head.metadata),
+        Some(stamps)
+    );
+}
+
+// ── compose ──────────────────────────────────────────────────────────
+
+/// A local file of `len` deterministic bytes, kept alive with its path.
+fn local_file(len: usize, salt: u8) -> (tempfile::NamedTempFile, Vec<u8>) {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i.wrapping_mul(31) as u8) ^ salt)
+        .collect();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, &data).unwrap();
+    (file, data)
+}
+
+/// A part size this store accepts for every part but the last.
+fn part_size(store: &impl ObjectStore) -> u64 {
+    store.min_part_size().max(4096)
+}
+
+fn spec<'a>(
+    key: &'a str,
+    path: &'a std::path::Path,
+    parts: Vec<super::PartSource>,
+    condition: PutCondition,
+) -> super::ComposeSpec<'a> {
+    super::ComposeSpec {
+        key,
+        local_path: path,
+        parts,
+        base_key: None,
+        base_etag: None,
+        condition,
+        metadata: no_metadata(),
+        crc64: None,
+        progress: None,
+    }
+}
+
+async fn no_uploads(store: &impl ObjectStore) {
+    let pending = store.list_uploads("").await.unwrap();
+    assert!(pending.is_empty(), "uploads left behind: {pending:?}");
+}
+
+pub(crate) async fn a_composed_object_of_local_parts_gets_the_accumulated_crc(
+    store: &impl ObjectStore,
+) {
+    use super::PartSource::Local;
+    let part = part_size(store);
+    let len = usize::try_from(2 * part + 123).unwrap();
+    let (file, data) = local_file(len, 7);
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut order = spec(
+        "composed",
+        file.path(),
+        vec![
+            Local {
+                offset: 0,
+                len: part,
+            },
+            Local {
+                offset: part,
+                len: part,
+            },
+            Local {
+                offset: 2 * part,
+                len: 123,
+            },
+        ],
+        PutCondition::IfNoneMatchAny,
+    );
+    order.progress = Some(progress.clone());
+    order.metadata = metadata(&[("custodian-gen", "1")]);
+    let meta = store.compose_generation(&order).await.unwrap();
+    assert_eq!(meta.crc64, Some(crc64_nvme(&data)));
+    assert_eq!(meta.size, data.len() as u64);
+    assert_eq!(body(store, "composed").await, data);
+    assert_eq!(
+        store.head("composed").await.unwrap().metadata,
+        order.metadata
+    );
+    assert_eq!(
+        progress.load(std::sync::atomic::Ordering::Relaxed),
+        data.len() as u64
+    );
+    no_uploads(store).await;
+}
+
+pub(crate) async fn a_composed_object_copies_clean_ranges_from_its_base(store: &impl ObjectStore) {
+    use super::PartSource::{BaseCopy, Local};
+    let part = part_size(store);
+    let len = usize::try_from(3 * part).unwrap();
+    let (_, base_data) = local_file(len, 1);
+    let base = create(store, "k", &base_data).await;
+    // The middle third changed locally; the rest is clean.
+    let mut next = base_data.clone();
+    let middle = usize::try_from(part).unwrap()..usize::try_from(2 * part).unwrap();
+    next[middle].iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, &next).unwrap();
+    let mut order = spec(
+        "k",
+        file.path(),
+        vec![
+            BaseCopy {
+                offset: 0,
+                len: part,
+            },
+            Local {
+                offset: part,
+                len: part,
+            },
+            BaseCopy {
+                offset: 2 * part,
+                len: part,
+            },
+        ],
+        if_match(&base),
+    );
+    order.base_etag = Some(&base.etag);
+    order.crc64 = Some(crc64_nvme(&next));
+    let meta = store.compose_generation(&order).await.unwrap();
+    assert_ne!(meta.etag, base.etag);
+    assert_eq!(meta.crc64, Some(crc64_nvme(&next)));
+    assert_eq!(body(store, "k").await, next);
+    no_uploads(store).await;
+}
+
+pub(crate) async fn a_composed_object_may_copy_from_a_base_under_another_key(
+    store: &impl ObjectStore,
+) {
+    use super::PartSource::{BaseCopy, Local};
+    let part = part_size(store);
+    let (file, data) = local_file(usize::try_from(part + 10).unwrap(), 3);
+    let base = create(store, "old-name", &data).await;
+    let mut order = spec(
+        "new-name",
+        file.path(),
+        vec![
+            BaseCopy {
+                offset: 0,
+                len: part,
+            },
+            Local {
+                offset: part,
+                len: 10,
+            },
+        ],
+        PutCondition::IfNoneMatchAny,
+    );
+    order.base_key = Some("old-name");
+    order.base_etag = Some(&base.etag);
+    order.crc64 = Some(crc64_nvme(&data));
+    store.compose_generation(&order).await.unwrap();
+    assert_eq!(body(store, "new-name").await, data);
+    assert_eq!(body(store, "old-name").await, data);
+}
+
+pub(crate) async fn malformed_compose_specs_are_refused_before_anything_moves(
+    store: &impl ObjectStore,
+) {
+    use super::PartSource::{BaseCopy, Local};
+    let part = part_size(store);
+    let (file, data) = local_file(usize::try_from(2 * part).unwrap(), 5);
+    let base = create(store, "k", &data).await;
+    let cases: Vec<(&str, super::ComposeSpec<'_>)> = vec![
+        (
+            "no parts",
+            spec("k", file.path(), vec![], PutCondition::Unconditional),
+        ),
+        (
+            "a gap",
+            spec(
+                "k",
+                file.path(),
+                vec![
+                    Local {
+                        offset: 0,
+                        len: part,
+                    },
+                    Local {
+                        offset: part + 1,
+                        len: 1,
+                    },
+                ],
+                PutCondition::Unconditional,
+            ),
+        ),
+        (
+            "not from zero",
+            spec(
+                "k",
+                file.path(),
+                vec![Local { offset: 1, len: 1 }],
+                PutCondition::Unconditional,
+            ),
+        ),
+        (
+            "an empty part",
+            spec(
+                "k",
+                file.path(),
+                vec![Local { offset: 0, len: 0 }],
+                PutCondition::Unconditional,
+            ),
+        ),
+        ("a base copy without the base etag", {
+            let mut s = spec(
+                "k",
+                file.path(),
+                vec![BaseCopy {
+                    offset: 0,
+                    len: part,
+                }],
+                if_match(&base),
+            );
+            s.crc64 = Some(1);
+            s
+        }),
+        ("a base copy without a CRC", {
+            let mut s = spec(
+                "k",
+                file.path(),
+                vec![BaseCopy {
+                    offset: 0,
+                    len: part,
+                }],
+                if_match(&base),
+            );
+            s.base_etag = Some(&base.etag);
+            s
+        }),
+        ("a base etag without a base copy", {
+            let mut s = spec(
+                "k",
+                file.path(),
+                vec![Local {
+                    offset: 0,
+                    len: part,
+                }],
+                if_match(&base),
+            );
+            s.base_etag = Some(&base.etag);
+            s
+        }),
+        (
+            "a bad key",
+            spec(
+                "a/../k",
+                file.path(),
+                vec![Local { offset: 0, len: 1 }],
+                PutCondition::Unconditional,
+            ),
+        ),
+    ];
+    for (what, order) in &cases {
+        let got = store.compose_generation(order).await;
+        assert!(
+            matches!(got, Err(ObjectError::InvalidArgument(_))),
+            "{what}: {got:?}"
+        );
+    }
+    if store.min_part_size() > 1 {
+        let small = spec(
+            "k",
+            file.path(),
+            vec![Local { offset: 0, len: 1 }, Local { offset: 1, len: 1 }],
+            PutCondition::Unconditional,
+        );
+        assert_err!(store.compose_generation(&small).await, InvalidArgument);
+    }
+    no_uploads(store).await;
+    assert_eq!(store.head("k").await.unwrap().etag, base.etag);
+}
+
+pub(crate) async fn a_compose_whose_base_moved_fails_and_leaves_no_upload(
+    store: &impl ObjectStore,
+) {
+    use super::PartSource::{BaseCopy, Local};
+    let part = part_size(store);
+    let (file, data) = local_file(usize::try_from(part + 1).unwrap(), 9);
+    let stale = create(store, "k", &data).await;
+    let moved = put(store, "k", &data, &if_match(&stale)).await;
+    let mut order = spec(
+        "k",
+        file.path(),
+        vec![
+            BaseCopy {
+                offset: 0,
+                len: part,
+            },
+            Local {
+                offset: part,
+                len: 1,
+            },
+        ],
+        if_match(&stale),
+    );
+    order.base_etag = Some(&stale.etag);
+    order.crc64 = Some(crc64_nvme(&data));
+    assert_err!(store.compose_generation(&order).await, PreconditionFailed);
+    no_uploads(store).await;
+    assert_eq!(store.head("k").await.unwrap().etag, moved.etag);
+}
+
+pub(crate) async fn a_compose_failing_midway_aborts_its_upload(store: &impl ObjectStore) {
+    use super::PartSource::Local;
+    let part = part_size(store);
+    // The file ends halfway through the second part: the first part lands,
+    // then reading the second fails.
+    let (file, _) = local_file(usize::try_from(part + part / 2).unwrap(), 2);
+    let order = spec(
+        "k",
+        file.path(),
+        vec![
+            Local {
+                offset: 0,
+                len: part,
+            },
+            Local {
+                offset: part,
+                len: part,
+            },
+        ],
+        PutCondition::IfNoneMatchAny,
+    );
+    assert_err!(store.compose_generation(&order).await, Io);
+    no_uploads(store).await;
+    assert_err!(store.head("k").await, NotFound);
+}
+
+pub(crate) async fn a_compose_with_a_wrong_crc_publishes_nothing_and_leaves_no_upload(
+    store: &impl ObjectStore,
+) {
+    use super::PartSource::Local;
+    let (file, data) = local_file(1000, 4);
+    let mut order = spec(
+        "k",
+        file.path(),
+        vec![Local {
+            offset: 0,
+            len: 1000,
+        }],
+        PutCondition::IfNoneMatchAny,
+    );
+    order.crc64 = Some(crc64_nvme(&data) ^ 1);
+    assert_err!(store.compose_generation(&order).await, ChecksumMismatch);
+    no_uploads(store).await;
+    assert_err!(store.head("k").await, NotFound);
+}
+
+pub(crate) async fn a_compose_respects_its_condition(store: &impl ObjectStore) {
+    use super::PartSource::Local;
+    let existing = create(store, "k", b"already here").await;
+    let (file, _) = local_file(100, 6);
+    let order = spec(
+        "k",
+        file.path(),
+        vec![Local {
+            offset: 0,
+            len: 100,
+        }],
+        PutCondition::IfNoneMatchAny,
+    );
+    assert_err!(store.compose_generation(&order).await, PreconditionFailed);
+    no_uploads(store).await;
+    assert_eq!(store.head("k").await.unwrap().etag, existing.etag);
+}
+
+// ── multipart primitives ─────────────────────────────────────────────
+
+async fn upload_part(store: &impl ObjectStore, key: &str, id: &str, part: u32, body: &[u8]) {
+    let body = Bytes::copy_from_slice(body);
+    let crc = crc64_nvme(&body);
+    store.upload_part(key, id, part, body, crc).await.unwrap();
+}
+
+pub(crate) async fn a_pending_upload_is_listed_until_aborted_and_aborting_twice_is_fine(
+    store: &impl ObjectStore,
+) {
+    let id = store.create_upload("dir/k").await.unwrap();
+    upload_part(store, "dir/k", &id, 1, b"part one").await;
+    let pending = store.list_uploads("dir/").await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].key.as_str(), pending[0].upload_id.as_str()),
+        ("dir/k", id.as_str())
+    );
+    assert!(store.list_uploads("other/").await.unwrap().is_empty());
+    store.abort_upload("dir/k", &id).await.unwrap();
+    store.abort_upload("dir/k", &id).await.unwrap();
+    no_uploads(store).await;
+    let body = Bytes::from_static(b"late");
+    let crc = crc64_nvme(&body);
+    assert_err!(
+        store.upload_part("dir/k", &id, 2, body, crc).await,
+        NoSuchUpload
+    );
+    assert_err!(store.head("dir/k").await, NotFound);
+}
+
+pub(crate) async fn an_upload_missing_a_part_cannot_complete(store: &impl ObjectStore) {
+    let id = store.create_upload("k").await.unwrap();
+    upload_part(store, "k", &id, 2, b"only the second").await;
+    let got = store
+        .complete_upload(
+            "k",
+            &id,
+            2,
+            &PutCondition::IfNoneMatchAny,
+            &no_metadata(),
+            0,
+        )
+        .await;
+    assert_err!(got, InvalidArgument);
+    assert_err!(store.head("k").await, NotFound);
+    store.abort_upload("k", &id).await.unwrap();
+    no_uploads(store).await;
+}
+
+pub(crate) async fn a_part_with_a_wrong_crc_is_refused(store: &impl ObjectStore) {
+    let id = store.create_upload("k").await.unwrap();
+    let body = Bytes::from_static(b"bytes");
+    let wrong = crc64_nvme(&body) ^ 1;
+    assert_err!(
+        store.upload_part("k", &id, 1, body, wrong).await,
+        ChecksumMismatch
+    );
+    assert_err!(
+        store
+            .upload_part("k", &id, 0, Bytes::new(), crc64_nvme(b""))
+            .await,
+        InvalidArgument
+    );
+    store.abort_upload("k", &id).await.unwrap();
+}
+
+// ── epoch leases ─────────────────────────────────────────────────────
+
+pub(crate) async fn an_epoch_cell_is_created_once_at_epoch_one(store: &impl ObjectStore) {
+    assert_eq!(store.epoch_read("epoch").await.unwrap(), None);
+    let lease = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    assert_eq!((lease.holder_id.as_str(), lease.epoch), ("host-a", 1));
+    assert_err!(
+        store.epoch_acquire("epoch", "host-b", None).await,
+        PreconditionFailed
+    );
+    let state = store.epoch_read("epoch").await.unwrap().unwrap();
+    assert_eq!(
+        (state.holder_id.as_str(), state.epoch, state.released),
+        ("host-a", 1, false)
+    );
+    assert_eq!(state.token, lease.token);
+    assert!(state.last_renew_ms.is_some());
+}
+
+pub(crate) async fn a_successor_supersedes_the_observed_holder_and_deposes_it(
+    store: &impl ObjectStore,
+) {
+    let old = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    let observed = store.epoch_read("epoch").await.unwrap().unwrap();
+    let new = store
+        .epoch_acquire("epoch", "host-b", Some(&observed))
+        .await
+        .unwrap();
+    assert_eq!((new.holder_id.as_str(), new.epoch), ("host-b", 2));
+    assert_err!(
+        store.epoch_renew("epoch", &old, None).await,
+        PreconditionFailed
+    );
+    assert_err!(store.epoch_release("epoch", &old).await, PreconditionFailed);
+    let renewed = store.epoch_renew("epoch", &new, None).await.unwrap();
+    assert_eq!(renewed.epoch, 2);
+    assert_ne!(renewed.token, new.token, "a renewal moves the token");
+    assert_err!(
+        store.epoch_renew("epoch", &new, None).await,
+        PreconditionFailed
+    );
+}
+
+pub(crate) async fn only_one_of_two_successors_racing_for_an_epoch_wins(store: &impl ObjectStore) {
+    store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    let observed = store.epoch_read("epoch").await.unwrap().unwrap();
+    let (one, two) = tokio::join!(
+        store.epoch_acquire("epoch", "host-b", Some(&observed)),
+        store.epoch_acquire("epoch", "host-c", Some(&observed)),
+    );
+    let winners = [&one, &two].iter().filter(|r| r.is_ok()).count();
+    assert_eq!(winners, 1, "{one:?} / {two:?}");
+    let loser = if one.is_ok() { two } else { one };
+    assert!(
+        matches!(
+            loser,
+            Err(ObjectError::PreconditionFailed(_) | ObjectError::Conflict(_))
+        ),
+        "{loser:?}"
+    );
+    assert_eq!(store.epoch_read("epoch").await.unwrap().unwrap().epoch, 2);
+}
+
+pub(crate) async fn a_released_cell_keeps_its_epoch_number(store: &impl ObjectStore) {
+    let first = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    let observed = store.epoch_read("epoch").await.unwrap().unwrap();
+    let second = store
+        .epoch_acquire("epoch", "host-b", Some(&observed))
+        .await
+        .unwrap();
+    store.epoch_release("epoch", &second).await.unwrap();
+    let released = store.epoch_read("epoch").await.unwrap().unwrap();
+    assert!(released.released);
+    assert_eq!(released.epoch, 2);
+    assert_err!(
+        store.epoch_renew("epoch", &second, None).await,
+        PreconditionFailed
+    );
+    let third = store
+        .epoch_acquire("epoch", "host-c", Some(&released))
+        .await
+        .unwrap();
+    assert_eq!(third.epoch, 3, "numbering continues after a release");
+    assert_err!(
+        store.epoch_renew("epoch", &first, None).await,
+        PreconditionFailed
+    );
+}
+
+pub(crate) async fn another_holders_identity_cannot_renew_a_lease(store: &impl ObjectStore) {
+    let lease = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    let forged = super::EpochLease {
+        holder_id: "host-b".into(),
+        ..lease.clone()
+    };
+    assert_err!(
+        store.epoch_renew("epoch", &forged, None).await,
+        PreconditionFailed
+    );
+    assert_err!(
+        store.epoch_release("epoch", &forged).await,
+        PreconditionFailed
+    );
+    let state = store.epoch_read("epoch").await.unwrap().unwrap();
+    assert_eq!(state.holder_id, "host-a");
+    assert_eq!(state.token, lease.token, "nothing was written");
+}
+
+pub(crate) async fn an_echo_rides_the_renewal_and_none_clears_it(store: &impl ObjectStore) {
+    let lease = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    let lease = store
+        .epoch_renew("epoch", &lease, Some("syncing 3 files"))
+        .await
+        .unwrap();
+    let state = store.epoch_read("epoch").await.unwrap().unwrap();
+    assert_eq!(state.echo.as_deref(), Some("syncing 3 files"));
+    store.epoch_renew("epoch", &lease, None).await.unwrap();
+    assert_eq!(store.epoch_read("epoch").await.unwrap().unwrap().echo, None);
+}
+
+pub(crate) async fn a_lease_cell_keeps_its_history_as_versions(store: &impl ObjectStore) {
+    let lease = store.epoch_acquire("epoch", "host-a", None).await.unwrap();
+    store.epoch_renew("epoch", &lease, None).await.unwrap();
+    let page = store.list_versions("epoch", None, 10).await.unwrap();
+    assert_eq!(page.items.len(), 2);
+}
+
+pub(crate) async fn bootstrap_reports_a_usable_store(store: &impl ObjectStore) {
+    let report = store.bootstrap("").await.unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert!(!report.notes.is_empty());
 }

@@ -16,8 +16,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore,
-    PutCondition, validate_key, validate_limit, validate_metadata,
+    BootstrapReport, LifecycleView, ListPage, ListedObject, ListedVersion, Metadata, ObjectError,
+    ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome, validate_key,
+    validate_limit, validate_metadata,
 };
 use crate::checksum::crc64_nvme;
 use crate::clock::Clock;
@@ -34,6 +35,8 @@ struct Object {
     etag: String,
     crc64: u64,
     metadata: Metadata,
+    /// `None` is the standard class; every publish starts there.
+    storage_class: Option<String>,
 }
 
 /// One entry in a key's history.
@@ -46,10 +49,31 @@ struct Version {
     object: Option<Object>,
 }
 
+/// S3's multipart granularity, modelled so that a caller planning parts
+/// against this double plans what S3 will accept.
+const MIN_PART_SIZE: u64 = 5 << 20;
+/// S3's part limit.
+const MAX_PARTS: u32 = 10_000;
+
+/// A multipart assembly in progress.
+#[derive(Debug)]
+struct Upload {
+    key: String,
+    initiated_ms: u64,
+    /// Part number to bytes and CRC.
+    parts: BTreeMap<u32, (Bytes, u64)>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Versions of each key, oldest first; never empty.
     keys: BTreeMap<String, Vec<Version>>,
+    /// Pending uploads by id.
+    uploads: BTreeMap<String, Upload>,
+    /// Lifecycle rules, stored and never executed (as on the local S3
+    /// servers the tests use).
+    lifecycle: Vec<LifecycleView>,
+
     /// Store-wide publish counter: makes every etag and version id unique
     /// even when the same bytes are published twice.
     seq: u64,
@@ -115,6 +139,40 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Replaces the lifecycle rules, as another tool (or the bucket's owner)
+    /// would: lets tests check that this host never drops a rule it did not
+    /// write.
+    pub fn set_lifecycle_rules(&self, rules: Vec<LifecycleView>) {
+        self.lock().lifecycle = rules;
+    }
+
+    /// Puts the current object at `key` in a storage class, as a lifecycle
+    /// transition would; lets tests exercise the copy-source guard.
+    pub fn set_storage_class(&self, key: &str, class: &str) {
+        let mut state = self.lock();
+        if let Some(object) = state
+            .keys
+            .get_mut(key)
+            .and_then(|versions| versions.last_mut())
+            .and_then(|newest| newest.object.as_mut())
+        {
+            object.storage_class = Some(class.to_owned());
+        }
+    }
+
+    fn upload<'s>(
+        state: &'s mut State,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<&'s mut Upload, ObjectError> {
+        match state.uploads.get_mut(upload_id) {
+            Some(upload) if upload.key == key => Ok(upload),
+            _ => Err(ObjectError::NoSuchUpload(format!(
+                "{upload_id:?} for {key:?}"
+            ))),
+        }
+    }
+
     fn require_versions(&self, call: &str) -> Result<(), ObjectError> {
         if self.versioned {
             Ok(())
@@ -127,6 +185,7 @@ impl MemoryStore {
 
     fn meta(&self, key: &str, version: &Version, object: &Object) -> ObjectMeta {
         ObjectMeta {
+            storage_class: object.storage_class.clone(),
             key: key.to_owned(),
             version_id: self.versioned.then(|| version.id.clone()),
             etag: object.etag.clone(),
@@ -158,6 +217,7 @@ impl MemoryStore {
                 etag: format!("\"{crc64:016x}-{seq}\""),
                 crc64,
                 metadata: metadata.clone(),
+                storage_class: None,
             }),
         };
         let versions = state.keys.entry(key.to_owned()).or_default();
@@ -221,6 +281,17 @@ fn slice(body: &Bytes, range: &Range<u64>) -> Bytes {
     body.slice(start as usize..end as usize)
 }
 
+/// Part numbers are 1..=10 000, as on S3.
+fn check_part_number(part: u32) -> Result<(), ObjectError> {
+    if (1..=MAX_PARTS).contains(&part) {
+        Ok(())
+    } else {
+        Err(ObjectError::InvalidArgument(format!(
+            "part number {part} is outside 1..={MAX_PARTS}"
+        )))
+    }
+}
+
 fn not_found(key: &str) -> ObjectError {
     ObjectError::NotFound(format!("no current object at {key:?}"))
 }
@@ -258,6 +329,14 @@ impl ObjectStore for MemoryStore {
         self.versioned
     }
 
+    fn min_part_size(&self) -> u64 {
+        MIN_PART_SIZE
+    }
+
+    fn max_parts(&self) -> u32 {
+        MAX_PARTS
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
         validate_key(key)?;
         let state = self.lock();
@@ -265,7 +344,7 @@ impl ObjectStore for MemoryStore {
         Ok(self.meta(key, version, object))
     }
 
-    async fn get(
+    async fn get_whole(
         &self,
         key: &str,
         if_match: Option<&str>,
@@ -281,23 +360,23 @@ impl ObjectStore for MemoryStore {
         &self,
         key: &str,
         range: Range<u64>,
-        if_match: Option<&str>,
+        if_match: &str,
     ) -> Result<Bytes, ObjectError> {
         validate_key(key)?;
         check_range(&range)?;
         let state = self.lock();
         let (_, object) = state.current(key).ok_or_else(|| not_found(key))?;
-        check_if_match(key, object, if_match)?;
+        check_if_match(key, object, Some(if_match))?;
         Ok(slice(&object.body, &range))
     }
 
-    async fn put(
+    async fn put_whole(
         &self,
         key: &str,
         body: Bytes,
         condition: &PutCondition,
-        crc64: u64,
         metadata: &Metadata,
+        crc64: u64,
     ) -> Result<ObjectMeta, ObjectError> {
         validate_key(key)?;
         validate_metadata(metadata)?;
@@ -313,7 +392,7 @@ impl ObjectStore for MemoryStore {
         self.publish(&mut state, key, body, crc64, condition, metadata)
     }
 
-    async fn copy(
+    async fn copy_object(
         &self,
         source: &str,
         source_if_match: Option<&str>,
@@ -403,6 +482,24 @@ impl ObjectStore for MemoryStore {
             .as_ref()
             .ok_or_else(|| marker_version(key, version_id))?;
         Ok(self.meta(key, version, object))
+    }
+
+    async fn get_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        self.require_versions("get_version")?;
+        validate_key(key)?;
+        let state = self.lock();
+        let version = state
+            .version(key, version_id)
+            .ok_or_else(|| version_not_found(key, version_id))?;
+        let object = version
+            .object
+            .as_ref()
+            .ok_or_else(|| marker_version(key, version_id))?;
+        Ok((self.meta(key, version, object), object.body.clone()))
     }
 
     /// A delete marker has no bytes to read: `PreconditionFailed`, as for
@@ -497,6 +594,200 @@ impl ObjectStore for MemoryStore {
         };
         Ok(ListPage { items, next })
     }
+
+    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
+        validate_key(key)?;
+        let mut state = self.lock();
+        let id = format!("upload-{}", state.next_seq());
+        let upload = Upload {
+            key: key.to_owned(),
+            initiated_ms: self.clock.now_ms(),
+            parts: BTreeMap::new(),
+        };
+        state.uploads.insert(id.clone(), upload);
+        Ok(id)
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: Bytes,
+        crc64: u64,
+    ) -> Result<(), ObjectError> {
+        check_part_number(part)?;
+        let actual = crc64_nvme(&body);
+        if actual != crc64 {
+            return Err(ObjectError::ChecksumMismatch(format!(
+                "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
+            )));
+        }
+        let mut state = self.lock();
+        Self::upload(&mut state, key, upload_id)?
+            .parts
+            .insert(part, (body, crc64));
+        Ok(())
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        source: &str,
+        source_if_match: &str,
+        range: Range<u64>,
+    ) -> Result<u64, ObjectError> {
+        check_part_number(part)?;
+        validate_key(source)?;
+        check_range(&range)?;
+        let mut state = self.lock();
+        let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
+        check_if_match(source, object, Some(source_if_match))?;
+        // S3 refuses a copy range outside the source rather than truncating.
+        if range.end > object.body.len() as u64 || range.is_empty() {
+            return Err(ObjectError::InvalidArgument(format!(
+                "copy range {}..{} is outside {source:?} ({} bytes)",
+                range.start,
+                range.end,
+                object.body.len()
+            )));
+        }
+        let body = slice(&object.body, &range);
+        let crc = crc64_nvme(&body);
+        Self::upload(&mut state, key, upload_id)?
+            .parts
+            .insert(part, (body, crc));
+        Ok(crc)
+    }
+
+    async fn complete_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: u32,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        validate_metadata(metadata)?;
+        let mut state = self.lock();
+        let upload = Self::upload(&mut state, key, upload_id)?;
+        if parts == 0 || upload.parts.keys().copied().ne(1..=parts) {
+            return Err(ObjectError::InvalidArgument(format!(
+                "upload {upload_id:?} holds parts {:?}, not exactly 1..={parts}",
+                upload.parts.keys().collect::<Vec<_>>()
+            )));
+        }
+        let mut body = Vec::new();
+        for (number, (part, _)) in &upload.parts {
+            if *number < parts && (part.len() as u64) < MIN_PART_SIZE {
+                return Err(ObjectError::InvalidArgument(format!(
+                    "part {number} is {} bytes, under the minimum part of {MIN_PART_SIZE}",
+                    part.len()
+                )));
+            }
+            body.extend_from_slice(part);
+        }
+        let actual = crc64_nvme(&body);
+        if actual != crc64 {
+            return Err(ObjectError::ChecksumMismatch(format!(
+                "{key:?}: the assembled object's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
+            )));
+        }
+        let meta = self.publish(
+            &mut state,
+            key,
+            Bytes::from(body),
+            crc64,
+            condition,
+            metadata,
+        )?;
+        state.uploads.remove(upload_id);
+        Ok(meta)
+    }
+
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+        let mut state = self.lock();
+        if state.uploads.get(upload_id).is_some_and(|u| u.key == key) {
+            state.uploads.remove(upload_id);
+        }
+        Ok(())
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
+        let state = self.lock();
+        Ok(state
+            .uploads
+            .iter()
+            .filter(|(_, upload)| upload.key.starts_with(prefix))
+            .map(|(id, upload)| PendingUpload {
+                key: upload.key.clone(),
+                upload_id: id.clone(),
+                initiated_ms: Some(upload.initiated_ms),
+            })
+            .collect())
+    }
+
+    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
+        let pending = self.list_uploads(prefix).await?.len();
+        let mut report = BootstrapReport::default();
+        report.notes.push(format!(
+            "in-memory store ({}), contents are lost when the process exits",
+            if self.versioned {
+                "versioned"
+            } else {
+                "unversioned"
+            }
+        ));
+        report
+            .notes
+            .push("checksums are validated on every publish".into());
+        if pending > 0 {
+            report
+                .warnings
+                .push(format!("{pending} uploads under {prefix:?} are pending"));
+        }
+        Ok(report)
+    }
+
+    async fn lifecycle_rules(&self) -> Result<Vec<LifecycleView>, ObjectError> {
+        Ok(self.lock().lifecycle.clone())
+    }
+
+    /// Read, merge, append: an enabled rule on exactly `prefix` that keeps
+    /// noncurrent versions at least `days` satisfies the request; otherwise
+    /// a rule is appended and every other rule is kept as it was.
+    async fn ensure_noncurrent_retention(
+        &self,
+        prefix: &str,
+        days: u64,
+    ) -> Result<RetentionOutcome, ObjectError> {
+        let mut state = self.lock();
+        if let Some(rule) = state.lifecycle.iter().find(|r| {
+            r.enabled && r.prefix == prefix && r.noncurrent_days.is_some_and(|d| d >= days)
+        }) {
+            return Ok(RetentionOutcome {
+                rule_id: rule.id.clone(),
+                noncurrent_days: rule.noncurrent_days.unwrap_or(days),
+                created: false,
+            });
+        }
+        let rule_id = format!("custodian-noncurrent-{days}d-{}", state.lifecycle.len());
+        state.lifecycle.push(LifecycleView {
+            id: rule_id.clone(),
+            enabled: true,
+            prefix: prefix.to_owned(),
+            noncurrent_days: Some(days),
+            expired_delete_marker: false,
+        });
+        Ok(RetentionOutcome {
+            rule_id,
+            noncurrent_days: days,
+            created: true,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -517,12 +808,12 @@ mod tests {
         let body = Bytes::from_static(body);
         let crc = crc64_nvme(&body);
         store
-            .put(
+            .put_whole(
                 key,
                 body,
                 &PutCondition::Unconditional,
-                crc,
                 &Metadata::new(),
+                crc,
             )
             .await
             .unwrap()
@@ -606,5 +897,76 @@ mod tests {
         crate::object_conformance_tests!(unversioned: || {
             MemoryStore::unversioned(Arc::new(FixedClock::new(1_000_000)))
         });
+    }
+
+    #[tokio::test]
+    async fn retention_is_appended_without_dropping_a_foreign_rule() {
+        let store = store(true, &Arc::new(FixedClock::new(0)));
+        let foreign = LifecycleView {
+            id: "owners-rule".into(),
+            enabled: true,
+            prefix: "logs/".into(),
+            noncurrent_days: Some(1),
+            expired_delete_marker: true,
+        };
+        store.set_lifecycle_rules(vec![foreign.clone()]);
+        let outcome = store
+            .ensure_noncurrent_retention("data/", 30)
+            .await
+            .unwrap();
+        assert!(outcome.created);
+        let again = store.ensure_noncurrent_retention("data/", 7).await.unwrap();
+        assert!(!again.created, "a longer retention already covers 7 days");
+        assert_eq!(again.rule_id, outcome.rule_id);
+        let rules = store.lifecycle_rules().await.unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0], foreign);
+    }
+
+    #[tokio::test]
+    async fn a_base_in_an_archive_class_is_refused_as_a_copy_source() {
+        use crate::object::{ComposeSpec, PartSource};
+        let store = store(true, &Arc::new(FixedClock::new(0)));
+        let data = vec![7u8; usize::try_from(MIN_PART_SIZE).unwrap() + 1];
+        let body = Bytes::from(data.clone());
+        let base = store
+            .put_whole(
+                "k",
+                body,
+                &PutCondition::IfNoneMatchAny,
+                &Metadata::new(),
+                crc64_nvme(&data),
+            )
+            .await
+            .unwrap();
+        store.set_storage_class("k", "GLACIER_IR");
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let spec = ComposeSpec {
+            key: "k",
+            local_path: file.path(),
+            parts: vec![
+                PartSource::BaseCopy {
+                    offset: 0,
+                    len: MIN_PART_SIZE,
+                },
+                PartSource::Local {
+                    offset: MIN_PART_SIZE,
+                    len: 1,
+                },
+            ],
+            base_key: None,
+            base_etag: Some(&base.etag),
+            condition: PutCondition::IfMatch(base.etag.clone()),
+            metadata: Metadata::new(),
+            crc64: Some(crc64_nvme(&data)),
+            progress: None,
+        };
+        let got = store.compose_generation(&spec).await;
+        assert!(
+            matches!(got, Err(ObjectError::InvalidArgument(_))),
+            "{got:?}"
+        );
+        assert!(store.list_uploads("").await.unwrap().is_empty());
     }
 }

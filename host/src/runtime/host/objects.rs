@@ -31,6 +31,8 @@ fn object_error(error: ObjectError) -> HostError {
         ObjectError::Auth(m) => Error::AccessDenied(m),
         ObjectError::Unavailable(m) => Error::Unavailable(m),
         ObjectError::Corrupt(m) => Error::Corrupt(m),
+        ObjectError::NoSuchUpload(m) => Error::NotFound(m),
+        ObjectError::Io(m) => Error::Unavailable(m),
     })
 }
 
@@ -109,7 +111,7 @@ impl wit::Host for HostView<'_> {
         self.charge()?;
         let store = self.store(&store)?;
         let (found, body) = self
-            .wait(store.get(&key, if_match.as_deref()))?
+            .wait(store.get_whole(&key, if_match.as_deref()))?
             .map_err(object_error)?;
         if found.size > MAX_BODY_BYTES {
             return Err(invalid(format!(
@@ -131,7 +133,13 @@ impl wit::Host for HostView<'_> {
         self.charge()?;
         let store = self.store(&store)?;
         let range = range(offset, length)?;
-        self.wait(store.get_range(&key, range, if_match.as_deref()))?
+        // A range read is always pinned to one generation; without the
+        // guest's etag, pin the current one.
+        let etag = match if_match {
+            Some(etag) => etag,
+            None => self.wait(store.head(&key))?.map_err(object_error)?.etag,
+        };
+        self.wait(store.get_range(&key, range, &etag))?
             .map(|b| b.to_vec())
             .map_err(object_error)
     }
@@ -156,7 +164,7 @@ impl wit::Host for HostView<'_> {
         let crc64 = crc64.unwrap_or_else(|| checksum::crc64_nvme(&body));
         let metadata = metadata(pairs)?;
         let condition = condition(put_condition);
-        self.wait(store.put(&key, Bytes::from(body), &condition, crc64, &metadata))?
+        self.wait(store.put_whole(&key, Bytes::from(body), &condition, &metadata, crc64))?
             .map(meta)
             .map_err(object_error)
     }
@@ -174,7 +182,7 @@ impl wit::Host for HostView<'_> {
         let store = self.store(&store)?;
         let metadata = metadata(pairs)?;
         let condition = condition(put_condition);
-        self.wait(store.copy(
+        self.wait(store.copy_object(
             &source,
             source_if_match.as_deref(),
             &destination,

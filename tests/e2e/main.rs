@@ -2,7 +2,9 @@
 //! the real `custodian` binary.
 
 mod cli;
+mod crc64;
 mod limits;
 mod loading;
+mod object_cli;
 mod retention_table;
 mod support;

@@ -70,6 +70,164 @@ pub enum Command {
     /// and start empty on every run.
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
+    /// Print the CRC-64/NVME of files, in hex and in S3's wire form.
+    ///
+    /// CRC-64/NVME is Custodian's content identity, and S3's
+    /// `x-amz-checksum-crc64nvme`. For each FILE, one line:
+    ///
+    ///   ae8b14860a799888  rosUhgp5mIg=  FILE
+    ///
+    /// the CRC as 16 hex digits, then the wire form (base64 of its 8
+    /// big-endian bytes, what S3 sends and expects), then the name. `-`
+    /// reads stdin.
+    ///
+    /// --json prints one JSON array instead, an object per file:
+    ///   [{"path": "FILE", "size": 9, "crc64": "ae8b14860a799888",
+    ///     "wire": "rosUhgp5mIg="}]
+    ///
+    /// Files are read in blocks: memory stays constant (a few MiB) for any
+    /// size, reading overlaps hashing, and each block is hashed on
+    /// --threads threads. A progress bar shows on stderr for large files
+    /// when stderr is a terminal.
+    ///
+    /// A file that is missing or cannot be read gets an `error:` line on
+    /// stderr naming it; the other files are still checksummed and printed
+    /// (and left out of the JSON), and the exit code is 1. Exit code 0
+    /// means every file was read to its end; 2 is bad usage.
+    #[command(verbatim_doc_comment)]
+    Crc64(Crc64Args),
+    /// Read and write objects in a store: put, get, head, ls, versions, rm.
+    ///
+    /// A store is named by a URL: file:///absolute/path (the filesystem
+    /// store, created on first use, versioned unless ?versioned=false),
+    /// mem:// (empty, in memory; for trying things out). --store may
+    /// also come from $CUSTODIAN_STORE.
+    ///
+    /// Every publish is checked against its CRC-64/NVME, and names its
+    /// condition: --if-none-match (create), --if-match ETAG (replace that
+    /// generation) or --unconditional (only for content-addressed keys).
+    /// A failed condition exits 1 saying which condition failed.
+    #[command(subcommand, verbatim_doc_comment)]
+    Object(ObjectCommand),
+}
+
+/// The condition a publish must meet; exactly one is required.
+#[derive(Debug, Args)]
+pub struct PutGuard {
+    /// Replace the object only while its etag is ETAG.
+    #[arg(long, value_name = "ETAG")]
+    pub if_match: Option<String>,
+    /// Create the object only if the key has none.
+    #[arg(long)]
+    pub if_none_match: bool,
+    /// No guard: only for content-addressed keys, where every writer writes
+    /// the same bytes.
+    #[arg(long)]
+    pub unconditional: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ObjectCommand {
+    /// Publish a file (or stdin) at KEY; print the new etag, version id and
+    /// CRC. Files over 64 MiB are composed in parts.
+    Put {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// The object key: `/`-separated, no empty, `.` or `..` segments.
+        key: String,
+        /// The file to publish; `-` reads stdin.
+        #[arg(default_value = "-")]
+        file: String,
+        #[command(flatten)]
+        guard: PutGuard,
+        /// User metadata to set, KEY=VALUE (repeatable; keys of lowercase
+        /// [a-z0-9_-], printable ASCII values, 2 KiB in all).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write an object (or one version, or a range of it) to a file or
+    /// stdout. Long reads are pinned to one generation: if the object is
+    /// replaced midway, nothing is written and the command exits 1.
+    #[command(disable_version_flag = true)]
+    Get {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// The object key.
+        key: String,
+        /// Where to write; `-` is stdout. A file is written whole or not at
+        /// all.
+        #[arg(default_value = "-")]
+        file: String,
+        /// Read this exact version.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+        /// Only bytes A through B (inclusive, as in HTTP), or from A to the
+        /// end with `A-`.
+        #[arg(long, value_name = "A-B")]
+        range: Option<String>,
+        /// Fail unless the current object has this etag.
+        #[arg(long, value_name = "ETAG")]
+        if_match: Option<String>,
+    },
+    /// Show an object's (or a version's) etag, version, size, CRC and
+    /// metadata.
+    #[command(disable_version_flag = true)]
+    Head {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// The object key.
+        key: String,
+        /// This exact version.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List current objects under a prefix.
+    Ls {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// Only keys starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every version and delete marker under a prefix, newest first
+    /// within a key (`*` marks the current one).
+    Versions {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// Only keys starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an object (a delete marker on a versioned store), or one
+    /// exact version permanently with --version.
+    #[command(disable_version_flag = true)]
+    Rm {
+        /// The store URL.
+        #[arg(long, env = "CUSTODIAN_STORE")]
+        store: String,
+        /// The object key.
+        key: String,
+        /// Remove this exact version permanently.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,4 +302,35 @@ pub struct RunArgs {
     /// Print the JSON on one line instead of indented.
     #[arg(long)]
     pub compact: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Crc64Args {
+    /// The files to checksum, in order; `-` reads stdin.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print one JSON array of {path, size, crc64, wire} instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Threads hashing each block, at most 64; 0 uses every available
+    /// core.
+    // Bounded so a typo cannot ask for thousands of threads; the checksum
+    // module caps the count at the same number.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(0..=custodian::checksum::MAX_THREADS as i64)
+    )]
+    pub threads: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -2,6 +2,8 @@
 //! per command group, errors printed as `error:` with their causes.
 
 mod args;
+mod crc64;
+mod object;
 mod plugin;
 mod run;
 
@@ -45,16 +47,24 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plugin(command) => plugin::run(&cli.global, command),
         Command::Run(args) => run::run(&cli.global, &args),
+        Command::Crc64(args) => crc64::run(&args),
+        Command::Object(command) => object::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {}", failure.error());
-            for cause in failure.error().chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
+            report(failure.error());
             ExitCode::from(failure.code())
         }
+    }
+}
+
+/// Prints `error` on stderr as `error: …` with its causes, one a line: how
+/// every command reports a failure, including one it carries on after.
+fn report(error: &anyhow::Error) {
+    eprintln!("error: {error}");
+    for cause in error.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
     }
 }
 

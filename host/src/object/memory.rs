@@ -233,20 +233,10 @@ impl MemoryStore {
 
 /// Whether a publish to `key` may go ahead.
 fn check_condition(state: &State, key: &str, condition: &PutCondition) -> Result<(), ObjectError> {
-    let current = state.current(key).map(|(_, object)| object.etag.as_str());
-    match (condition, current) {
-        (PutCondition::Unconditional, _) | (PutCondition::IfNoneMatchAny, None) => Ok(()),
-        (PutCondition::IfNoneMatchAny, Some(etag)) => Err(ObjectError::PreconditionFailed(
-            format!("{key:?} already exists with etag {etag}"),
-        )),
-        (PutCondition::IfMatch(want), Some(etag)) if want == etag => Ok(()),
-        (PutCondition::IfMatch(want), Some(etag)) => Err(ObjectError::PreconditionFailed(format!(
-            "{key:?} has etag {etag}, not {want}"
-        ))),
-        (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(format!(
-            "{key:?} has no current object to match {want}"
-        ))),
-    }
+    condition.check(
+        key,
+        state.current(key).map(|(_, object)| object.etag.as_str()),
+    )
 }
 
 /// Refuses a read guard that does not name the current etag.

@@ -22,14 +22,20 @@
 //! - Epoch leases ([`epoch`]) are compare-and-swap re-publishes of one
 //!   small object; every backend gets them from its conditional publish.
 //!
-//! Backends: [`memory`] (the full semantics; the test double) and `fs`
+//! Backends: [`memory`] (the full semantics; the test double) and [`fs`]
 //! (the embedded default: durable, versioned, safe for several processes).
 //! Every backend runs the same conformance suite.
 
 pub mod compose;
 pub mod epoch;
+/// The filesystem backend (Unix: it relies on `flock`, `pread` and
+/// directory fsync).
+#[cfg(unix)]
+pub mod fs;
 /// The in-memory backend.
 pub mod memory;
+#[cfg(unix)]
+pub mod open;
 pub mod stamps;
 
 #[cfg(test)]
@@ -106,6 +112,30 @@ pub enum PutCondition {
     /// No guard. Only for content-addressed keys, where a concurrent writer
     /// cannot write different bytes; anywhere else this is last-writer-wins.
     Unconditional,
+}
+
+impl PutCondition {
+    /// Whether a publish to `key` may replace the current object, whose etag
+    /// is `current` (`None`: no current object — absent, or behind a delete
+    /// marker). Every backend decides with this one rule.
+    ///
+    /// # Errors
+    /// [`ObjectError::PreconditionFailed`] saying what was found instead.
+    pub fn check(&self, key: &str, current: Option<&str>) -> Result<(), ObjectError> {
+        match (self, current) {
+            (PutCondition::Unconditional, _) | (PutCondition::IfNoneMatchAny, None) => Ok(()),
+            (PutCondition::IfNoneMatchAny, Some(etag)) => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} already exists with etag {etag}"),
+            )),
+            (PutCondition::IfMatch(want), Some(etag)) if want == etag => Ok(()),
+            (PutCondition::IfMatch(want), Some(etag)) => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} has etag {etag}, not {want}"),
+            )),
+            (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(format!(
+                "{key:?} has no current object to match {want}"
+            ))),
+        }
+    }
 }
 
 /// What a store knows about one object version.

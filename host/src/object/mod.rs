@@ -283,7 +283,9 @@ pub trait ObjectStore: Send + Sync {
 
     /// Publishes `body` whole if `condition` holds and `crc64` is its
     /// CRC-64/NVME (checked before the condition; nothing is written on
-    /// any failure).
+    /// any failure). An `Io` or `Unavailable` error means the outcome is
+    /// unknown (the new version may be visible), as with a timed-out S3
+    /// PUT: re-read before deciding.
     async fn put_whole(
         &self,
         key: &str,

@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BootstrapReport, LifecycleView, ListPage, ListedObject, ListedVersion, Metadata, ObjectError,
-    ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome, validate_key,
-    validate_limit, validate_metadata,
+    BootstrapReport, LifecycleView, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER,
+    Metadata, ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome,
+    validate_key, validate_limit, validate_metadata, validate_part_number, validate_range,
 };
 use crate::checksum::crc64_nvme;
 use crate::clock::Clock;
@@ -52,8 +52,6 @@ struct Version {
 /// S3's multipart granularity, modelled so that a caller planning parts
 /// against this double plans what S3 will accept.
 const MIN_PART_SIZE: u64 = 5 << 20;
-/// S3's part limit.
-const MAX_PARTS: u32 = 10_000;
 
 /// A multipart assembly in progress.
 #[derive(Debug)]
@@ -94,6 +92,23 @@ impl State {
 
     fn version(&self, key: &str, version_id: &str) -> Option<&Version> {
         self.keys.get(key)?.iter().find(|v| v.id == version_id)
+    }
+
+    /// One exact version with bytes: `NotFound` if it does not exist,
+    /// `PreconditionFailed` if it is a delete marker.
+    fn readable_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(&Version, &Object), ObjectError> {
+        let version = self
+            .version(key, version_id)
+            .ok_or_else(|| version_not_found(key, version_id))?;
+        let object = version
+            .object
+            .as_ref()
+            .ok_or_else(|| marker_version(key, version_id))?;
+        Ok((version, object))
     }
 }
 
@@ -250,18 +265,6 @@ fn check_if_match(key: &str, object: &Object, if_match: Option<&str>) -> Result<
     }
 }
 
-/// Refuses an inverted range before anything is read, so the answer does
-/// not depend on whether the key exists.
-fn check_range(range: &Range<u64>) -> Result<(), ObjectError> {
-    if range.start > range.end {
-        return Err(ObjectError::InvalidArgument(format!(
-            "range {}..{} ends before it starts",
-            range.start, range.end
-        )));
-    }
-    Ok(())
-}
-
 /// `range` of `body`, truncated at its end; empty from the end onwards.
 fn slice(body: &Bytes, range: &Range<u64>) -> Bytes {
     let len = body.len() as u64;
@@ -269,17 +272,6 @@ fn slice(body: &Bytes, range: &Range<u64>) -> Bytes {
     let end = range.end.clamp(start, len);
     // Both are at most `len`, which came from a usize.
     body.slice(start as usize..end as usize)
-}
-
-/// Part numbers are 1..=10 000, as on S3.
-fn check_part_number(part: u32) -> Result<(), ObjectError> {
-    if (1..=MAX_PARTS).contains(&part) {
-        Ok(())
-    } else {
-        Err(ObjectError::InvalidArgument(format!(
-            "part number {part} is outside 1..={MAX_PARTS}"
-        )))
-    }
 }
 
 fn not_found(key: &str) -> ObjectError {
@@ -324,7 +316,7 @@ impl ObjectStore for MemoryStore {
     }
 
     fn max_parts(&self) -> u32 {
-        MAX_PARTS
+        MAX_PART_NUMBER
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
@@ -353,7 +345,7 @@ impl ObjectStore for MemoryStore {
         if_match: &str,
     ) -> Result<Bytes, ObjectError> {
         validate_key(key)?;
-        check_range(&range)?;
+        validate_range(&range)?;
         let state = self.lock();
         let (_, object) = state.current(key).ok_or_else(|| not_found(key))?;
         check_if_match(key, object, Some(if_match))?;
@@ -464,13 +456,7 @@ impl ObjectStore for MemoryStore {
         self.require_versions("head_version")?;
         validate_key(key)?;
         let state = self.lock();
-        let version = state
-            .version(key, version_id)
-            .ok_or_else(|| version_not_found(key, version_id))?;
-        let object = version
-            .object
-            .as_ref()
-            .ok_or_else(|| marker_version(key, version_id))?;
+        let (version, object) = state.readable_version(key, version_id)?;
         Ok(self.meta(key, version, object))
     }
 
@@ -482,13 +468,7 @@ impl ObjectStore for MemoryStore {
         self.require_versions("get_version")?;
         validate_key(key)?;
         let state = self.lock();
-        let version = state
-            .version(key, version_id)
-            .ok_or_else(|| version_not_found(key, version_id))?;
-        let object = version
-            .object
-            .as_ref()
-            .ok_or_else(|| marker_version(key, version_id))?;
+        let (version, object) = state.readable_version(key, version_id)?;
         Ok((self.meta(key, version, object), object.body.clone()))
     }
 
@@ -502,15 +482,9 @@ impl ObjectStore for MemoryStore {
     ) -> Result<Bytes, ObjectError> {
         self.require_versions("get_version_range")?;
         validate_key(key)?;
-        check_range(&range)?;
+        validate_range(&range)?;
         let state = self.lock();
-        let version = state
-            .version(key, version_id)
-            .ok_or_else(|| version_not_found(key, version_id))?;
-        let object = version
-            .object
-            .as_ref()
-            .ok_or_else(|| marker_version(key, version_id))?;
+        let (_, object) = state.readable_version(key, version_id)?;
         Ok(slice(&object.body, &range))
     }
 
@@ -606,7 +580,7 @@ impl ObjectStore for MemoryStore {
         body: Bytes,
         crc64: u64,
     ) -> Result<(), ObjectError> {
-        check_part_number(part)?;
+        validate_part_number(part)?;
         let actual = crc64_nvme(&body);
         if actual != crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
@@ -629,9 +603,9 @@ impl ObjectStore for MemoryStore {
         source_if_match: &str,
         range: Range<u64>,
     ) -> Result<u64, ObjectError> {
-        check_part_number(part)?;
+        validate_part_number(part)?;
         validate_key(source)?;
-        check_range(&range)?;
+        validate_range(&range)?;
         let mut state = self.lock();
         let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
         check_if_match(source, object, Some(source_if_match))?;

@@ -569,6 +569,39 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
     Ok(())
 }
 
+/// Refuses an inverted range before anything is looked up, so the answer
+/// does not depend on whether the key exists.
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] when `range` ends before it starts.
+pub fn validate_range(range: &Range<u64>) -> Result<(), ObjectError> {
+    if range.start > range.end {
+        return Err(ObjectError::InvalidArgument(format!(
+            "range {}..{} ends before it starts",
+            range.start, range.end
+        )));
+    }
+    Ok(())
+}
+
+/// Most parts any backend accepts in one multipart assembly (S3's limit);
+/// part numbers are `1..=MAX_PART_NUMBER`.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+/// Checks a multipart part number.
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] outside `1..=MAX_PART_NUMBER`.
+pub fn validate_part_number(part: u32) -> Result<(), ObjectError> {
+    if (1..=MAX_PART_NUMBER).contains(&part) {
+        Ok(())
+    } else {
+        Err(ObjectError::InvalidArgument(format!(
+            "part number {part} is outside 1..={MAX_PART_NUMBER}"
+        )))
+    }
+}
+
 /// Checks a listing limit.
 ///
 /// # Errors

@@ -73,8 +73,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BootstrapReport, ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta,
-    ObjectStore, PendingUpload, PutCondition,
+    BootstrapReport, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, Metadata, ObjectError,
+    ObjectMeta, ObjectStore, PendingUpload, PutCondition, validate_range,
 };
 use crate::clock::Clock;
 
@@ -82,8 +82,6 @@ use self::ids::Ids;
 use self::layout::Layout;
 use self::lock::Arbiter;
 
-/// Most parts in one multipart upload (S3's limit).
-const MAX_PARTS: u32 = 10_000;
 /// Smallest part but the last: a local store has no per-request cost to
 /// amortize, so any non-empty part will do.
 const MIN_PART_SIZE: u64 = 1;
@@ -182,29 +180,6 @@ impl FsStore {
     }
 }
 
-/// Refuses an inverted range before anything is looked up, so the answer
-/// does not depend on whether the key exists.
-fn check_range(range: &Range<u64>) -> Result<(), ObjectError> {
-    if range.start > range.end {
-        return Err(ObjectError::InvalidArgument(format!(
-            "range {}..{} ends before it starts",
-            range.start, range.end
-        )));
-    }
-    Ok(())
-}
-
-/// Part numbers are 1..=10 000, as on S3.
-fn check_part_number(part: u32) -> Result<(), ObjectError> {
-    if (1..=MAX_PARTS).contains(&part) {
-        Ok(())
-    } else {
-        Err(ObjectError::InvalidArgument(format!(
-            "part number {part} is outside 1..={MAX_PARTS}"
-        )))
-    }
-}
-
 #[async_trait]
 impl ObjectStore for FsStore {
     fn versioned(&self) -> bool {
@@ -216,7 +191,7 @@ impl ObjectStore for FsStore {
     }
 
     fn max_parts(&self) -> u32 {
-        MAX_PARTS
+        MAX_PART_NUMBER
     }
 
     async fn put_whole(
@@ -267,7 +242,7 @@ impl ObjectStore for FsStore {
         range: Range<u64>,
         if_match: &str,
     ) -> Result<Bytes, ObjectError> {
-        check_range(&range)?;
+        validate_range(&range)?;
         let key = layout::KeyPath::new(key)?;
         let (_, file) = self.current(&key)?;
         check_etag(key.key(), file.header(), if_match)?;
@@ -314,7 +289,7 @@ impl ObjectStore for FsStore {
     ) -> Result<Bytes, ObjectError> {
         self.require_versions("get_version_range")?;
         let key = layout::KeyPath::new(key)?;
-        check_range(&range)?;
+        validate_range(&range)?;
         self.version_with_body(&key, version_id)?.read_range(range)
     }
 

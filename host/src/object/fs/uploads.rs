@@ -34,7 +34,8 @@ use super::ids::is_upload_id;
 use super::layout::KeyPath;
 use super::lock::Held;
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header};
-use super::{FsStore, MAX_PARTS, MIN_PART_SIZE, check_part_number, check_range, io_error};
+use super::{FsStore, MIN_PART_SIZE, io_error};
+use crate::object::{MAX_PART_NUMBER, validate_part_number, validate_range};
 
 /// The upload's record.
 pub(super) const META: &str = "meta";
@@ -62,7 +63,10 @@ fn part_number(name: &str) -> Option<u32> {
     if digits.len() != 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok().filter(|n| (1..=MAX_PARTS).contains(n))
+    digits
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_PART_NUMBER).contains(n))
 }
 
 fn no_such_upload(key: &str, upload_id: &str) -> ObjectError {
@@ -219,7 +223,7 @@ impl FsStore {
         body: &[u8],
         crc64: u64,
     ) -> Result<(), ObjectError> {
-        check_part_number(part)?;
+        validate_part_number(part)?;
         let actual = crc64_nvme(body);
         if actual != crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
@@ -246,9 +250,9 @@ impl FsStore {
         source_if_match: &str,
         range: Range<u64>,
     ) -> Result<u64, ObjectError> {
-        check_part_number(part)?;
+        validate_part_number(part)?;
         let source = KeyPath::new(source)?;
-        check_range(&range)?;
+        validate_range(&range)?;
         let (_, file) = self.current(&source)?;
         super::check_etag(source.key(), file.header(), source_if_match)?;
         let size = file.header().size;

@@ -118,17 +118,56 @@ pub async fn append(kv: &dyn Kv, record: &Record) -> Result<(), KvError> {
     ))
 }
 
-/// Up to `limit` records in time order, starting after `cursor` (the
-/// `next` of a previous page).
+/// The guard and write that append `record` as part of a larger batch.
+///
+/// The key's sequence part is 7 bytes of a hash of `unique` (bytes that
+/// identify the batch, e.g. the timer row a step consumed) followed by
+/// `index`, so the records of one batch stay together and in order, the
+/// same step always plans the same keys, and two different batches collide
+/// only with probability 2^-56 per millisecond — in which case the guard
+/// fails the batch rather than overwriting a record.
+///
+/// # Errors
+/// [`KvError::InvalidArgument`] if the record is out of bounds.
+pub fn plan(record: &Record, unique: &[u8], index: u8) -> Result<(Precondition, Write), KvError> {
+    record.validate().map_err(KvError::InvalidArgument)?;
+    let value = serde_json::to_vec(record)
+        .map_err(|e| KvError::InvalidArgument(format!("audit record: {e}")))?;
+    let digest = blake3::hash(unique);
+    let mut sequence = [0u8; 8];
+    sequence[..7].copy_from_slice(&digest.as_bytes()[..7]);
+    sequence[7] = index;
+    let key = key(record.at_ms, u64::from_be_bytes(sequence));
+    Ok((
+        Precondition::Absent {
+            partition: partition(),
+            key: key.clone(),
+        },
+        Write::Put {
+            partition: partition(),
+            key,
+            value,
+        },
+    ))
+}
+
+/// Up to `limit` records at or after `since_ms`, in time order, resuming
+/// after `cursor` (the `next` of a previous page); the key of each record
+/// comes with it.
 ///
 /// # Errors
 /// The backend's error; [`KvError::Corrupt`] for an undecodable record.
 pub async fn read(
     kv: &dyn Kv,
+    since_ms: u64,
     cursor: Option<&[u8]>,
     limit: u32,
 ) -> Result<(Vec<Record>, Option<Vec<u8>>), KvError> {
-    let page = kv.scan(&partition(), &[0], None, cursor, limit).await?;
+    let start = since_ms.to_be_bytes();
+    // A cursor from before `since` (a caller that changed its mind) starts
+    // at `since` instead of being refused.
+    let cursor = cursor.filter(|c| *c >= start.as_slice());
+    let page = kv.scan(&partition(), &start, None, cursor, limit).await?;
     let records = page
         .entries
         .iter()
@@ -168,13 +207,54 @@ mod tests {
         for (at, event) in [(5, "a"), (5, "b"), (3, "c"), (5, "d")] {
             append(&kv, &record(at, event)).await.unwrap();
         }
-        let (records, next) = read(&kv, None, 10).await.unwrap();
+        let (records, next) = read(&kv, 0, None, 10).await.unwrap();
         let events: Vec<_> = records
             .iter()
             .map(|r| (r.at_ms, r.event.as_str()))
             .collect();
         assert_eq!(events, vec![(3, "c"), (5, "a"), (5, "b"), (5, "d")]);
         assert_eq!(next, None);
+    }
+
+    #[tokio::test]
+    async fn reading_since_a_time_skips_older_records_and_pages_resume() {
+        let kv = MemoryKv::new(Arc::new(FixedClock::new(0)));
+        for (at, event) in [(3, "old"), (5, "a"), (6, "b"), (7, "c")] {
+            append(&kv, &record(at, event)).await.unwrap();
+        }
+        let (first, next) = read(&kv, 4, None, 2).await.unwrap();
+        assert_eq!(
+            first.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let (rest, next) = read(&kv, 4, next.as_deref(), 2).await.unwrap();
+        assert_eq!(
+            rest.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(),
+            ["c"]
+        );
+        assert_eq!(next, None);
+    }
+
+    #[tokio::test]
+    async fn planned_records_of_one_batch_keep_their_order() {
+        let kv = MemoryKv::new(Arc::new(FixedClock::new(0)));
+        let mut batch = Batch::default();
+        for (i, event) in (0u8..).zip(["first", "second", "third"]) {
+            let (guard, write) = plan(&record(9, event), b"step-1", i).unwrap();
+            batch.preconditions.push(guard);
+            batch.writes.push(write);
+        }
+        assert_eq!(kv.apply(&batch).await, Ok(Outcome::Committed));
+        assert_eq!(
+            kv.apply(&batch).await,
+            Ok(Outcome::PreconditionFailed { index: 0 }),
+            "planning the same step again never overwrites its records"
+        );
+        let (records, _) = read(&kv, 0, None, 10).await.unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(),
+            ["first", "second", "third"]
+        );
     }
 
     #[test]

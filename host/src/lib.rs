@@ -2,15 +2,22 @@
 //!
 //! The host implements the mechanisms — CRC-64/NVME content identity
 //! ([`checksum`]), conditional-publish object stores ([`object`]), a
-//! key-value store with guarded batches ([`kv`]), the audit log
-//! ([`audit`]) — and runs policy plugins ([`runtime`]) that decide what
-//! happens. [`policy`] holds the host-side drivers of each policy world.
+//! durable key-value store with guarded batches ([`kv`]), durable timers
+//! ([`timers`]), per-step budgets ([`budget`]), epoch fencing
+//! ([`fence`]), the audit log ([`audit`]) — and runs policy plugins
+//! ([`runtime`]) that decide what happens. [`policy`] holds the host-side
+//! drivers of each policy world; [`data_dir`] the embedded default's
+//! on-disk layout.
 
 pub mod audit;
+pub mod budget;
 pub mod bundled;
 pub mod checksum;
 pub mod clock;
+pub mod data_dir;
+pub mod fence;
 pub mod kv;
 pub mod object;
 pub mod policy;
 pub mod runtime;
+pub mod timers;

@@ -8,3 +8,5 @@ mod loading;
 mod object_cli;
 mod retention_table;
 mod support;
+mod tick;
+mod tick_crash;

@@ -23,7 +23,11 @@ fn guests() -> &'static [PathBuf] {
         build_wasm(
             root,
             &target,
-            &["custodian-guest-probe", "custodian-guest-future"],
+            &[
+                "custodian-guest-probe",
+                "custodian-guest-future",
+                "custodian-guest-stepper",
+            ],
         )
         .unwrap_or_else(|e| panic!("{e}"))
     })
@@ -37,6 +41,12 @@ pub fn probe() -> &'static Path {
 /// `tests/guests/future`: built against `custodian:host@0.2.0`.
 pub fn future_contract() -> &'static Path {
     &guests()[1]
+}
+
+/// `tests/guests/stepper`: a takedown-world guest that counts steps or
+/// fails on request.
+pub fn stepper() -> &'static Path {
+    &guests()[2]
 }
 
 /// The bundled retention plugin, as built from `plugins/retention`.

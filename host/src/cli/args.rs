@@ -14,7 +14,8 @@ use custodian::runtime::World;
 ///
 /// Exit codes: 0 success; 1 the operation failed (a policy refused or
 /// errored, a plugin trapped or hit a limit); 2 bad usage or a plugin that
-/// cannot be loaded.
+/// cannot be loaded; 3 the data directory is in use by another process
+/// (retry later).
 #[derive(Debug, Parser)]
 #[command(
     name = "custodian",
@@ -109,6 +110,137 @@ pub enum Command {
     /// A failed condition exits 1 saying which condition failed.
     #[command(subcommand, verbatim_doc_comment)]
     Object(ObjectCommand),
+    /// Fire the timers that are due, running each step through its policy
+    /// plugin; print what fired.
+    ///
+    /// Cron-style operation: each run fires what is due and exits. A step
+    /// commits its writes, its audit records and its timer's reschedule
+    /// (or deletion) in one durable transaction guarded on the timer row,
+    /// so a step takes effect at most once even if runs overlap or are
+    /// killed. A step that fails (trap, time or memory limit, spent
+    /// budget, the policy's own error) commits nothing and is retried
+    /// with exponential back-off (1 s doubling to 1 h); its error stays on
+    /// the timer (`custodian timer list`).
+    ///
+    /// Each --plugin handles the timers of its world's kind (a
+    /// takedown-world component handles `takedown` timers) and is granted
+    /// the KV partition named after its world. Due timers of kinds no
+    /// plugin handles are counted and left alone.
+    ///
+    /// Output: one line per fired timer (outcome, kind, reference, step,
+    /// next due or error); with --json one JSON object:
+    ///   {"ticks": N, "fired": [{"kind", "reference", "due_ms", "step",
+    ///    "outcome", "next_due_ms", "error"}], "more_due": false,
+    ///    "unhandled": 0}
+    /// Outcomes: rescheduled, done, failed, lost (another worker fired it
+    /// first), fenced, deferred.
+    ///
+    /// Only one process at a time holds a data directory: a second
+    /// `custodian tick` on it exits 3 at once, touching nothing.
+    #[command(verbatim_doc_comment)]
+    Tick(TickArgs),
+    /// List, schedule and cancel durable timers.
+    #[command(subcommand)]
+    Timer(TimerCommand),
+    /// Print the audit log: who did what to which targets, when.
+    ///
+    /// Every committed step writes its records in the same transaction as
+    /// its effects, so the log holds exactly the steps that took effect.
+    /// Text output is one record a line: time (ms), actor, event,
+    /// targets, detail. --json prints one JSON object a line.
+    #[command(verbatim_doc_comment)]
+    Audit(AuditArgs),
+}
+
+/// Where the host keeps its durable state.
+#[derive(Debug, Args)]
+pub struct DataArgs {
+    /// The data directory (created if missing): the durable KV with
+    /// timers, policy state and the audit log.
+    #[arg(long, env = "CUSTODIAN_DATA", value_name = "DIR")]
+    pub data: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct TickArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// A policy plugin that handles timers: a `.wasm` file or
+    /// `builtin:WORLD` (repeatable).
+    #[arg(long = "plugin", value_name = "PATH")]
+    pub plugins: Vec<String>,
+    /// Keep ticking until nothing is due (at most --max-ticks ticks).
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Most ticks with --until-idle.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_ticks: u32,
+    /// Pretend it is this time (ms since the epoch) for due times, steps
+    /// and deadlines: for tests, demos and replaying a schedule.
+    #[arg(long, value_name = "MS")]
+    pub now: Option<u64>,
+    /// Store calls one step may make before it is stopped with
+    /// budget-exhausted (and commits nothing).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub step_calls: u32,
+    /// Wall-clock limit of one step.
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Memory limit of one step.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub memory_mib: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TimerCommand {
+    /// List timers in due order, with their step count and last error.
+    List {
+        #[command(flatten)]
+        data: DataArgs,
+        /// Print JSON (one object a line).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Schedule (or move) the timer KIND/REFERENCE.
+    Schedule {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The timer's kind: the world whose plugin runs it (e.g.
+        /// `takedown`).
+        kind: String,
+        /// What it is about: text, or `0x` and hex for bytes.
+        reference: String,
+        /// When it is due, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        due: Option<u64>,
+    },
+    /// Cancel the timer KIND/REFERENCE; exit 1 if there is none.
+    Cancel {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The timer's kind.
+        kind: String,
+        /// Its reference: text, or `0x` and hex.
+        reference: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Only records at or after this time, ms since the epoch.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub since: u64,
+    /// Print at most this many records.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print one JSON object a line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The condition a publish must meet; exactly one is required.

@@ -2,10 +2,13 @@
 //! per command group, errors printed as `error:` with their causes.
 
 mod args;
+mod audit;
 mod crc64;
 mod object;
 mod plugin;
 mod run;
+mod tick;
+mod timer;
 
 use std::process::ExitCode;
 
@@ -20,6 +23,9 @@ pub enum Failure {
     Failed(anyhow::Error),
     /// Bad usage, or a plugin that cannot be loaded (exit 2).
     Usage(anyhow::Error),
+    /// The data directory is held by another process (exit 3): nothing
+    /// was done; retry later.
+    Busy(anyhow::Error),
 }
 
 impl Failure {
@@ -27,12 +33,13 @@ impl Failure {
         match self {
             Failure::Failed(_) => 1,
             Failure::Usage(_) => 2,
+            Failure::Busy(_) => 3,
         }
     }
 
     fn error(&self) -> &anyhow::Error {
         match self {
-            Failure::Failed(e) | Failure::Usage(e) => e,
+            Failure::Failed(e) | Failure::Usage(e) | Failure::Busy(e) => e,
         }
     }
 }
@@ -49,6 +56,9 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli.global, &args),
         Command::Crc64(args) => crc64::run(&args),
         Command::Object(command) => object::run(command),
+        Command::Tick(args) => tick::run(&cli.global, &args),
+        Command::Timer(command) => timer::run(command),
+        Command::Audit(args) => audit::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -96,4 +106,33 @@ fn runtime(global: &Global) -> Result<Runtime, Failure> {
         config.cache_dir = Some(dir.clone());
     }
     Runtime::new(&config).map_err(|e| Failure::Failed(e.into()))
+}
+
+/// The data directory and its KV, read with `clock`.
+fn open_data(
+    data: &args::DataArgs,
+    clock: std::sync::Arc<dyn custodian::clock::Clock>,
+) -> Result<std::sync::Arc<dyn custodian::kv::Kv>, Failure> {
+    use anyhow::Context;
+    let dir = custodian::data_dir::DataDir::create(&data.data)
+        .with_context(|| format!("cannot use the data directory {}", data.data.display()))
+        .map_err(Failure::Failed)?;
+    dir.open_kv(clock).map_err(|e| match e {
+        custodian::kv::KvError::InUse(_) => Failure::Busy(e.into()),
+        other => Failure::Failed(
+            anyhow::Error::new(other)
+                .context(format!("cannot open the KV in {}", data.data.display())),
+        ),
+    })
+}
+
+/// A runtime for the async mechanisms a command drives.
+fn io_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the I/O runtime")
+        .map_err(Failure::Failed)
 }

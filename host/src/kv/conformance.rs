@@ -3,7 +3,7 @@
 //! factory that builds an empty store reading the given clock.
 
 use super::{
-    Batch, Kv, KvError, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Partition,
+    Batch, Kv, KvError, MAX_COMMIT_OPS, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Partition,
     Precondition, Write,
 };
 use crate::clock::{Clock, FixedClock};
@@ -329,7 +329,7 @@ pub(crate) async fn out_of_bounds_batches_are_refused_before_anything_is_written
     _: &FixedClock,
 ) {
     let too_many = writes(
-        (0..=MAX_BATCH_OPS)
+        (0..=MAX_COMMIT_OPS)
             .map(|i| put("a", format!("k{i}").as_bytes(), b"v"))
             .collect(),
     );
@@ -343,7 +343,7 @@ pub(crate) async fn out_of_bounds_batches_are_refused_before_anything_is_written
         put("a", b"k", &vec![0; MAX_VALUE_BYTES + 1]),
     ]);
     let big_batch = writes(
-        (0..5)
+        (0..6)
             .map(|i| put("a", format!("k{i}").as_bytes(), &vec![0; MAX_VALUE_BYTES]))
             .collect(),
     );

@@ -119,7 +119,7 @@ impl Kv for MemoryKv {
                 }
             };
             if !holds {
-                // Bounded by MAX_BATCH_OPS, so it fits.
+                // Bounded by MAX_COMMIT_OPS, so it fits.
                 let index = u32::try_from(index).unwrap_or(u32::MAX);
                 return Ok(Outcome::PreconditionFailed { index });
             }

@@ -31,9 +31,13 @@
 //! index. etcd has no clock compare, so `NotAfter` is evaluated by the host
 //! immediately before the `Txn` is sent. etcd accepts at most 128
 //! operations per transaction and 1.5 MiB per request by default, hence
-//! [`MAX_BATCH_OPS`] and [`MAX_BATCH_BYTES`].
+//! [`MAX_COMMIT_OPS`] and [`MAX_COMMIT_BYTES`]: a caller's batch is held
+//! to [`MAX_BATCH_OPS`] / [`MAX_BATCH_BYTES`] and the host adds at most
+//! [`HOST_RESERVED_OPS`] / [`HOST_RESERVED_BYTES`] of its own rows, so
+//! every valid batch fits one `Txn` and an oversized one is refused whole.
 
 pub mod memory;
+pub mod redb;
 
 #[cfg(test)]
 pub(crate) mod conformance;
@@ -46,13 +50,25 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Largest value, in bytes: a row is state, not content (content goes to
 /// an object store), and etcd's request limit must hold a batch of them.
 pub const MAX_VALUE_BYTES: usize = 256 * 1024;
-/// Most preconditions and writes in one batch. etcd allows 128 operations
-/// per transaction; 96 leaves room for the host's own timer and audit rows
-/// committed with a step.
+/// Most preconditions and writes in one caller's batch (a plugin's, or a
+/// step's commit before the host adds its rows).
 pub const MAX_BATCH_OPS: usize = 96;
-/// Most key and value bytes in one batch; fits etcd's 1.5 MiB request limit
-/// with the host's rows and framing.
+/// Most key and value bytes in one caller's batch.
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// Operations the host reserves for its own rows when it commits a step:
+/// the timer guard, delete and reschedule, the fence guards and deadline,
+/// and up to 8 audit records with their guards.
+pub const HOST_RESERVED_OPS: usize = 32;
+/// Bytes the host reserves for its own rows: 8 audit records at their
+/// bounds (about 21 KiB each as JSON) plus timer and fence rows.
+pub const HOST_RESERVED_BYTES: usize = 256 * 1024;
+/// Most operations a backend accepts in one [`Kv::apply`]: 128, etcd's
+/// default per-transaction limit, so every valid batch fits one `Txn`.
+pub const MAX_COMMIT_OPS: usize = MAX_BATCH_OPS + HOST_RESERVED_OPS;
+/// Most key and value bytes a backend accepts in one [`Kv::apply`]:
+/// 1.25 MiB, which with etcd's framing stays under its 1.5 MiB request
+/// limit.
+pub const MAX_COMMIT_BYTES: usize = MAX_BATCH_BYTES + HOST_RESERVED_BYTES;
 /// Most entries in one page or `get_many`: bounds one call's memory and
 /// the time a scan holds the backend.
 pub const MAX_PAGE_ENTRIES: u32 = 1000;
@@ -74,6 +90,14 @@ pub enum KvError {
     /// Stored data cannot be decoded.
     #[error("kv data corrupt: {0}")]
     Corrupt(String),
+    /// The caller's budget of store calls is spent (see
+    /// [`crate::budget`]); nothing was read or written.
+    #[error("budget exhausted: {0}")]
+    BudgetExhausted(String),
+    /// The store is held by another process (an embedded engine admits
+    /// one at a time).
+    #[error("{0}")]
+    InUse(String),
 }
 
 /// A validated partition name: 1..=64 bytes of `[a-z0-9._-]`.
@@ -296,15 +320,30 @@ pub fn validate_scan(
     Ok(())
 }
 
-/// Checks a batch against every bound, before anything is read.
+/// Checks a batch against every bound a backend enforces
+/// ([`MAX_COMMIT_OPS`], [`MAX_COMMIT_BYTES`]), before anything is read.
 ///
 /// # Errors
 /// [`KvError::InvalidArgument`] naming the first bound exceeded.
 pub fn validate_batch(batch: &Batch) -> Result<(), KvError> {
+    validate_within(batch, MAX_COMMIT_OPS, MAX_COMMIT_BYTES)
+}
+
+/// Checks a caller's batch (a plugin's, or a step's commit) against the
+/// caller bounds [`MAX_BATCH_OPS`] and [`MAX_BATCH_BYTES`], which leave the
+/// host room for its own rows.
+///
+/// # Errors
+/// [`KvError::InvalidArgument`] naming the first bound exceeded.
+pub fn validate_caller_batch(batch: &Batch) -> Result<(), KvError> {
+    validate_within(batch, MAX_BATCH_OPS, MAX_BATCH_BYTES)
+}
+
+fn validate_within(batch: &Batch, max_ops: usize, max_bytes: usize) -> Result<(), KvError> {
     let ops = batch.preconditions.len() + batch.writes.len();
-    if ops > MAX_BATCH_OPS {
+    if ops > max_ops {
         return Err(KvError::InvalidArgument(format!(
-            "a batch of {ops} operations exceeds {MAX_BATCH_OPS}"
+            "a batch of {ops} operations exceeds {max_ops}"
         )));
     }
     let mut bytes = 0usize;
@@ -334,9 +373,9 @@ pub fn validate_batch(batch: &Batch) -> Result<(), KvError> {
             Write::Delete { key, .. } => account(key, None)?,
         }
     }
-    if bytes > MAX_BATCH_BYTES {
+    if bytes > max_bytes {
         return Err(KvError::InvalidArgument(format!(
-            "a batch of {bytes} key and value bytes exceeds {MAX_BATCH_BYTES}"
+            "a batch of {bytes} key and value bytes exceeds {max_bytes}"
         )));
     }
     Ok(())

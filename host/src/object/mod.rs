@@ -100,6 +100,10 @@ pub enum ObjectError {
     /// A local I/O failure that is none of the above (disk full, ...).
     #[error("store I/O: {0}")]
     Io(String),
+    /// The caller's budget of store calls is spent (see
+    /// [`crate::budget`]); the store was not called.
+    #[error("budget exhausted: {0}")]
+    BudgetExhausted(String),
 }
 
 /// The guard on a publish.

@@ -2,6 +2,7 @@
 //! plugin, with host types on this side of the boundary.
 
 pub mod retention;
+pub mod takedown;
 
 use crate::runtime::bindings_error::WitError;
 

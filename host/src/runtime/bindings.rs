@@ -25,4 +25,11 @@ pub(crate) mod policy {
             with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
         });
     }
+    pub(crate) mod takedown {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "custodian:policy/takedown@0.1.0",
+            with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
+        });
+    }
 }

@@ -280,6 +280,10 @@ fn compatible(version: Option<&str>) -> bool {
 const HOST_INTERFACES: [&str; 7] = [
     "types", "kv", "objects", "checksum", "clock", "audit", "log",
 ];
+/// The `custodian:policy` interfaces a policy world imports: they carry
+/// only types shared by several worlds (`steps`: a timer step's input and
+/// result), so the host provides them as empty instances.
+pub(crate) const POLICY_TYPE_INTERFACES: [&str; 1] = ["steps"];
 
 impl Runtime {
     /// Loads the plugin at `path`.
@@ -386,7 +390,12 @@ impl Runtime {
             if !item.package.starts_with("custodian:") {
                 continue;
             }
-            if item.package != "custodian:host" || !HOST_INTERFACES.contains(&item.interface) {
+            let provided = match item.package {
+                "custodian:host" => HOST_INTERFACES.contains(&item.interface),
+                "custodian:policy" => POLICY_TYPE_INTERFACES.contains(&item.interface),
+                _ => false,
+            };
+            if !provided {
                 return Err(LoadError::UnknownImport {
                     source_name: source_name.to_owned(),
                     item: name.to_owned(),

@@ -226,6 +226,13 @@ fn crash_child(role: &str) {
         .append(true)
         .open(acked)
         .unwrap();
+    // A generation published but not acknowledged before the last kill is
+    // read back now: acknowledge it, or a kill before this child's first
+    // acknowledgement would find the current generation two ahead of the
+    // log.
+    acked
+        .write_all(format!("{generation}\n").as_bytes())
+        .unwrap();
     std::fs::write(ready, b"").unwrap();
     loop {
         generation += 1;
@@ -233,7 +240,11 @@ fn crash_child(role: &str) {
         let crc = crc64_nvme(&body);
         let meta = block_on(store.put_whole(KEY, body, &condition, &Metadata::new(), crc))
             .unwrap_or_else(|e| panic!("publishing generation {generation}: {e}"));
-        writeln!(acked, "{generation}").unwrap();
+        // One write per line: a kill between a number and its newline
+        // would glue it to the next child's first line.
+        acked
+            .write_all(format!("{generation}\n").as_bytes())
+            .unwrap();
         condition = PutCondition::IfMatch(meta.etag);
     }
 }

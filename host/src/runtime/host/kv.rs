@@ -2,65 +2,80 @@
 //! the plugin's granted partitions.
 
 use super::{HostError, HostView};
-use crate::kv::{Batch, KvError, Outcome, Partition, Precondition, Write};
+use crate::kv::{Batch, KvError, Outcome, Partition, Precondition, Write, validate_caller_batch};
+use crate::runtime::Grants;
 use crate::runtime::bindings::host::custodian::host::kv as wit;
 use crate::runtime::bindings::host::custodian::host::types::Error;
 
 pub(crate) fn kv_error(error: KvError) -> HostError {
-    HostError::Guest(match error {
+    HostError::Guest(wit_error(error))
+}
+
+/// A mechanism error as the guest sees it.
+pub(crate) fn wit_error(error: KvError) -> Error {
+    match error {
         KvError::InvalidArgument(m) => Error::InvalidArgument(m),
-        KvError::Unavailable(m) => Error::Unavailable(m),
+        KvError::Unavailable(m) | KvError::InUse(m) => Error::Unavailable(m),
         KvError::Corrupt(m) => Error::Corrupt(m),
-    })
+        KvError::BudgetExhausted(m) => Error::BudgetExhausted(m),
+    }
+}
+
+/// The partition named `name`, if it is in `grants`. Found in the grants
+/// by name: every granted name is valid, so the hot path neither validates
+/// nor allocates.
+fn granted<'g>(grants: &'g Grants, name: &str) -> Result<&'g Partition, Error> {
+    if let Some(granted) = grants.partitions.get(name) {
+        return Ok(granted);
+    }
+    let partition = Partition::new(name).map_err(wit_error)?;
+    Err(Error::AccessDenied(format!(
+        "partition {partition} is not granted to this plugin"
+    )))
+}
+
+/// A guest's batch as a host batch, every partition checked against
+/// `grants` and the whole against the caller bounds (which leave room for
+/// the rows the host adds when it commits a step).
+pub(crate) fn convert_batch(grants: &Grants, batch: wit::Batch) -> Result<Batch, Error> {
+    let mut out = Batch {
+        preconditions: Vec::with_capacity(batch.preconditions.len()),
+        writes: Vec::with_capacity(batch.writes.len()),
+    };
+    for precondition in batch.preconditions {
+        out.preconditions.push(match precondition {
+            wit::Precondition::Absent(r) => Precondition::Absent {
+                partition: granted(grants, &r.partition)?.clone(),
+                key: r.key,
+            },
+            wit::Precondition::Equals(e) => Precondition::Equals {
+                partition: granted(grants, &e.partition)?.clone(),
+                key: e.key,
+                value: e.value,
+            },
+            wit::Precondition::NotAfter(deadline) => Precondition::NotAfter(deadline),
+        });
+    }
+    for write in batch.writes {
+        out.writes.push(match write {
+            wit::Write::Put(e) => Write::Put {
+                partition: granted(grants, &e.partition)?.clone(),
+                key: e.key,
+                value: e.value,
+            },
+            wit::Write::Delete(r) => Write::Delete {
+                partition: granted(grants, &r.partition)?.clone(),
+                key: r.key,
+            },
+        });
+    }
+    validate_caller_batch(&out).map_err(wit_error)?;
+    Ok(out)
 }
 
 impl HostView<'_> {
-    /// The partition named `name`, if it is granted to this plugin. Found
-    /// in the grants by name: every granted name is valid, so the hot path
-    /// neither validates nor allocates.
     fn partition(&self, name: &str) -> Result<&Partition, HostError> {
-        if let Some(granted) = self.call.grants.partitions.get(name) {
-            return Ok(granted);
-        }
-        let partition = Partition::new(name).map_err(kv_error)?;
-        Err(HostError::Guest(Error::AccessDenied(format!(
-            "partition {partition} is not granted to this plugin"
-        ))))
-    }
-
-    fn batch(&self, batch: wit::Batch) -> Result<Batch, HostError> {
-        let mut out = Batch {
-            preconditions: Vec::with_capacity(batch.preconditions.len()),
-            writes: Vec::with_capacity(batch.writes.len()),
-        };
-        for precondition in batch.preconditions {
-            out.preconditions.push(match precondition {
-                wit::Precondition::Absent(r) => Precondition::Absent {
-                    partition: self.partition(&r.partition)?.clone(),
-                    key: r.key,
-                },
-                wit::Precondition::Equals(e) => Precondition::Equals {
-                    partition: self.partition(&e.partition)?.clone(),
-                    key: e.key,
-                    value: e.value,
-                },
-                wit::Precondition::NotAfter(deadline) => Precondition::NotAfter(deadline),
-            });
-        }
-        for write in batch.writes {
-            out.writes.push(match write {
-                wit::Write::Put(e) => Write::Put {
-                    partition: self.partition(&e.partition)?.clone(),
-                    key: e.key,
-                    value: e.value,
-                },
-                wit::Write::Delete(r) => Write::Delete {
-                    partition: self.partition(&r.partition)?.clone(),
-                    key: r.key,
-                },
-            });
-        }
-        Ok(out)
+        granted(&self.call.grants, name).map_err(HostError::Guest)
     }
 }
 
@@ -118,7 +133,7 @@ impl wit::Host for HostView<'_> {
 
     fn apply(&mut self, batch: wit::Batch) -> Result<wit::Outcome, HostError> {
         self.charge()?;
-        let batch = self.batch(batch)?;
+        let batch = convert_batch(&self.call.grants, batch)?;
         let outcome = self
             .wait(self.call.services.kv.apply(&batch))?
             .map_err(kv_error)?;

@@ -230,5 +230,11 @@ pub(crate) fn add_to_linker(
     wit::clock::add_to_linker::<_, HostData>(linker, view)?;
     wit::audit::add_to_linker::<_, HostData>(linker, view)?;
     wit::log::add_to_linker::<_, HostData>(linker, view)?;
+    for interface in super::load::POLICY_TYPE_INTERFACES {
+        linker.instance(&format!(
+            "custodian:policy/{interface}@{}",
+            super::load::CONTRACT_VERSION
+        ))?;
+    }
     Ok(())
 }

@@ -33,6 +33,7 @@ fn object_error(error: ObjectError) -> HostError {
         ObjectError::Corrupt(m) => Error::Corrupt(m),
         ObjectError::NoSuchUpload(m) => Error::NotFound(m),
         ObjectError::Io(m) => Error::Unavailable(m),
+        ObjectError::BudgetExhausted(m) => Error::BudgetExhausted(m),
     })
 }
 

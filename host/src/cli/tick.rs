@@ -1,0 +1,165 @@
+//! `custodian tick`: fire due timers once (or until idle), cron-style.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use custodian::clock::{Clock, FixedClock, SystemClock};
+use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
+use custodian::policy::takedown::{TakedownHandler, TakedownPolicy};
+use custodian::runtime::{Grants, Limits, Services, World};
+use custodian::timers::{self, FireOutcome, TickReport, Worker, WorkerConfig};
+use serde_json::json;
+
+use super::args::{Global, TickArgs};
+use super::plugin::load;
+use super::{Failure, Outcome, io_runtime, open_data, runtime};
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure::Usage(error.into())
+}
+
+pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
+    let limits = Limits {
+        timeout: Duration::from_millis(args.timeout_ms),
+        memory_bytes: args.memory_mib.saturating_mul(1 << 20),
+        ..Limits::default()
+    };
+    limits.validate().map_err(|e| usage(anyhow!(e)))?;
+    if args.step_calls == 0 {
+        return Err(usage(anyhow!("--step-calls must be at least 1")));
+    }
+    let clock: Arc<dyn Clock> = match args.now {
+        Some(now) => Arc::new(FixedClock::new(now)),
+        None => Arc::new(SystemClock),
+    };
+    // Plugins load before the data directory is opened: a bad plugin is a
+    // usage error that must not hold the directory even briefly.
+    let runtime = runtime(global)?;
+    let mut policies = Vec::new();
+    for spec in &args.plugins {
+        let plugin = Arc::new(load(&runtime, spec)?);
+        match plugin.info().worlds.first() {
+            Some(World::Takedown) => {
+                policies.push(Arc::new(TakedownPolicy::new(plugin).map_err(usage)?));
+            }
+            Some(world) => {
+                return Err(usage(anyhow!(
+                    "{spec} implements the {world} world, which has no timer steps; \
+                     only takedown-world plugins handle timers"
+                )));
+            }
+            None => return Err(usage(anyhow!("{spec} implements no policy world"))),
+        }
+    }
+
+    let io = io_runtime()?;
+    let kv = open_data(&args.data, clock.clone())?;
+    let services = Arc::new(Services {
+        kv: kv.clone(),
+        stores: BTreeMap::new(),
+        clock: clock.clone(),
+        io: io.handle().clone(),
+    });
+    let coordinator = Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default())
+        .map_err(|e| Failure::Failed(e.into()))?;
+    let mut worker = Worker::new(
+        kv,
+        clock,
+        WorkerConfig {
+            step_store_calls: args.step_calls,
+            ..WorkerConfig::default()
+        },
+    );
+    // One process at a time holds a data directory, so every `tick` run
+    // is the same shard: the lease row is renewed, never multiplied.
+    worker.fence(
+        Arc::new(coordinator),
+        Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
+        ShardId::new("local").expect("a valid name"),
+    );
+    for policy in policies {
+        let grants = Grants::none()
+            .partition(World::Takedown.name())
+            .map_err(usage)?;
+        worker.register(Arc::new(TakedownHandler::new(
+            policy,
+            services.clone(),
+            grants,
+            limits.clone(),
+        )));
+    }
+
+    let reports = io
+        .block_on(async {
+            if args.until_idle {
+                worker.run_until_idle(args.max_ticks.max(1)).await
+            } else {
+                worker.tick().await.map(|report| vec![report])
+            }
+        })
+        .map_err(|e| Failure::Failed(anyhow!(e).context("the tick stopped")))?;
+    print(&reports, args.json);
+    let failed = reports
+        .iter()
+        .flat_map(|r| &r.fired)
+        .filter(|f| f.outcome == FireOutcome::Failed)
+        .count();
+    if failed > 0 {
+        return Err(Failure::Failed(anyhow!(
+            "{failed} step(s) failed; they will be retried (see `custodian timer list`)"
+        )));
+    }
+    Ok(())
+}
+
+fn print(reports: &[TickReport], as_json: bool) {
+    let fired: Vec<_> = reports.iter().flat_map(|r| r.fired.iter()).collect();
+    let last = reports.last();
+    let more_due = last.is_some_and(|r| r.more_due);
+    let unhandled = last.map_or(0, |r| r.unhandled);
+    let fenced = reports.iter().any(|r| r.fenced);
+    if as_json {
+        let output = json!({
+            "ticks": reports.len(),
+            "fired": fired,
+            "more_due": more_due,
+            "unhandled": unhandled,
+            "fenced": fenced,
+        });
+        println!("{output}");
+        return;
+    }
+    for f in &fired {
+        let outcome = serde_json::to_value(f.outcome).expect("outcomes serialize");
+        let outcome = outcome.as_str().unwrap_or("?");
+        let tail = match (&f.error, f.next_due_ms) {
+            (Some(error), Some(next)) => format!("retry at {next}: {error}"),
+            (Some(error), None) => error.clone(),
+            (None, Some(next)) => format!("next at {next}"),
+            (None, None) => String::new(),
+        };
+        println!(
+            "{outcome:<12} {}/{}  step {}  {tail}",
+            f.kind, f.reference, f.step
+        );
+    }
+    let mut summary = format!(
+        "{} timer(s) fired in {} tick(s)",
+        fired.len(),
+        reports.len()
+    );
+    if more_due {
+        summary.push_str("; more are due");
+    }
+    if unhandled > 0 {
+        summary.push_str(&format!(
+            "; {unhandled} due timer(s) have no plugin for their kind"
+        ));
+    }
+    if fenced {
+        summary.push_str("; stopped: this worker's fence was revoked");
+    }
+    eprintln!("{summary}");
+}

@@ -1,0 +1,114 @@
+//! A takedown-world guest for the timer tests. What a step does depends on
+//! its timer's reference (UTF-8):
+//!
+//! - `count:N:ID` counts to N, one guarded increment of the row `ID` in
+//!   partition `takedown` per step, with an audit entry naming the step;
+//!   it reschedules one second later until the count reaches N.
+//! - `trap:ID` panics; `fail:ID` answers `unavailable`; `spin:ID` never
+//!   returns; `greedy:ID` keeps reading past its budget and then returns a
+//!   commit anyway.
+
+// Natively the export macro expands to nothing, so nothing uses the policy.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+use custodian_sdk::audit::Entry;
+use custodian_sdk::steps::{StepResult, Timer, WitCommit};
+use custodian_sdk::takedown::{RequestStatus, TakedownSteps};
+use custodian_sdk::{Batch, Commit, Error, kv};
+
+const PARTITION: &str = "takedown";
+
+struct Stepper;
+
+fn count_of(value: Option<&[u8]>) -> Result<u64, Error> {
+    value.map_or(Ok(0), |bytes| {
+        <[u8; 8]>::try_from(bytes)
+            .map(u64::from_be_bytes)
+            .map_err(|_| Error::Corrupt("a count is 8 bytes".into()))
+    })
+}
+
+fn count(reference: &[u8], target: u64, now_ms: u64) -> Result<StepResult, Error> {
+    let observed = kv::get(PARTITION, reference)?;
+    let done = count_of(observed.as_deref())?;
+    if done >= target {
+        return Err(Error::PreconditionFailed(format!(
+            "already counted to {target}"
+        )));
+    }
+    let step = done + 1;
+    let name = String::from_utf8_lossy(reference).into_owned();
+    let commit = Commit::new(
+        Batch::new()
+            .require_observed(PARTITION, reference.to_vec(), observed.as_deref())
+            .put(PARTITION, reference.to_vec(), step.to_be_bytes().to_vec()),
+    )
+    .audit(Entry {
+        event: "Counted".into(),
+        targets: vec![name, format!("count:{step}")],
+        detail: None,
+    });
+    Ok(if step == target {
+        commit.done()
+    } else {
+        commit.reschedule(now_ms + 1_000)
+    })
+}
+
+impl TakedownSteps for Stepper {
+    fn step(timer: Timer) -> Result<StepResult, Error> {
+        let text = String::from_utf8_lossy(&timer.reference).into_owned();
+        let mut parts = text.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("count"), Some(n), Some(_)) => {
+                let target = n
+                    .parse()
+                    .map_err(|_| Error::InvalidArgument(format!("{n:?} is not a count")))?;
+                count(&timer.reference, target, timer.now_ms)
+            }
+            (Some("trap"), ..) => panic!("stepper was told to trap"),
+            (Some("fail"), ..) => Err(Error::Unavailable("stepper was told to fail".into())),
+            (Some("spin"), ..) => {
+                let mut x = timer.now_ms | 1;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
+                }
+            }
+            (Some("greedy"), ..) => {
+                for _ in 0..100_000 {
+                    if kv::get(PARTITION, b"anything").is_err() {
+                        // Ignore the budget and carry on, as a careless
+                        // policy might; the host must still commit nothing.
+                    }
+                }
+                Ok(Commit::new(Batch::new().put(PARTITION, timer.reference, vec![1])).done())
+            }
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown stepper reference {text:?}"
+            ))),
+        }
+    }
+
+    fn plan_hold(request: Vec<u8>, enabled: bool, _now_ms: u64) -> Result<WitCommit, Error> {
+        let mut key = b"hold/".to_vec();
+        key.extend_from_slice(&request);
+        Ok(Commit::new(Batch::new().put(PARTITION, key, vec![u8::from(enabled)])).into_wit())
+    }
+
+    fn status(request: Vec<u8>) -> Result<RequestStatus, Error> {
+        let Some(value) = kv::get(PARTITION, &request)? else {
+            return Err(Error::NotFound("no such counter".into()));
+        };
+        Ok(RequestStatus {
+            phase: "counting".into(),
+            verification: "verified".into(),
+            verified_objects: count_of(Some(&value))?,
+            retain_until_ms: 0,
+            hold: false,
+            purged: false,
+            last_error: None,
+        })
+    }
+}
+
+custodian_sdk::export_takedown!(Stepper);

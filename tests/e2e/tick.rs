@@ -233,3 +233,86 @@ fn timers_can_be_cancelled_and_cancelling_a_missing_one_fails() {
     ]));
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn two_ticks_started_together_on_one_data_directory_never_double_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = data(&dir);
+    for i in 0..8 {
+        schedule(&data, &format!("count:3:t{i}"), T0);
+    }
+    let plugin = stepper().to_str().unwrap();
+    let mut codes = Vec::new();
+    for round in 0..3u64 {
+        let now = (T0 + round * 1_000).to_string();
+        let spawn = || {
+            crate::support::custodian()
+                .args(["tick", "--data", &data, "--plugin", plugin, "--until-idle"])
+                .args(["--now", &now])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        for child in [a, b] {
+            let output = child.wait_with_output().unwrap();
+            let code = output.status.code().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(code == 0 || code == 3, "exit {code}: {stderr}");
+            if code == 3 {
+                assert!(stderr.contains("already in use"), "{stderr}");
+            }
+            codes.push(code);
+        }
+    }
+    assert!(codes.contains(&0));
+    assert!(timers(&data).is_empty(), "every timer finished");
+    let mut counted: Vec<_> = audit(&data)
+        .iter()
+        .filter(|r| r["event"] == "Counted")
+        .map(|r| format!("{}/{}", r["targets"][0], r["targets"][1]))
+        .collect();
+    let total = counted.len();
+    counted.sort();
+    counted.dedup();
+    assert_eq!(total, 24, "{codes:?}");
+    assert_eq!(counted.len(), 24, "no step took effect twice");
+}
+
+#[test]
+fn the_takedown_driver_asks_the_plugin_for_status_and_hold_plans() {
+    use custodian::policy::PolicyError;
+    use custodian::policy::takedown::TakedownPolicy;
+    use custodian::runtime::{Grants, Limits};
+
+    let runtime = crate::support::runtime();
+    let plugin = std::sync::Arc::new(runtime.load_file(stepper()).unwrap());
+    let policy = TakedownPolicy::new(plugin).unwrap();
+    let world = crate::support::World::new();
+    let granted = Grants::none().partition("takedown").unwrap();
+    let call = || world.call(granted.clone(), Limits::default());
+
+    let missing = policy.status(call(), b"count:2:a").unwrap();
+    assert!(
+        matches!(missing, Err(PolicyError::NotFound(_))),
+        "{missing:?}"
+    );
+
+    let plan = policy
+        .plan_hold(call(), b"count:2:a", true, T0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.batch.writes.len(), 1);
+    // A plan touching a partition the plugin was not granted is refused.
+    let refused = policy.plan_hold(
+        world.call(Grants::none(), Limits::default()),
+        b"x",
+        true,
+        T0,
+    );
+    assert!(
+        matches!(refused, Ok(Err(PolicyError::AccessDenied(_)))),
+        "{refused:?}"
+    );
+}

@@ -67,8 +67,10 @@ pub enum Command {
     ///   1700090000000}'
     ///
     /// The plugin runs with nothing granted unless --grant-partition or
-    /// --grant-store says otherwise; partitions and stores are in memory
-    /// and start empty on every run.
+    /// --grant-store says otherwise. Partitions are in memory and start
+    /// empty on every run, unless --data DIR names a data directory: then
+    /// they are its durable KV (partitions named `custodian.*` belong to
+    /// the host and cannot be granted). Stores are in memory.
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
     /// Print the CRC-64/NVME of files, in hex and in S3's wire form.
@@ -131,12 +133,15 @@ pub enum Command {
     /// next due or error); with --json one JSON object:
     ///   {"ticks": N, "fired": [{"kind", "reference", "due_ms", "step",
     ///    "outcome", "next_due_ms", "error"}], "more_due": false,
-    ///    "unhandled": 0}
+    ///    "unhandled": 0, "fenced": false}
     /// Outcomes: rescheduled, done, failed, lost (another worker fired it
-    /// first), fenced, deferred.
+    /// first), fenced (this worker's lease was revoked: nothing committed,
+    /// the run stops), deferred (the run's budget ran out first).
     ///
-    /// Only one process at a time holds a data directory: a second
-    /// `custodian tick` on it exits 3 at once, touching nothing.
+    /// Exit 0 when every fired step committed, 1 when a step failed (it
+    /// is retried later), 3 when another process holds the data
+    /// directory: only one process at a time holds it, so a second
+    /// `custodian tick` exits at once, touching nothing.
     #[command(verbatim_doc_comment)]
     Tick(TickArgs),
     /// List, schedule and cancel durable timers.
@@ -211,7 +216,8 @@ pub enum TimerCommand {
         /// The timer's kind: the world whose plugin runs it (e.g.
         /// `takedown`).
         kind: String,
-        /// What it is about: text, or `0x` and hex for bytes.
+        /// What it is about: text, or `0x` and hex for bytes (so text that
+        /// itself starts with `0x` must be given in hex).
         reference: String,
         /// When it is due, ms since the epoch [default: now].
         #[arg(long, value_name = "MS")]
@@ -431,6 +437,10 @@ pub struct RunArgs {
     /// Pin the clock the plugin sees, in ms since the epoch.
     #[arg(long, value_name = "MS")]
     pub now: Option<u64>,
+    /// Serve the plugin's KV partitions from this data directory's
+    /// durable KV instead of memory.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
     /// Print the JSON on one line instead of indented.
     #[arg(long)]
     pub compact: bool,

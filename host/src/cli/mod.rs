@@ -79,8 +79,10 @@ fn report(error: &anyhow::Error) {
 }
 
 fn init_logging(verbose: u8) {
+    // `tick` prints every failed step itself; the worker's own warning
+    // about it (meant for a server's log) would repeat it at this level.
     let default = match verbose {
-        0 => "warn",
+        0 => "warn,custodian::timers::worker=error",
         1 => "info",
         _ => "debug",
     };

@@ -8,15 +8,16 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use custodian::bundled;
 use custodian::clock::{Clock, FixedClock, SystemClock};
+use custodian::kv::Kv;
 use custodian::kv::memory::MemoryKv;
 use custodian::object::ObjectStore;
 use custodian::object::memory::MemoryStore;
 use custodian::runtime::{CallContext, CallError, Grants, Limits, Services, World};
 use serde_json::Value;
 
-use super::args::{Global, RunArgs};
+use super::args::{DataArgs, Global, RunArgs};
 use super::plugin::load;
-use super::{Failure, Outcome, runtime};
+use super::{Failure, Outcome, open_data, runtime};
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())
@@ -87,16 +88,20 @@ pub(super) fn run(global: &Global, args: &RunArgs) -> Outcome {
         .function(&args.world, &args.function)
         .map_err(usage)?;
     // Mechanism futures that have to wait are driven here; the in-memory
-    // ones used by `run` never do, so one worker is plenty.
+    // and embedded ones used by `run` rarely do, so one worker is plenty.
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .context("cannot start the I/O runtime")
         .map_err(Failure::Failed)?;
+    let kv: Arc<dyn Kv> = match &args.data {
+        Some(data) => open_data(&DataArgs { data: data.clone() }, clock.clone())?,
+        None => Arc::new(MemoryKv::new(clock.clone())),
+    };
     let call = Arc::new(CallContext {
         services: Arc::new(Services {
-            kv: Arc::new(MemoryKv::new(clock.clone())),
+            kv,
             stores,
             clock,
             io: io.handle().clone(),

@@ -9,7 +9,7 @@ use custodian::clock::{Clock, FixedClock, SystemClock};
 use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
 use custodian::policy::takedown::{TakedownHandler, TakedownPolicy};
 use custodian::runtime::{Grants, Limits, Services, World};
-use custodian::timers::{self, FireOutcome, TickReport, Worker, WorkerConfig};
+use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
 use serde_json::json;
 
 use super::args::{Global, TickArgs};
@@ -91,19 +91,30 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         )));
     }
 
-    let reports = io
-        .block_on(async {
-            if args.until_idle {
-                worker.run_until_idle(args.max_ticks.max(1)).await
-            } else {
-                worker.tick().await.map(|report| vec![report])
-            }
-        })
-        .map_err(|e| Failure::Failed(anyhow!(e).context("the tick stopped")))?;
-    print(&reports, args.json);
-    let failed = reports
+    // Text goes out tick by tick, so a long run shows its progress; JSON is
+    // one object at the end.
+    let mut summary = Summary::default();
+    let mut on_tick = |report: &TickReport| {
+        if !args.json {
+            print_lines(report);
+        }
+        summary.add(report);
+    };
+    io.block_on(async {
+        if args.until_idle {
+            worker
+                .run_until_idle(args.max_ticks.max(1), &mut on_tick)
+                .await
+                .map(drop)
+        } else {
+            worker.tick().await.map(|report| on_tick(&report))
+        }
+    })
+    .map_err(|e| Failure::Failed(anyhow!(e).context("the tick stopped")))?;
+    summary.print(args.json);
+    let failed = summary
+        .fired
         .iter()
-        .flat_map(|r| &r.fired)
         .filter(|f| f.outcome == FireOutcome::Failed)
         .count();
     if failed > 0 {
@@ -114,24 +125,61 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     Ok(())
 }
 
-fn print(reports: &[TickReport], as_json: bool) {
-    let fired: Vec<_> = reports.iter().flat_map(|r| r.fired.iter()).collect();
-    let last = reports.last();
-    let more_due = last.is_some_and(|r| r.more_due);
-    let unhandled = last.map_or(0, |r| r.unhandled);
-    let fenced = reports.iter().any(|r| r.fenced);
-    if as_json {
-        let output = json!({
-            "ticks": reports.len(),
-            "fired": fired,
-            "more_due": more_due,
-            "unhandled": unhandled,
-            "fenced": fenced,
-        });
-        println!("{output}");
-        return;
+/// What a run of ticks did, for the final report.
+#[derive(Default)]
+struct Summary {
+    ticks: u32,
+    fired: Vec<FiredTimer>,
+    more_due: bool,
+    unhandled: u64,
+    fenced: bool,
+}
+
+impl Summary {
+    fn add(&mut self, report: &TickReport) {
+        self.ticks += 1;
+        self.fired.extend(report.fired.iter().cloned());
+        self.more_due = report.more_due;
+        self.unhandled = report.unhandled;
+        self.fenced |= report.fenced;
     }
-    for f in &fired {
+
+    fn print(&self, as_json: bool) {
+        if as_json {
+            let output = json!({
+                "ticks": self.ticks,
+                "fired": self.fired,
+                "more_due": self.more_due,
+                "unhandled": self.unhandled,
+                "fenced": self.fenced,
+            });
+            println!("{output}");
+            return;
+        }
+        let mut summary = format!(
+            "{} timer(s) fired in {} tick(s)",
+            self.fired.len(),
+            self.ticks
+        );
+        if self.more_due {
+            summary.push_str("; more are due");
+        }
+        if self.unhandled > 0 {
+            summary.push_str(&format!(
+                "; {} due timer(s) have no plugin for their kind",
+                self.unhandled
+            ));
+        }
+        if self.fenced {
+            summary.push_str("; stopped: this worker's fence was revoked");
+        }
+        eprintln!("{summary}");
+    }
+}
+
+/// One line per fired timer.
+fn print_lines(report: &TickReport) {
+    for f in &report.fired {
         let outcome = serde_json::to_value(f.outcome).expect("outcomes serialize");
         let outcome = outcome.as_str().unwrap_or("?");
         let tail = match (&f.error, f.next_due_ms) {
@@ -145,21 +193,4 @@ fn print(reports: &[TickReport], as_json: bool) {
             f.kind, f.reference, f.step
         );
     }
-    let mut summary = format!(
-        "{} timer(s) fired in {} tick(s)",
-        fired.len(),
-        reports.len()
-    );
-    if more_due {
-        summary.push_str("; more are due");
-    }
-    if unhandled > 0 {
-        summary.push_str(&format!(
-            "; {unhandled} due timer(s) have no plugin for their kind"
-        ));
-    }
-    if fenced {
-        summary.push_str("; stopped: this worker's fence was revoked");
-    }
-    eprintln!("{summary}");
 }

@@ -361,7 +361,12 @@ async fn max_per_tick_leaves_the_rest_for_later_ticks() {
     // Due at the same time, so in kind order: `fast` before `slow`.
     assert_eq!(fired, vec!["z", "a"]);
     assert!(report.more_due);
-    let reports = worker.run_until_idle(10).await.unwrap();
+    let mut reports = Vec::new();
+    let ticks = worker
+        .run_until_idle(10, |report| reports.push(report.clone()))
+        .await
+        .unwrap();
+    assert_eq!(ticks as usize, reports.len());
     let total: usize = reports.iter().map(|r| r.fired.len()).sum();
     assert_eq!(total, 2);
     assert!(!reports.last().unwrap().more_due);

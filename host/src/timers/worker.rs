@@ -367,22 +367,27 @@ impl Worker {
     }
 
     /// Ticks until a tick fires nothing and leaves nothing due for later,
-    /// or `max_ticks` ticks ran (`None` then), or the fence fails.
+    /// or `max_ticks` ticks ran, or the fence fails; `on_tick` sees each
+    /// tick's report as it ends (progress for long runs). Returns the
+    /// number of ticks.
     ///
     /// # Errors
     /// As [`Worker::tick`].
-    pub async fn run_until_idle(&self, max_ticks: u32) -> Result<Vec<TickReport>, TimerError> {
-        let mut reports = Vec::new();
-        for _ in 0..max_ticks {
+    pub async fn run_until_idle(
+        &self,
+        max_ticks: u32,
+        mut on_tick: impl FnMut(&TickReport),
+    ) -> Result<u32, TimerError> {
+        let mut ticks = 0;
+        while ticks < max_ticks {
             let report = self.tick().await?;
-            let idle = report.fired.is_empty() && !report.more_due;
-            let fenced = report.fenced;
-            reports.push(report);
-            if idle || fenced {
+            ticks += 1;
+            on_tick(&report);
+            if (report.fired.is_empty() && !report.more_due) || report.fenced {
                 break;
             }
         }
-        Ok(reports)
+        Ok(ticks)
     }
 
     async fn fire(

@@ -13,6 +13,8 @@ pub mod audit;
 pub mod budget;
 pub mod bundled;
 pub mod checksum;
+#[cfg(test)]
+mod child_tests;
 pub mod clock;
 pub mod data_dir;
 pub mod fence;

@@ -3,13 +3,12 @@
 //! serializable.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
 use super::{
-    Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Write, validate_batch,
+    Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Write, scan_range, validate_batch,
     validate_get_many, validate_key, validate_scan,
 };
 use crate::clock::Clock;
@@ -75,11 +74,9 @@ impl Kv for MemoryKv {
         limit: u32,
     ) -> Result<Page, KvError> {
         validate_scan(start, end, cursor, limit)?;
-        if end.is_some_and(|end| end <= start) {
+        let Some((lower, upper)) = scan_range(start, end, cursor) else {
             return Ok(Page::default());
-        }
-        let lower = cursor.map_or(Bound::Included(start), Bound::Excluded);
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        };
         let partitions = self.lock();
         let Some(rows) = partitions.get(partition) else {
             return Ok(Page::default());

@@ -320,6 +320,26 @@ pub fn validate_scan(
     Ok(())
 }
 
+/// A range of keys, as `BTreeMap::range` and redb take it.
+pub type KeyRange<'a> = (std::ops::Bound<&'a [u8]>, std::ops::Bound<&'a [u8]>);
+
+/// The key range of a scan whose arguments [`validate_scan`] accepted:
+/// from `start` (or strictly after `cursor`) to `end` (exclusive) or the
+/// partition's end; `None` when the range is empty (`end <= start`).
+pub fn scan_range<'a>(
+    start: &'a [u8],
+    end: Option<&'a [u8]>,
+    cursor: Option<&'a [u8]>,
+) -> Option<KeyRange<'a>> {
+    use std::ops::Bound;
+    if end.is_some_and(|end| end <= start) {
+        return None;
+    }
+    let lower = cursor.map_or(Bound::Included(start), Bound::Excluded);
+    let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+    Some((lower, upper))
+}
+
 /// Checks a batch against every bound a backend enforces
 /// ([`MAX_COMMIT_OPS`], [`MAX_COMMIT_BYTES`]), before anything is read.
 ///

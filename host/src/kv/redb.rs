@@ -87,7 +87,6 @@ mod test_backend;
 #[cfg(test)]
 mod tests;
 
-use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,8 +95,8 @@ use ::redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, TableEr
 use async_trait::async_trait;
 
 use super::{
-    Batch, Kv, KvError, Outcome, Page, Partition, validate_batch, validate_get_many, validate_key,
-    validate_scan,
+    Batch, Kv, KvError, Outcome, Page, Partition, scan_range, validate_batch, validate_get_many,
+    validate_key, validate_scan,
 };
 use crate::clock::Clock;
 
@@ -290,11 +289,9 @@ impl Kv for RedbKv {
         limit: u32,
     ) -> Result<Page, KvError> {
         validate_scan(start, end, cursor, limit)?;
-        if end.is_some_and(|end| end <= start) {
+        let Some((lower, upper)) = scan_range(start, end, cursor) else {
             return Ok(Page::default());
-        }
-        let lower = cursor.map_or(Bound::Included(start), Bound::Excluded);
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        };
         let page = self.read(partition, |table| {
             let mut range = table.range::<&[u8]>((lower, upper))?;
             let mut entries = Vec::new();

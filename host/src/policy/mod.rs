@@ -4,7 +4,41 @@
 pub mod retention;
 pub mod takedown;
 
+use std::sync::Arc;
+
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
 use crate::runtime::bindings_error::WitError;
+use crate::runtime::host::CallState;
+use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
+
+/// Links `plugin` to a world's generated bindings (`make` is the world's
+/// `*Pre::new`), after checking it implements `world`.
+fn link<P>(
+    plugin: &Plugin,
+    world: World,
+    make: impl FnOnce(InstancePre<CallState>) -> wasmtime::Result<P>,
+) -> Result<P, LoadError> {
+    plugin.expect_world(world)?;
+    make(plugin.pre.clone()).map_err(|e| LoadError::Link {
+        source_name: plugin.info().source.clone(),
+        reason: format!("{e:#}"),
+    })
+}
+
+/// A fresh store for one call, and the world's instance in it
+/// (`instantiate` is the world's `*Pre::instantiate`).
+fn instantiate<T>(
+    plugin: &Plugin,
+    call: Arc<CallContext>,
+    instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<T>,
+) -> Result<(Store<CallState>, T), CallError> {
+    let mut store = plugin.new_store(call);
+    let instance = instantiate(&mut store)
+        .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
+    Ok((store, instance))
+}
 
 /// A policy's own error answer (the WIT `error` it returned), as opposed to
 /// a failure of the call itself ([`crate::runtime::CallError`]).

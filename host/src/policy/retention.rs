@@ -79,11 +79,7 @@ impl RetentionPolicy {
     /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
     /// not have the retention world's types.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
-        plugin.expect_world(World::Retention)?;
-        let pre = RetentionPre::new(plugin.pre.clone()).map_err(|e| LoadError::Link {
-            source_name: plugin.info().source.clone(),
-            reason: format!("{e:#}"),
-        })?;
+        let pre = super::link(&plugin, World::Retention, RetentionPre::new)?;
         Ok(Self { plugin, pre })
     }
 
@@ -97,12 +93,7 @@ impl RetentionPolicy {
         &self,
         call: Arc<CallContext>,
     ) -> Result<(wasmtime::Store<CallState>, Retention), CallError> {
-        let mut store = self.plugin.new_store(call);
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
-        Ok((store, instance))
+        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
     }
 
     /// Assesses `item` at `now_ms`.

@@ -58,11 +58,7 @@ impl TakedownPolicy {
     /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
     /// not have the takedown world's types.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
-        plugin.expect_world(World::Takedown)?;
-        let pre = TakedownPre::new(plugin.pre.clone()).map_err(|e| LoadError::Link {
-            source_name: plugin.info().source.clone(),
-            reason: format!("{e:#}"),
-        })?;
+        let pre = super::link(&plugin, World::Takedown, TakedownPre::new)?;
         Ok(Self { plugin, pre })
     }
 
@@ -75,12 +71,7 @@ impl TakedownPolicy {
         &self,
         call: Arc<CallContext>,
     ) -> Result<(wasmtime::Store<CallState>, Takedown), CallError> {
-        let mut store = self.plugin.new_store(call);
-        let instance = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
-        Ok((store, instance))
+        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
     }
 
     /// Runs one step of `timer` at `now_ms`. The commit's partitions are

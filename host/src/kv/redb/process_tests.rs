@@ -2,58 +2,23 @@
 //! file, and a writer killed (SIGKILL) at random moments.
 //!
 //! Each test re-executes its own test binary as the child process:
-//! `current_exe() --exact <this test>` with [`CHILD_ENV`] set to what the
+//! `current_exe() --exact <this test>` with a variable set to what the
 //! child should do. The test function sees the variable and plays the
 //! child instead of the parent.
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::RedbKv;
 use super::tests::{XorShift, p, put, scan_all};
+use crate::child_tests::{ChildTests, stderr_of, wait_for};
 use crate::clock::SystemClock;
 use crate::kv::{Batch, Kv, KvError, Outcome, Precondition};
 
-/// Set in a child process to what it should do.
-const CHILD_ENV: &str = "CUSTODIAN_REDB_TEST_CHILD";
-
-/// Runs this test binary's test `name` (in this module) as a child
-/// process playing `role`.
-fn spawn_child(name: &str, role: &str) -> Child {
-    let module = module_path!()
-        .split_once("::")
-        .map_or(module_path!(), |(_, rest)| rest);
-    Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            &format!("{module}::{name}"),
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning a child test process")
-}
-
-/// The child's role, if this process is a child.
-fn child_role() -> Option<String> {
-    std::env::var(CHILD_ENV).ok()
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut stderr) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-    }
-    text
-}
+/// This module's child processes, told their role in this variable.
+const CHILDREN: ChildTests = ChildTests::new(module_path!(), "CUSTODIAN_REDB_TEST_CHILD");
 
 fn block_on<F: Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -69,7 +34,7 @@ fn open(path: &Path) -> RedbKv {
 
 /// Runs a child to completion; panics with its stderr if it failed.
 fn run_child(name: &str, role: &str) {
-    let mut child = spawn_child(name, role);
+    let mut child = CHILDREN.spawn(name, role);
     let status = child.wait().expect("waiting for the child");
     assert!(
         status.success(),
@@ -83,7 +48,7 @@ fn run_child(name: &str, role: &str) {
 #[test]
 fn another_process_opening_the_same_file_is_told_it_is_in_use() {
     const NAME: &str = "another_process_opening_the_same_file_is_told_it_is_in_use";
-    if let Some(role) = child_role() {
+    if let Some(role) = CHILDREN.role() {
         let [expect, path] = role.split('\t').collect::<Vec<_>>()[..] else {
             panic!("bad role {role:?}")
         };
@@ -231,7 +196,7 @@ fn last_acked(acked: &str, who: u8) -> u64 {
 #[test]
 fn a_writer_killed_at_random_moments_loses_no_acknowledged_batch() {
     const NAME: &str = "a_writer_killed_at_random_moments_loses_no_acknowledged_batch";
-    if let Some(role) = child_role() {
+    if let Some(role) = CHILDREN.role() {
         killed_child(&role);
         return;
     }
@@ -243,18 +208,8 @@ fn a_writer_killed_at_random_moments_loses_no_acknowledged_batch() {
     for kill in 0..KILLS {
         let ready = dir.path().join(format!("ready-{kill}"));
         let role = format!("{}\t{}\t{acked}", path.display(), ready.display());
-        let mut child = spawn_child(NAME, &role);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready.exists() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!(
-                    "the child exited early ({status}): {}",
-                    stderr_of(&mut child)
-                );
-            }
-            assert!(Instant::now() < deadline, "the child never got ready");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let mut child = CHILDREN.spawn(NAME, &role);
+        wait_for(&ready, &mut child);
         std::thread::sleep(Duration::from_micros(rng.below(100_000)));
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the writer stopped ({status}): {}", stderr_of(&mut child));

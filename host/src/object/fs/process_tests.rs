@@ -2,14 +2,13 @@
 //! several processes, and a writer killed (SIGKILL) at random moments.
 //!
 //! Each test re-executes its own test binary as the child processes:
-//! `current_exe() --exact <this test> --nocapture` with [`CHILD_ENV`] set
+//! `current_exe() --exact <this test> --nocapture` with a variable set
 //! to what the child should do. The test function sees the variable and
 //! plays the child instead of the parent.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -17,56 +16,11 @@ use super::layout::{KeyPath, STAGING};
 use super::tests::{Outcome, XorShift, assert_one_winner_per_generation, block_on, open, race};
 use super::versions::version_ids;
 use crate::checksum::crc64_nvme;
+use crate::child_tests::{ChildTests, stderr_of, wait_for};
 use crate::object::{MAX_LIST_PAGE, Metadata, ObjectError, ObjectStore, PutCondition};
 
-/// Set in a child process to what it should do.
-const CHILD_ENV: &str = "CUSTODIAN_FS_TEST_CHILD";
-
-/// Runs this test binary's test `name` (in this module) as a child
-/// process playing `role`.
-fn spawn_child(name: &str, role: &str) -> Child {
-    let module = module_path!()
-        .split_once("::")
-        .map_or(module_path!(), |(_, rest)| rest);
-    Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            &format!("{module}::{name}"),
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning a child test process")
-}
-
-/// The child's role, if this process is a child.
-fn child_role() -> Option<String> {
-    std::env::var(CHILD_ENV).ok()
-}
-
-fn wait_for(path: &Path, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the child exited early ({status}): {}", stderr_of(child));
-        }
-        assert!(Instant::now() < deadline, "the child never got ready");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut stderr) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-    }
-    text
-}
+/// This module's child processes, told their role in this variable.
+const CHILDREN: ChildTests = ChildTests::new(module_path!(), "CUSTODIAN_FS_TEST_CHILD");
 
 fn staging_is_empty(root: &Path) -> bool {
     std::fs::read_dir(root.join(STAGING))
@@ -85,7 +39,7 @@ const RACE_ROUNDS: usize = 5;
 
 #[test]
 fn processes_racing_conditional_puts_get_one_winner_per_generation() {
-    if let Some(role) = child_role() {
+    if let Some(role) = CHILDREN.role() {
         // role: <root>\t<versioned>\t<who>\t<go file>\t<results file>
         let [root, versioned, who, go, results] = role.split('\t').collect::<Vec<_>>()[..] else {
             panic!("bad role {role:?}")
@@ -124,7 +78,7 @@ fn processes_racing_conditional_puts_get_one_winner_per_generation() {
                 go.display(),
                 results.display()
             );
-            let mut child = spawn_child(
+            let mut child = CHILDREN.spawn(
                 "processes_racing_conditional_puts_get_one_winner_per_generation",
                 &role,
             );
@@ -327,7 +281,7 @@ fn check_after_kill(
 
 #[test]
 fn a_writer_killed_at_random_moments_never_leaves_a_torn_object() {
-    if let Some(role) = child_role() {
+    if let Some(role) = CHILDREN.role() {
         crash_child(&role);
         return;
     }
@@ -352,7 +306,7 @@ fn a_writer_killed_at_random_moments_never_leaves_a_torn_object() {
                 ready.display(),
                 acked.display()
             );
-            let mut child = spawn_child(
+            let mut child = CHILDREN.spawn(
                 "a_writer_killed_at_random_moments_never_leaves_a_torn_object",
                 &role,
             );

@@ -174,9 +174,9 @@ impl Kv for BudgetedKv {
 }
 
 /// An [`ObjectStore`] that charges every backend call to a budget before
-/// making it. Composite operations (compose, epoch cells) are left to the
-/// trait's provided implementations, so each primitive they make is
-/// charged.
+/// making it. Epoch cells are left to the trait's provided
+/// implementations, so each primitive they make is charged; a compose is
+/// charged for its calls up front and run by the backend.
 pub struct BudgetedStore {
     inner: Arc<dyn ObjectStore>,
     budget: SliceBudget,
@@ -238,7 +238,13 @@ impl ObjectStore for BudgetedStore {
     }
 
     async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
-        crate::object::compose::compose(self, spec).await
+        // Charged up front for the calls it makes (create, one per part,
+        // complete), then left to the backend: S3 must send the metadata
+        // when the upload is created, which the bare primitives cannot.
+        for _ in 0..spec.parts.len() + 2 {
+            self.charge()?;
+        }
+        self.inner.compose_generation(spec).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {

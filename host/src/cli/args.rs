@@ -249,6 +249,24 @@ pub struct AuditArgs {
     pub json: bool,
 }
 
+/// Which object store a command works on.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The store URL: file:///absolute/path, mem://, or s3://bucket/prefix.
+    #[arg(long = "store", env = "CUSTODIAN_STORE", value_name = "URL")]
+    pub url: String,
+    /// For s3:// stores: the endpoint of an S3-compatible server (e.g.
+    /// http://127.0.0.1:9000), addressed path-style [default: AWS].
+    #[arg(long, env = "CUSTODIAN_S3_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// For s3:// stores: the region [default: from the AWS configuration:
+    /// $AWS_REGION, the profile, or the instance metadata]. Credentials
+    /// come only from the standard chain (environment, profile, instance
+    /// role), never from flags.
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+}
+
 /// The condition a publish must meet; exactly one is required.
 #[derive(Debug, Args)]
 pub struct PutGuard {
@@ -269,9 +287,8 @@ pub enum ObjectCommand {
     /// Publish a file (or stdin) at KEY; print the new etag, version id and
     /// CRC. Files over 64 MiB are composed in parts.
     Put {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// The object key: `/`-separated, no empty, `.` or `..` segments.
         key: String,
         /// The file to publish; `-` reads stdin.
@@ -292,9 +309,8 @@ pub enum ObjectCommand {
     /// replaced midway, nothing is written and the command exits 1.
     #[command(disable_version_flag = true)]
     Get {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// The object key.
         key: String,
         /// Where to write; `-` is stdout. A file is written whole or not at
@@ -316,9 +332,8 @@ pub enum ObjectCommand {
     /// metadata.
     #[command(disable_version_flag = true)]
     Head {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// The object key.
         key: String,
         /// This exact version.
@@ -330,9 +345,8 @@ pub enum ObjectCommand {
     },
     /// List current objects under a prefix.
     Ls {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Only keys starting with this.
         #[arg(default_value = "")]
         prefix: String,
@@ -343,10 +357,24 @@ pub enum ObjectCommand {
     /// List every version and delete marker under a prefix, newest first
     /// within a key (`*` marks the current one).
     Versions {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Only keys starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check (and where needed set up) a store: whether it keeps versions,
+    /// whether abandoned uploads are cleaned up, whether the server
+    /// validates checksums (an S3-compatible server that does not is
+    /// probed and then verified by reading back every publish). Prints
+    /// notes, warnings and errors; exits 1 if the store is not usable.
+    Bootstrap {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The key prefix the host will use.
         #[arg(default_value = "")]
         prefix: String,
         /// Print JSON.
@@ -357,9 +385,8 @@ pub enum ObjectCommand {
     /// exact version permanently with --version.
     #[command(disable_version_flag = true)]
     Rm {
-        /// The store URL.
-        #[arg(long, env = "CUSTODIAN_STORE")]
-        store: String,
+        #[command(flatten)]
+        store: StoreArgs,
         /// The object key.
         key: String,
         /// Remove this exact version permanently.

@@ -15,7 +15,7 @@ use custodian::object::{
 };
 use serde_json::{Value, json};
 
-use super::args::{ObjectCommand, PutGuard};
+use super::args::{ObjectCommand, PutGuard, StoreArgs};
 use super::{Failure, Outcome};
 
 /// Objects up to this size are published whole; larger ones are composed
@@ -109,16 +109,51 @@ pub(super) fn run(command: ObjectCommand) -> Outcome {
     io.block_on(dispatch(command))
 }
 
-fn open(url: &str) -> Result<Arc<dyn ObjectStore>, Failure> {
-    let url: StoreUrl = url
+async fn open(args: &StoreArgs) -> Result<Arc<dyn ObjectStore>, Failure> {
+    let url: StoreUrl = args
+        .url
         .parse()
         .map_err(|e: ObjectError| Failure::Usage(anyhow!(e)))?;
-    url.open(Arc::new(SystemClock))
+    url.reached_at(args.endpoint.clone(), args.region.clone())
+        .open(Arc::new(SystemClock))
+        .await
         .map_err(|e| failed(anyhow!(e).context("cannot open the store")))
 }
 
 async fn dispatch(command: ObjectCommand) -> Outcome {
     match command {
+        ObjectCommand::Bootstrap {
+            store,
+            prefix,
+            json,
+        } => {
+            let store = open(&store).await?;
+            let report = store
+                .bootstrap(&prefix)
+                .await
+                .map_err(store_error("cannot bootstrap the store".into()))?;
+            if json {
+                println!(
+                    "{}",
+                    json!({"ok": report.ok(), "notes": report.notes, "warnings": report.warnings, "errors": report.errors})
+                );
+            } else {
+                for note in &report.notes {
+                    println!("note: {note}");
+                }
+                for warning in &report.warnings {
+                    println!("warning: {warning}");
+                }
+                for error in &report.errors {
+                    println!("error: {error}");
+                }
+            }
+            if report.ok() {
+                Ok(())
+            } else {
+                Err(failed(anyhow!("the store is not usable as it is")))
+            }
+        }
         ObjectCommand::Put {
             store,
             key,
@@ -127,7 +162,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             meta,
             json,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             let metadata = meta
                 .iter()
                 .map(|pair| {
@@ -150,7 +185,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             range,
             if_match,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             let range = range.as_deref().map(parse_range).transpose()?;
             get(
                 store.as_ref(),
@@ -168,7 +203,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             version,
             json,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             let meta = match &version {
                 Some(version) => store.head_version(&key, version).await,
                 None => store.head(&key).await,
@@ -182,7 +217,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             prefix,
             json,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             print_listing(
                 async |cursor: Option<String>| {
                     store
@@ -203,7 +238,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             prefix,
             json,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             print_listing(
                 async |cursor: Option<String>| {
                     store
@@ -236,7 +271,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             key,
             version,
         } => {
-            let store = open(&store)?;
+            let store = open(&store).await?;
             match &version {
                 Some(version) => store.delete_version(&key, version).await,
                 None => store.delete(&key).await,

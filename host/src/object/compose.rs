@@ -89,8 +89,13 @@ fn invalid(message: String) -> ObjectError {
     ObjectError::InvalidArgument(message)
 }
 
-/// Checks a spec against every rule that does not need the store.
-fn validate(spec: &ComposeSpec<'_>, min_part: u64, max_parts: u32) -> Result<(), ObjectError> {
+/// Checks a spec against every rule that does not need the store (backends
+/// that assemble a spec their own way check it with this too).
+pub(crate) fn validate(
+    spec: &ComposeSpec<'_>,
+    min_part: u64,
+    max_parts: u32,
+) -> Result<(), ObjectError> {
     super::validate_key(spec.key)?;
     super::validate_metadata(&spec.metadata)?;
     if spec.parts.is_empty() {

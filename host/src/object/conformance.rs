@@ -13,20 +13,51 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::{
-    ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, MAX_METADATA_BYTES, MAX_OBJECT_KEY_BYTES,
-    Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
+    ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, MAX_METADATA_BYTES, MAX_METADATA_ENTRIES,
+    MAX_OBJECT_KEY_BYTES, Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
 };
 use crate::checksum::crc64_nvme;
 
 /// Generates one `#[tokio::test]` per conformance check for the backend
-/// built by `$factory: Fn() -> impl ObjectStore`: the common checks plus
-/// the `versioned` or `unversioned` group.
+/// built by `$factory`: the common checks plus the `versioned` or
+/// `unversioned` group.
+///
+/// - `versioned: f` / `unversioned: f`: `f: Fn() -> impl ObjectStore`.
+/// - `versioned async: f` / `unversioned async: f`:
+///   `f: Fn() -> impl Future<Output = Option<impl ObjectStore + 'static>>`,
+///   for stores that need I/O to build (a bucket on a server the tests
+///   start). `None` means the factory could not build one and has said
+///   why; the check then returns without running (the factory decides
+///   whether that is allowed, e.g. never under CI).
+/// - `..., unexpressible: g` after an async factory: `g: fn(&str) ->
+///   Option<&'static str>` names the checks this run's server cannot
+///   express, with the reason. Those checks still run and must fail (see
+///   [`expect_unexpressible`]): a gap that closes is reported, never
+///   silently passed.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! object_conformance_tests {
     (versioned: $factory:expr) => {
-        $crate::object_conformance_tests!(@common $factory);
-        $crate::object_conformance_tests!(@each $factory;
+        $crate::object_conformance_tests!(@versioned (sync $factory));
+    };
+    (versioned async: $factory:expr) => {
+        $crate::object_conformance_tests!(@versioned (async $factory, |_: &str| None));
+    };
+    (versioned async: $factory:expr, unexpressible: $gaps:expr) => {
+        $crate::object_conformance_tests!(@versioned (async $factory, $gaps));
+    };
+    (unversioned: $factory:expr) => {
+        $crate::object_conformance_tests!(@unversioned (sync $factory));
+    };
+    (unversioned async: $factory:expr) => {
+        $crate::object_conformance_tests!(@unversioned (async $factory, |_: &str| None));
+    };
+    (unversioned async: $factory:expr, unexpressible: $gaps:expr) => {
+        $crate::object_conformance_tests!(@unversioned (async $factory, $gaps));
+    };
+    (@versioned $how:tt) => {
+        $crate::object_conformance_tests!(@common $how);
+        $crate::object_conformance_tests!(@each $how;
             the_store_says_it_keeps_versions,
             each_publish_gets_a_distinct_version_id_reported_by_head,
             every_version_stays_readable_by_id_after_it_is_replaced,
@@ -50,16 +81,16 @@ macro_rules! object_conformance_tests {
             a_lease_cell_keeps_its_history_as_versions,
         );
     };
-    (unversioned: $factory:expr) => {
-        $crate::object_conformance_tests!(@common $factory);
-        $crate::object_conformance_tests!(@each $factory;
+    (@unversioned $how:tt) => {
+        $crate::object_conformance_tests!(@common $how);
+        $crate::object_conformance_tests!(@each $how;
             the_store_says_it_keeps_no_versions,
             a_publish_reports_no_version_id,
             every_version_call_is_unsupported_even_for_an_existing_key,
         );
     };
-    (@common $factory:expr) => {
-        $crate::object_conformance_tests!(@each $factory;
+    (@common $how:tt) => {
+        $crate::object_conformance_tests!(@each $how;
             a_missing_key_is_not_found,
             a_published_object_reads_back_with_its_crc_and_metadata,
             a_create_of_an_existing_key_fails_and_the_first_bytes_survive,
@@ -112,7 +143,7 @@ macro_rules! object_conformance_tests {
             bootstrap_reports_a_usable_store,
         );
     };
-    (@each $factory:expr; $($name:ident),+ $(,)?) => {
+    (@each (sync $factory:expr); $($name:ident),+ $(,)?) => {
         $(
             #[tokio::test]
             async fn $name() {
@@ -121,6 +152,51 @@ macro_rules! object_conformance_tests {
             }
         )+
     };
+    (@each (async $factory:expr, $gaps:expr); $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let Some(store) = ($factory)().await else {
+                    return;
+                };
+                let gaps: fn(&str) -> Option<&'static str> = $gaps;
+                match gaps(stringify!($name)) {
+                    None => $crate::object::conformance::$name(&store).await,
+                    Some(gap) => {
+                        $crate::object::conformance::expect_unexpressible(
+                            stringify!($name),
+                            gap,
+                            async move { $crate::object::conformance::$name(&store).await },
+                        )
+                        .await
+                    }
+                }
+            }
+        )+
+    };
+}
+
+/// Runs a check that this run's server is declared unable to express
+/// (`gap` says why) and requires it to fail: the failure is the declared
+/// gap, printed; a pass means the gap has closed and the declaration must
+/// go.
+///
+/// # Panics
+/// When the check passes.
+pub(crate) async fn expect_unexpressible(
+    name: &str,
+    gap: &str,
+    check: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    match tokio::spawn(check).await {
+        Err(failed) if failed.is_panic() => {
+            eprintln!("{name}: fails as declared unexpressible on this server: {gap}");
+        }
+        Err(other) => panic!("{name}: the check did not finish: {other}"),
+        Ok(()) => panic!(
+            "{name} passed, but this run declares it unexpressible ({gap}): remove the declaration"
+        ),
+    }
 }
 
 // ── helpers ──────────────────────────────────────────────────────────
@@ -751,8 +827,12 @@ pub(crate) async fn out_of_bounds_metadata_is_refused_and_nothing_is_stored(
 ) {
     create(store, "src", b"v").await;
     let too_big = metadata(&[("k", "v".repeat(MAX_METADATA_BYTES).as_str())]);
+    let too_many: Metadata = (0..=MAX_METADATA_ENTRIES)
+        .map(|i| (format!("m{i:02}"), "v".into()))
+        .collect();
     let bad = [
         too_big,
+        too_many,
         metadata(&[("", "v")]),
         metadata(&[("k", "line\nbreak")]),
         metadata(&[("k", "caf\u{e9}")]),
@@ -773,7 +853,7 @@ pub(crate) async fn out_of_bounds_metadata_is_refused_and_nothing_is_stored(
     }
     assert_eq!(all_keys(store, "").await, ["src"]);
     // The bounds themselves are allowed.
-    let most: Metadata = (0..100)
+    let most: Metadata = (0..MAX_METADATA_ENTRIES)
         .map(|i| (format!("m{i:02}"), "v".repeat(17)))
         .collect();
     let biggest = metadata(&[("k", "v".repeat(MAX_METADATA_BYTES - 1).as_str())]);

@@ -36,6 +36,8 @@ pub mod fs;
 pub mod memory;
 #[cfg(unix)]
 pub mod open;
+/// The S3 backend (AWS and S3-compatible servers).
+pub mod s3;
 pub mod stamps;
 
 #[cfg(test)]
@@ -58,6 +60,13 @@ pub const MAX_METADATA_BYTES: usize = 2048;
 /// Most items in one listing page: bounds one call's memory and matches
 /// S3's page size.
 pub const MAX_LIST_PAGE: u32 = 1000;
+
+/// Most user metadata entries on one object. On S3 every entry comes back
+/// as a response header, and the SDK's HTTP client refuses a response with
+/// more than 100 headers (a limit it does not let us raise) of which S3
+/// uses up to ~36 itself: an object with more entries could be written but
+/// never read. One more is kept for the S3 backend's own CRC record.
+pub const MAX_METADATA_ENTRIES: usize = 63;
 
 /// User metadata, keys without any backend prefix.
 pub type Metadata = BTreeMap<String, String>;
@@ -552,6 +561,12 @@ pub fn validate_key(key: &str) -> Result<(), ObjectError> {
 /// # Errors
 /// [`ObjectError::InvalidArgument`] naming the offending pair or the total.
 pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(ObjectError::InvalidArgument(format!(
+            "{} metadata entries exceed {MAX_METADATA_ENTRIES}",
+            metadata.len()
+        )));
+    }
     let total: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
     if total > MAX_METADATA_BYTES {
         return Err(ObjectError::InvalidArgument(format!(

@@ -6,13 +6,17 @@
 //!   says `?versioned=false`. Relative paths are refused: a store's
 //!   identity must not depend on the working directory.
 //! - `mem://` — an empty in-memory store (tests, dry runs).
-//! - `s3://bucket/prefix` — arrives with the S3 backend.
+//! - `s3://bucket/prefix` — a bucket (and a key prefix in it) reached
+//!   through aws-sdk-s3: AWS by default, or any S3-compatible server with
+//!   an endpoint ([`StoreUrl::reached_at`]; addressed path-style then).
+//!   Credentials come from the standard AWS chain only.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::fs::FsStore;
 use super::memory::MemoryStore;
+use super::s3::{S3Config, S3Store};
 use super::{ObjectError, ObjectStore};
 use crate::clock::Clock;
 
@@ -29,6 +33,8 @@ pub enum StoreUrl {
     },
     /// A fresh in-memory store.
     Memory,
+    /// A bucket and prefix on S3 or an S3-compatible server.
+    S3(Box<S3Config>),
 }
 
 impl std::str::FromStr for StoreUrl {
@@ -44,9 +50,7 @@ impl std::str::FromStr for StoreUrl {
             return Ok(StoreUrl::Memory);
         }
         if url.starts_with("s3://") {
-            return Err(ObjectError::Unsupported(
-                "s3:// stores arrive with the S3 backend; this build has file:// and mem://".into(),
-            ));
+            return S3Config::from_url(url).map(|config| StoreUrl::S3(Box::new(config)));
         }
         let Some(rest) = url.strip_prefix("file://") else {
             return refuse("unknown scheme");
@@ -72,11 +76,32 @@ impl std::str::FromStr for StoreUrl {
 }
 
 impl StoreUrl {
-    /// Opens the store, creating a filesystem store's directory if absent.
+    /// Where an `s3://` store is reached: an S3-compatible server's
+    /// `endpoint` (addressed path-style, as such servers expect) and the
+    /// `region`; `None` keeps AWS's defaults. Other stores ignore both.
+    #[must_use]
+    pub fn reached_at(self, endpoint: Option<String>, region: Option<String>) -> Self {
+        match self {
+            StoreUrl::S3(mut config) => {
+                if endpoint.is_some() {
+                    config.force_path_style = true;
+                    config.endpoint = endpoint;
+                }
+                if region.is_some() {
+                    config.region = region;
+                }
+                StoreUrl::S3(config)
+            }
+            other => other,
+        }
+    }
+
+    /// Opens the store, creating a filesystem store's directory if absent
+    /// and connecting to an S3 bucket.
     ///
     /// # Errors
     /// The backend's error opening it.
-    pub fn open(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn ObjectStore>, ObjectError> {
+    pub async fn open(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn ObjectStore>, ObjectError> {
         Ok(match self {
             StoreUrl::File { root, versioned } => {
                 let versioned = match versioned {
@@ -86,6 +111,7 @@ impl StoreUrl {
                 Arc::new(FsStore::open(root, clock, versioned)?)
             }
             StoreUrl::Memory => Arc::new(MemoryStore::versioned(clock)),
+            StoreUrl::S3(config) => Arc::new(S3Store::connect((**config).clone(), clock).await?),
         })
     }
 }
@@ -111,6 +137,24 @@ mod tests {
                 versioned: Some(false)
             })
         );
+        let Ok(StoreUrl::S3(config)) = "s3://bucket/some/prefix".parse::<StoreUrl>() else {
+            panic!("an s3:// URL names an S3 store");
+        };
+        assert_eq!(config.bucket, "bucket");
+        let Ok(StoreUrl::S3(config)) = "s3://bucket/p".parse::<StoreUrl>().map(|u| {
+            u.reached_at(
+                Some("http://127.0.0.1:9000".into()),
+                Some("eu-west-1".into()),
+            )
+        }) else {
+            panic!("still an S3 store");
+        };
+        assert_eq!(config.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(config.region.as_deref(), Some("eu-west-1"));
+        assert!(
+            config.force_path_style,
+            "S3-compatible servers are addressed path-style"
+        );
     }
 
     #[test]
@@ -128,8 +172,8 @@ mod tests {
             );
         }
         assert!(matches!(
-            "s3://bucket/p".parse::<StoreUrl>(),
-            Err(ObjectError::Unsupported(_))
+            "s3://".parse::<StoreUrl>(),
+            Err(ObjectError::InvalidArgument(_))
         ));
     }
 }

@@ -11,8 +11,9 @@
 //! both); boto3 is the one installed beside LocalStack (or
 //! `CUSTODIAN_BOTO3_PYTHON`). `WORD` keeps only the servers whose name
 //! contains it. The backend uploads by composing 16 MiB parts (four in
-//! flight) and downloads 16 MiB ranges, four in flight; boto3 uses its
-//! default ten threads with 16 MiB chunks.
+//! flight: the backend's own choice) and downloads 16 MiB ranges, ten in
+//! flight (the caller's choice, matched to boto3); boto3 uses its default
+//! ten threads with 16 MiB chunks.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,8 +24,9 @@ use custodian::object::{ComposeSpec, Metadata, ObjectStore, PartSource, PutCondi
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 256 * MIB;
 const PART: u64 = 16 * MIB;
-/// Ranges in flight on download: as many as compose keeps parts in flight.
-const READS_IN_FLIGHT: usize = 4;
+/// Ranges in flight on download: as many as boto3's transfer manager
+/// keeps threads, so both sides get the same concurrency.
+const READS_IN_FLIGHT: usize = 10;
 
 fn wanted(what: &str) -> bool {
     let filter: Vec<String> = std::env::args()

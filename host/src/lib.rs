@@ -16,6 +16,7 @@ pub mod checksum;
 #[cfg(test)]
 mod child_tests;
 pub mod clock;
+pub mod config;
 pub mod data_dir;
 pub mod fence;
 pub mod kv;

@@ -237,3 +237,52 @@ fn a_large_stdin_stream_is_composed_in_parts_and_reads_back_whole() {
     assert_eq!(code, 0, "{stderr}");
     assert!(std::fs::read(&target).unwrap() == data);
 }
+
+#[test]
+fn a_store_named_in_the_configuration_file_is_used_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("custodian.toml");
+    std::fs::write(
+        &config,
+        format!("[stores.main]\nurl = \"{}\"\n", store(&dir)),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let source = dir.path().join("in.txt");
+    std::fs::write(&source, "named").unwrap();
+    let (code, _, stderr) = outcome(&run(&[
+        "--config",
+        config,
+        "object",
+        "put",
+        "--store",
+        "main",
+        "a.txt",
+        source.to_str().unwrap(),
+        "--if-none-match",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    // The same bytes are in the store the name stands for.
+    let (code, stdout, stderr) = outcome(&run(&[
+        "object",
+        "get",
+        "--store",
+        &store(&dir),
+        "a.txt",
+        "-",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "named");
+
+    let (code, _, stderr) = outcome(&run(&[
+        "--config", config, "object", "ls", "--store", "other",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("no store named \"other\"") && stderr.contains("main"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = outcome(&run(&["object", "ls", "--store", "main"]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--config"), "{stderr}");
+}

@@ -41,6 +41,11 @@ pub struct Global {
     /// Compile plugins on every load instead of using the cache.
     #[arg(long, global = true)]
     pub no_cache: bool,
+    /// The configuration file (TOML): named object stores, so `--store
+    /// NAME` can stand for a URL with its endpoint and region. See
+    /// README.md for the format.
+    #[arg(long, global = true, env = "CUSTODIAN_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Log more (-v: plugin logs and info; -vv: debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -252,8 +257,9 @@ pub struct AuditArgs {
 /// Which object store a command works on.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// The store URL: file:///absolute/path, mem://, or s3://bucket/prefix.
-    #[arg(long = "store", env = "CUSTODIAN_STORE", value_name = "URL")]
+    /// The store: a URL (file:///absolute/path, mem://, s3://bucket/prefix)
+    /// or the name of a store in the --config file.
+    #[arg(long = "store", env = "CUSTODIAN_STORE", value_name = "URL|NAME")]
     pub url: String,
     /// For s3:// stores: the endpoint of an S3-compatible server (e.g.
     /// http://127.0.0.1:9000), addressed path-style [default: AWS].

@@ -55,7 +55,7 @@ pub fn main() -> ExitCode {
         Command::Plugin(command) => plugin::run(&cli.global, command),
         Command::Run(args) => run::run(&cli.global, &args),
         Command::Crc64(args) => crc64::run(&args),
-        Command::Object(command) => object::run(command),
+        Command::Object(command) => object::run(&cli.global, command),
         Command::Tick(args) => tick::run(&cli.global, &args),
         Command::Timer(command) => timer::run(command),
         Command::Audit(args) => audit::run(&args),

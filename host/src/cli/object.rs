@@ -8,6 +8,7 @@ use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use custodian::checksum;
 use custodian::clock::SystemClock;
+use custodian::config::Config;
 use custodian::object::open::StoreUrl;
 use custodian::object::{
     ComposeSpec, ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, Metadata, ObjectError,
@@ -15,7 +16,7 @@ use custodian::object::{
 };
 use serde_json::{Value, json};
 
-use super::args::{ObjectCommand, PutGuard, StoreArgs};
+use super::args::{Global, ObjectCommand, PutGuard, StoreArgs};
 use super::{Failure, Outcome};
 
 /// Objects up to this size are published whole; larger ones are composed
@@ -100,34 +101,51 @@ fn parse_range(range: &str) -> Result<(u64, Option<u64>), Failure> {
     Ok((start, end))
 }
 
-pub(super) fn run(command: ObjectCommand) -> Outcome {
+pub(super) fn run(global: &Global, command: ObjectCommand) -> Outcome {
+    let config = match &global.config {
+        Some(path) => Some(Config::load(path).map_err(|e| Failure::Usage(e.into()))?),
+        None => None,
+    };
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the I/O runtime")
         .map_err(failed)?;
-    io.block_on(dispatch(command))
+    io.block_on(dispatch(config.as_ref(), command))
 }
 
-async fn open(args: &StoreArgs) -> Result<Arc<dyn ObjectStore>, Failure> {
-    let url: StoreUrl = args
-        .url
-        .parse()
-        .map_err(|e: ObjectError| Failure::Usage(anyhow!(e)))?;
+/// The store `args` names: a URL, or (without `://`) a store of the
+/// configuration file; flags override the file's endpoint and region.
+async fn open(config: Option<&Config>, args: &StoreArgs) -> Result<Arc<dyn ObjectStore>, Failure> {
+    let url: StoreUrl = if args.url.contains("://") {
+        args.url
+            .parse()
+            .map_err(|e: ObjectError| Failure::Usage(anyhow!(e)))?
+    } else {
+        let config = config.ok_or_else(|| {
+            Failure::Usage(anyhow!(
+                "--store {:?} is not a URL; to name a configured store, pass --config FILE",
+                args.url
+            ))
+        })?;
+        config
+            .store(&args.url)
+            .map_err(|e| Failure::Usage(e.into()))?
+    };
     url.reached_at(args.endpoint.clone(), args.region.clone())
         .open(Arc::new(SystemClock))
         .await
         .map_err(|e| failed(anyhow!(e).context("cannot open the store")))
 }
 
-async fn dispatch(command: ObjectCommand) -> Outcome {
+async fn dispatch(config: Option<&Config>, command: ObjectCommand) -> Outcome {
     match command {
         ObjectCommand::Bootstrap {
             store,
             prefix,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             let report = store
                 .bootstrap(&prefix)
                 .await
@@ -162,7 +180,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             meta,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             let metadata = meta
                 .iter()
                 .map(|pair| {
@@ -185,7 +203,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             range,
             if_match,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             let range = range.as_deref().map(parse_range).transpose()?;
             get(
                 store.as_ref(),
@@ -203,7 +221,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             version,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             let meta = match &version {
                 Some(version) => store.head_version(&key, version).await,
                 None => store.head(&key).await,
@@ -217,7 +235,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             prefix,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             print_listing(
                 async |cursor: Option<String>| {
                     store
@@ -238,7 +256,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             prefix,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             print_listing(
                 async |cursor: Option<String>| {
                     store
@@ -271,7 +289,7 @@ async fn dispatch(command: ObjectCommand) -> Outcome {
             key,
             version,
         } => {
-            let store = open(&store).await?;
+            let store = open(config, &store).await?;
             match &version {
                 Some(version) => store.delete_version(&key, version).await,
                 None => store.delete(&key).await,

@@ -23,13 +23,12 @@ use crate::checksum::crc64_nvme;
 /// `unversioned` group.
 ///
 /// - `versioned: f` / `unversioned: f`: `f: Fn() -> impl ObjectStore`.
-/// - `versioned async: f` / `unversioned async: f`:
+/// - `versioned async: f, unexpressible: g`:
 ///   `f: Fn() -> impl Future<Output = Option<impl ObjectStore + 'static>>`,
 ///   for stores that need I/O to build (a bucket on a server the tests
 ///   start). `None` means the factory could not build one and has said
 ///   why; the check then returns without running (the factory decides
-///   whether that is allowed, e.g. never under CI).
-/// - `..., unexpressible: g` after an async factory: `g: fn(&str) ->
+///   whether that is allowed, e.g. never under CI). `g: fn(&str) ->
 ///   Option<&'static str>` names the checks this run's server cannot
 ///   express, with the reason. Those checks still run and must fail (see
 ///   [`expect_unexpressible`]): a gap that closes is reported, never
@@ -40,20 +39,11 @@ macro_rules! object_conformance_tests {
     (versioned: $factory:expr) => {
         $crate::object_conformance_tests!(@versioned (sync $factory));
     };
-    (versioned async: $factory:expr) => {
-        $crate::object_conformance_tests!(@versioned (async $factory, |_: &str| None));
-    };
     (versioned async: $factory:expr, unexpressible: $gaps:expr) => {
         $crate::object_conformance_tests!(@versioned (async $factory, $gaps));
     };
     (unversioned: $factory:expr) => {
         $crate::object_conformance_tests!(@unversioned (sync $factory));
-    };
-    (unversioned async: $factory:expr) => {
-        $crate::object_conformance_tests!(@unversioned (async $factory, |_: &str| None));
-    };
-    (unversioned async: $factory:expr, unexpressible: $gaps:expr) => {
-        $crate::object_conformance_tests!(@unversioned (async $factory, $gaps));
     };
     (@versioned $how:tt) => {
         $crate::object_conformance_tests!(@common $how);

@@ -615,6 +615,8 @@ impl PlannedStep<'_> {
         batch.writes.extend(commit.batch.writes);
 
         let reference = display_reference(&timer.reference);
+        // Built once: a plugin handler formats its content hash each call.
+        let actor = handler.actor();
         let mut records = vec![Record {
             at_ms: now,
             actor: "system:timer".into(),
@@ -627,13 +629,13 @@ impl PlannedStep<'_> {
                 format!("step:{step}"),
             ],
             detail: Some(match next_due {
-                Some(next) => format!("step {step} by {}; next due at {next}", handler.actor()),
-                None => format!("step {step} by {}; timer finished", handler.actor()),
+                Some(next) => format!("step {step} by {actor}; next due at {next}"),
+                None => format!("step {step} by {actor}; timer finished"),
             }),
         }];
         records.extend(commit.audit.into_iter().map(|entry| Record {
             at_ms: now,
-            actor: handler.actor(),
+            actor: actor.clone(),
             event: entry.event,
             targets: entry.targets,
             detail: entry.detail,

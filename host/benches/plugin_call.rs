@@ -106,6 +106,7 @@ fn main() {
         stores: Default::default(),
         clock,
         io: io.handle().clone(),
+        retention: None,
     });
     let limits = Limits {
         timeout: Duration::from_secs(60),

@@ -7,7 +7,8 @@ use crate::runtime::World;
 pub fn plugin(world: World) -> Option<&'static [u8]> {
     match world {
         World::Retention => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_RETENTION"))),
-        World::Takedown | World::Purge | World::Archive => None,
+        World::Takedown => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_TAKEDOWN"))),
+        World::Purge | World::Archive => None,
     }
 }
 

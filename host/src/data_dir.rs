@@ -3,8 +3,17 @@
 //!
 //! Layout:
 //! - `kv.redb` — the durable KV ([`crate::kv::redb`]): timers, policy
-//!   state, fences and the audit log. One process at a time holds it; a
-//!   second gets [`KvError::InUse`].
+//!   state, fences, the content index ([`crate::content`]) and the audit
+//!   log. One process at a time holds it; a second gets
+//!   [`KvError::InUse`].
+//! - `serving/` — the default `serving` object store (a filesystem store,
+//!   [`crate::object::fs`]): content as users pushed it, under
+//!   `content/<id>`.
+//! - `preserved/` — the default `preserved` object store: what the
+//!   takedown policy preserves, kept apart from what it takes down.
+//!
+//! A store named in the configuration file ([`crate::config`]) replaces
+//! its default here; the KV always lives in the data directory.
 //!
 //! The directory is created on first use, readable by its owner only:
 //! policy state and audit records are not for other local users.

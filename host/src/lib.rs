@@ -6,8 +6,9 @@
 //! ([`timers`]), per-step budgets ([`budget`]), epoch fencing
 //! ([`fence`]), the audit log ([`audit`]) — and runs policy plugins
 //! ([`runtime`]) that decide what happens. [`policy`] holds the host-side
-//! drivers of each policy world; [`data_dir`] the embedded default's
-//! on-disk layout.
+//! drivers of each policy world; [`content`] the content model
+//! (content-addressed repositories) policies act on; [`data_dir`] the
+//! embedded default's on-disk layout.
 
 pub mod audit;
 pub mod budget;
@@ -17,6 +18,7 @@ pub mod checksum;
 mod child_tests;
 pub mod clock;
 pub mod config;
+pub mod content;
 pub mod data_dir;
 pub mod fence;
 pub mod kv;

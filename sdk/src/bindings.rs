@@ -16,7 +16,7 @@ pub mod host {
 }
 
 macro_rules! policy_world {
-    ($module:ident, $world:literal, $macro_name:literal, $bindings_module:literal) => {
+    ($module:ident, $world:literal, $macro_name:literal, $bindings_module:literal $(, $shared:literal => $path:path)*) => {
         /// Bindings of one policy world.
         pub mod $module {
             wit_bindgen::generate!({
@@ -31,6 +31,7 @@ macro_rules! policy_world {
                     "custodian:host/clock@0.1.0": crate::bindings::host::custodian::host::clock,
                     "custodian:host/audit@0.1.0": crate::bindings::host::custodian::host::audit,
                     "custodian:host/log@0.1.0": crate::bindings::host::custodian::host::log,
+                    $($shared: $path,)*
                 },
                 generate_all,
                 pub_export_macro: true,
@@ -51,7 +52,9 @@ policy_world!(
     takedown,
     "custodian:policy/takedown@0.1.0",
     "export_takedown",
-    "custodian_sdk::bindings::takedown"
+    "custodian_sdk::bindings::takedown",
+    // One `Item` type whether a policy decides retention or asks about it.
+    "custodian:policy/retention-types@0.1.0" => crate::bindings::retention::custodian::policy::retention_types
 );
 policy_world!(
     purge,

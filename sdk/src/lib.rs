@@ -29,6 +29,7 @@ pub mod kv;
 pub mod log;
 pub mod objects;
 pub mod policies;
+pub mod retention_oracle;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 

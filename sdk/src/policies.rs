@@ -18,7 +18,7 @@ pub mod retention {
 /// The takedown world: [`TakedownSteps`] is the preservation state machine.
 pub mod takedown {
     pub use crate::bindings::takedown::exports::custodian::policy::takedown_steps::{
-        Guest as TakedownSteps, RequestStatus,
+        Counts, Guest as TakedownSteps, Request, RequestStatus,
     };
 }
 

@@ -14,6 +14,29 @@ pub fn reset(now_ms: u64) {
     });
 }
 
+/// The retention policy the native host routes `retention-oracle` calls
+/// to: typically a retention plugin's own functions with fixed settings,
+/// e.g. `|item, now| Policy::assess(settings, item, now)`.
+#[derive(Clone, Copy)]
+pub struct RetentionOracle {
+    /// Answers `retention-oracle.assess`.
+    pub assess:
+        fn(crate::retention::Item, u64) -> Result<crate::retention::Assessment, crate::Error>,
+    /// Answers `retention-oracle.set-hold`.
+    pub set_hold: fn(crate::retention::Item, bool) -> Result<crate::retention::Item, crate::Error>,
+}
+
+impl std::fmt::Debug for RetentionOracle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetentionOracle")
+    }
+}
+
+/// Routes `retention-oracle` calls to `oracle` (until the next [`reset`]).
+pub fn set_retention(oracle: RetentionOracle) {
+    crate::native::with(|host| host.retention = Some(oracle));
+}
+
 /// Sets the host clock.
 pub fn set_now(now_ms: u64) {
     crate::native::with(|host| host.now_ms = now_ms);

@@ -269,6 +269,7 @@ fn a_host_call_that_hangs_is_stopped_at_the_call_deadline() {
         stores: Default::default(),
         clock: world.services.clock.clone(),
         io: world.services.io.clone(),
+        retention: None,
     });
     let runtime = runtime();
     let plugin = runtime.load_file(support::probe()).unwrap();

@@ -93,6 +93,7 @@ impl World {
             stores: [("content".to_owned(), content)].into_iter().collect(),
             clock,
             io: io.handle().clone(),
+            retention: None,
         });
         Self {
             kv,
@@ -133,4 +134,35 @@ pub fn outcome(output: &Output) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// A small deterministic generator for the crash tests; its seed is
+/// printed so a failing run can be replayed with `CUSTODIAN_CRASH_SEED`.
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from `CUSTODIAN_CRASH_SEED`, else from the clock; prints the
+    /// seed.
+    pub fn from_env() -> Self {
+        let seed = std::env::var("CUSTODIAN_CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        eprintln!("CUSTODIAN_CRASH_SEED={seed}");
+        Self(seed)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
 }

@@ -12,7 +12,7 @@ use custodian::clock::SystemClock;
 use custodian::data_dir::DataDir;
 use custodian::kv::Partition;
 
-use crate::support::{custodian, stepper};
+use crate::support::{Rng, custodian, stepper};
 
 const T0: u64 = 1_700_000_000_000;
 const TIMERS: u64 = 24;
@@ -22,37 +22,13 @@ const STEPS: u64 = 20;
 const KILLED_LAUNCHES: u32 = 100;
 const MAX_LAUNCHES: u32 = 400;
 
-/// A small deterministic generator; the seed is printed so a failing run
-/// can be replayed with `CUSTODIAN_CRASH_SEED`.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 fn reference(i: u64) -> String {
     format!("count:{STEPS}:r{i:02}")
 }
 
 #[test]
 fn ticks_killed_at_random_moments_still_commit_every_step_exactly_once() {
-    let seed = std::env::var("CUSTODIAN_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("CUSTODIAN_CRASH_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_env();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data_arg = data.to_str().unwrap();

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use custodian::runtime::World;
 
+use super::repo::RepoCommand;
+
 /// Custodian: a storage host whose policies are WebAssembly components.
 ///
 /// The host owns the mechanisms (content checksums, conditional publish,
@@ -117,6 +119,10 @@ pub enum Command {
     /// A failed condition exits 1 saying which condition failed.
     #[command(subcommand, verbatim_doc_comment)]
     Object(ObjectCommand),
+    /// Push files and directories into a repository's content, and list
+    /// its entries.
+    #[command(subcommand)]
+    Repo(RepoCommand),
     /// Fire the timers that are due, running each step through its policy
     /// plugin; print what fired.
     ///
@@ -130,9 +136,18 @@ pub enum Command {
     /// the timer (`custodian timer list`).
     ///
     /// Each --plugin handles the timers of its world's kind (a
-    /// takedown-world component handles `takedown` timers) and is granted
-    /// the KV partition named after its world. Due timers of kinds no
+    /// takedown-world component handles `takedown` timers; without
+    /// --plugin the bundled takedown policy does). A takedown plugin is
+    /// granted the KV partition `takedown`, reading of the content index
+    /// (partition `content`) and of the `serving` store, and writing of
+    /// the `preserved` store; its retention questions go to
+    /// --retention-plugin with --retention-ms. Due timers of kinds no
     /// plugin handles are counted and left alone.
+    ///
+    /// --now pins the clock; --fast-forward-to MS then runs the schedule
+    /// as if time passed: whenever nothing is due, the clock jumps to the
+    /// next due timer, until MS. Steps, deadlines and back-off all see the
+    /// jumped clock, so hours of a request's life run in seconds.
     ///
     /// Output: one line per fired timer (outcome, kind, reference, step,
     /// next due or error); with --json one JSON object:
@@ -152,6 +167,17 @@ pub enum Command {
     /// List, schedule and cancel durable timers.
     #[command(subcommand)]
     Timer(TimerCommand),
+    /// File takedown requests, follow them, and set their legal hold.
+    ///
+    /// A request takes objects (or a pack's whole inventory) of a
+    /// repository down: the takedown policy preserves every byte to the
+    /// `preserved` store (verified by CRC-64/NVME against the serving
+    /// copy), discovers the other repositories holding the same content,
+    /// keeps the preserved copy until retention ends (never while a legal
+    /// hold is set), then purges it, and re-sweeps hourly for late
+    /// writes. `custodian tick` runs the steps.
+    #[command(subcommand, verbatim_doc_comment)]
+    Takedown(TakedownCommand),
     /// Print the audit log: who did what to which targets, when.
     ///
     /// Every committed step writes its records in the same transaction as
@@ -199,9 +225,114 @@ pub struct TickArgs {
     /// Memory limit of one step.
     #[arg(long, default_value_t = 64, value_name = "MIB")]
     pub memory_mib: usize,
+    /// Jump the --now clock to each next due timer until MS (see above).
+    #[arg(long, value_name = "MS", requires = "now")]
+    pub fast_forward_to: Option<u64>,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The retention policy a takedown asks, and the deployer's settings.
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// The retention plugin: a `.wasm` file or `builtin:retention`.
+    #[arg(long, default_value = "builtin:retention", value_name = "PATH")]
+    pub retention_plugin: String,
+    /// How long preserved content is kept after its request was filed.
+    #[arg(long, default_value_t = 30 * 24 * 3_600_000, value_name = "MS")]
+    pub retention_ms: u64,
+    /// How long a version is kept after it stopped being current.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub noncurrent_retention_ms: u64,
+}
+
+/// The takedown policy and the data directory a takedown command uses.
+#[derive(Debug, Args)]
+pub struct TakedownPolicyArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// The takedown plugin: a `.wasm` file or `builtin:takedown`.
+    #[arg(long, default_value = "builtin:takedown", value_name = "PATH")]
+    pub plugin: String,
+    /// Who is acting, for the audit log.
+    #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
+    pub operator: String,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TakedownCommand {
+    /// File a request against objects of NS/NAME (or a pack's inventory);
+    /// print its id.
+    ///
+    /// The repository must hold every object (see `custodian repo ls`).
+    /// The request is recorded with its timer due now, so the next
+    /// `custodian tick` starts it. --json prints {"id": ..}.
+    #[command(verbatim_doc_comment)]
+    Create {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The repository, `namespace/name`.
+        repository: String,
+        /// An object id (64 hex digits) to take down (repeatable, at most
+        /// 1024).
+        #[arg(
+            long = "object",
+            value_name = "ID",
+            required_unless_present = "pack",
+            conflicts_with = "pack"
+        )]
+        objects: Vec<String>,
+        /// A pack id: take down everything in its inventory, nested sealed
+        /// packs included.
+        #[arg(long, value_name = "ID")]
+        pack: Option<String>,
+        /// Filing time, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a request: phase, verification, counts, retain-until, hold,
+    /// the next purge pass and the last error.
+    ///
+    /// Phases in order: seed, acquire, closure, discover, retain,
+    /// purging, purged. The last error is the policy's (e.g. a corrupt
+    /// source) or the one its last failed step left on the timer.
+    /// --json prints one object with the same fields.
+    #[command(verbatim_doc_comment)]
+    Status {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set (`on`) or clear (`off`) a request's legal hold.
+    ///
+    /// A held request is never purged; a hold cannot be placed once
+    /// purging has begun (exit 1, saying so). The request's timer moves
+    /// to now so the change takes effect at the next tick.
+    #[command(verbatim_doc_comment)]
+    Hold {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+        /// When, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

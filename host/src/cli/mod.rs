@@ -6,7 +6,10 @@ mod audit;
 mod crc64;
 mod object;
 mod plugin;
+mod repo;
 mod run;
+mod stores;
+mod takedown;
 mod tick;
 mod timer;
 
@@ -56,7 +59,9 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli.global, &args),
         Command::Crc64(args) => crc64::run(&args),
         Command::Object(command) => object::run(&cli.global, command),
+        Command::Repo(command) => repo::run(&cli.global, command),
         Command::Tick(args) => tick::run(&cli.global, &args),
+        Command::Takedown(command) => takedown::run(&cli.global, command),
         Command::Timer(command) => timer::run(command),
         Command::Audit(args) => audit::run(&args),
     };
@@ -126,6 +131,16 @@ fn open_data(
                 .context(format!("cannot open the KV in {}", data.data.display())),
         ),
     })
+}
+
+/// The configuration file the global options name, if any.
+fn config(global: &Global) -> Result<Option<custodian::config::Config>, Failure> {
+    global
+        .config
+        .as_deref()
+        .map(custodian::config::Config::load)
+        .transpose()
+        .map_err(|e| Failure::Usage(e.into()))
 }
 
 /// A runtime for the async mechanisms a command drives.

@@ -102,10 +102,7 @@ fn parse_range(range: &str) -> Result<(u64, Option<u64>), Failure> {
 }
 
 pub(super) fn run(global: &Global, command: ObjectCommand) -> Outcome {
-    let config = match &global.config {
-        Some(path) => Some(Config::load(path).map_err(|e| Failure::Usage(e.into()))?),
-        None => None,
-    };
+    let config = super::config(global)?;
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -105,6 +105,7 @@ pub(super) fn run(global: &Global, args: &RunArgs) -> Outcome {
             stores,
             clock,
             io: io.handle().clone(),
+            retention: None,
         }),
         grants,
         limits,

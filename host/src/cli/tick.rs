@@ -1,6 +1,5 @@
 //! `custodian tick`: fire due timers once (or until idle), cron-style.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,13 +7,14 @@ use anyhow::anyhow;
 use custodian::clock::{Clock, FixedClock, SystemClock};
 use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
 use custodian::policy::takedown::{TakedownHandler, TakedownPolicy};
-use custodian::runtime::{Grants, Limits, Services, World};
+use custodian::runtime::{Limits, World};
 use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
 use serde_json::json;
 
 use super::args::{Global, TickArgs};
 use super::plugin::load;
-use super::{Failure, Outcome, io_runtime, open_data, runtime};
+use super::takedown::{Environment, grants};
+use super::{Failure, Outcome};
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())
@@ -30,16 +30,22 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     if args.step_calls == 0 {
         return Err(usage(anyhow!("--step-calls must be at least 1")));
     }
-    let clock: Arc<dyn Clock> = match args.now {
-        Some(now) => Arc::new(FixedClock::new(now)),
+    let fixed = args.now.map(|now| Arc::new(FixedClock::new(now)));
+    let clock: Arc<dyn Clock> = match &fixed {
+        Some(fixed) => fixed.clone(),
         None => Arc::new(SystemClock),
     };
     // Plugins load before the data directory is opened: a bad plugin is a
     // usage error that must not hold the directory even briefly.
-    let runtime = runtime(global)?;
+    let environment = Environment::open(global, &args.data, &args.retention, clock.clone())?;
+    let specs = if args.plugins.is_empty() {
+        vec!["builtin:takedown".to_owned()]
+    } else {
+        args.plugins.clone()
+    };
     let mut policies = Vec::new();
-    for spec in &args.plugins {
-        let plugin = Arc::new(load(&runtime, spec)?);
+    for spec in &specs {
+        let plugin = Arc::new(load(&environment.runtime, spec)?);
         match plugin.info().worlds.first() {
             Some(World::Takedown) => {
                 policies.push(Arc::new(TakedownPolicy::new(plugin).map_err(usage)?));
@@ -54,18 +60,11 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         }
     }
 
-    let io = io_runtime()?;
-    let kv = open_data(&args.data, clock.clone())?;
-    let services = Arc::new(Services {
-        kv: kv.clone(),
-        stores: BTreeMap::new(),
-        clock: clock.clone(),
-        io: io.handle().clone(),
-    });
+    let kv = environment.kv.clone();
     let coordinator = Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default())
         .map_err(|e| Failure::Failed(e.into()))?;
     let mut worker = Worker::new(
-        kv,
+        kv.clone(),
         clock,
         WorkerConfig {
             step_store_calls: args.step_calls,
@@ -80,13 +79,10 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         ShardId::new("local").expect("a valid name"),
     );
     for policy in policies {
-        let grants = Grants::none()
-            .partition(World::Takedown.name())
-            .map_err(usage)?;
         worker.register(Arc::new(TakedownHandler::new(
             policy,
-            services.clone(),
-            grants,
+            environment.services.clone(),
+            grants(),
             limits.clone(),
         )));
     }
@@ -100,17 +96,36 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         }
         summary.add(report);
     };
-    io.block_on(async {
-        if args.until_idle {
-            worker
-                .run_until_idle(args.max_ticks.max(1), &mut on_tick)
-                .await
-                .map(drop)
-        } else {
-            worker.tick().await.map(|report| on_tick(&report))
-        }
-    })
-    .map_err(|e| Failure::Failed(anyhow!(e).context("the tick stopped")))?;
+    environment
+        .io
+        .block_on(async {
+            let Some(limit) = args.fast_forward_to else {
+                return if args.until_idle {
+                    worker
+                        .run_until_idle(args.max_ticks.max(1), &mut on_tick)
+                        .await
+                        .map(drop)
+                } else {
+                    worker.tick().await.map(|report| on_tick(&report))
+                };
+            };
+            let fixed = fixed
+                .as_ref()
+                .expect("clap requires --now with --fast-forward-to");
+            let mut ticks = 0;
+            while ticks < args.max_ticks.max(1) {
+                ticks += worker
+                    .run_until_idle(args.max_ticks.max(1) - ticks, &mut on_tick)
+                    .await?;
+                let now = fixed.now_ms();
+                match timers::next_due_after(kv.as_ref(), now).await? {
+                    Some(due) if due <= limit => fixed.set(due),
+                    _ => break,
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| Failure::Failed(anyhow!(e).context("the tick stopped")))?;
     summary.print(args.json);
     let failed = summary
         .fired

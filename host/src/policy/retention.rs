@@ -8,6 +8,7 @@ use crate::runtime::host::CallState;
 use crate::runtime::policy::retention::exports::custodian::policy::retention_rules as wit;
 use crate::runtime::policy::retention::{Retention, RetentionPre};
 use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
+use crate::runtime::{Grants, Limits, Services};
 
 /// The deployer's configured retention for a class of items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +142,73 @@ impl RetentionPolicy {
     }
 }
 
+/// Answers the retention questions other policies ask (the WIT
+/// `retention-oracle`), with the deployer's settings filled in.
+pub trait RetentionOracle: Send + Sync {
+    /// The retention policy's assessment of `item` at `now_ms`.
+    ///
+    /// # Errors
+    /// The policy's answer; a retention plugin that failed to answer (a
+    /// trap, a limit) is [`PolicyError::Unavailable`].
+    fn assess(&self, item: Item, now_ms: u64) -> Result<Assessment, PolicyError>;
+
+    /// The retention policy's `set-hold`.
+    ///
+    /// # Errors
+    /// As for [`RetentionOracle::assess`].
+    fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError>;
+}
+
+/// Routes retention questions to a loaded retention plugin with one class
+/// of item's settings. Each question is a call of its own: a fresh
+/// instance, no grants, the route's limits.
+pub struct RetentionRoute {
+    policy: Arc<RetentionPolicy>,
+    settings: Settings,
+    call: Arc<CallContext>,
+}
+
+impl RetentionRoute {
+    /// Routes to `policy` with `settings`; its calls run with `limits` and
+    /// reach nothing (`services` only supplies the clock and I/O runtime).
+    pub fn new(
+        policy: Arc<RetentionPolicy>,
+        settings: Settings,
+        services: Arc<Services>,
+        limits: Limits,
+    ) -> Self {
+        let actor = policy.plugin().info().actor();
+        Self {
+            policy,
+            settings,
+            call: Arc::new(CallContext {
+                services,
+                grants: Grants::none(),
+                limits,
+                actor,
+            }),
+        }
+    }
+}
+
+fn unanswered(error: CallError) -> PolicyError {
+    PolicyError::Unavailable(format!("the retention plugin did not answer: {error}"))
+}
+
+impl RetentionOracle for RetentionRoute {
+    fn assess(&self, item: Item, now_ms: u64) -> Result<Assessment, PolicyError> {
+        self.policy
+            .assess(self.call.clone(), self.settings, item, now_ms)
+            .map_err(unanswered)?
+    }
+
+    fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
+        self.policy
+            .set_hold(self.call.clone(), item, enabled)
+            .map_err(unanswered)?
+    }
+}
+
 impl From<Settings> for wit::Settings {
     fn from(s: Settings) -> Self {
         Self {
@@ -199,6 +267,26 @@ impl From<wit::Verdict> for Verdict {
         match verdict {
             wit::Verdict::Allow => Self::Allow,
             wit::Verdict::Deny(reason) => Self::Deny(reason),
+        }
+    }
+}
+
+impl From<Verdict> for wit::Verdict {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Allow => Self::Allow,
+            Verdict::Deny(reason) => Self::Deny(reason),
+        }
+    }
+}
+
+impl From<Assessment> for wit::Assessment {
+    fn from(a: Assessment) -> Self {
+        Self {
+            retain_until_ms: a.retain_until_ms,
+            may_delete: a.may_delete.into(),
+            may_purge: a.may_purge.into(),
+            next_check_ms: a.next_check_ms,
         }
     }
 }

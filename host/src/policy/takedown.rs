@@ -24,23 +24,103 @@ use crate::timers::{AuditEntry, DueTimer, Fired, StepCommit, StepFailure, TimerH
 
 /// The timer kind takedown steps run under.
 pub const KIND: &str = "takedown";
+/// The KV partition a takedown plugin owns (read and write).
+pub const PARTITION: &str = "takedown";
+/// The host's content index, which a takedown plugin reads.
+pub const CONTENT_PARTITION: &str = "content";
+/// The store users' content is served from, which a takedown plugin reads.
+pub const SERVING_STORE: &str = "serving";
+/// The separately provisioned store only the takedown policy writes to.
+pub const PRESERVED_STORE: &str = "preserved";
+
+/// A takedown request as an operator files it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// 32 bytes; the timer's reference.
+    pub id: [u8; 32],
+    /// `namespace/name`.
+    pub repository: String,
+    /// When it was filed, ms since the epoch.
+    pub created_ms: u64,
+    /// Objects to take down; empty when `pack` is given.
+    pub objects: Vec<[u8; 32]>,
+    /// A pack whose whole inventory is taken down.
+    pub pack: Option<[u8; 32]>,
+}
+
+impl Request {
+    /// A request whose id is derived from its contents: filing the same
+    /// request twice in the same millisecond names the same request
+    /// (and the second is refused as existing), never two.
+    pub fn new(
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key("custodian takedown request v1");
+        hasher.update(&(repository.len() as u64).to_le_bytes());
+        hasher.update(repository.as_bytes());
+        hasher.update(&created_ms.to_le_bytes());
+        hasher.update(&(objects.len() as u64).to_le_bytes());
+        for object in &objects {
+            hasher.update(object);
+        }
+        if let Some(pack) = &pack {
+            hasher.update(b"pack");
+            hasher.update(pack);
+        }
+        Self {
+            id: *hasher.finalize().as_bytes(),
+            repository,
+            created_ms,
+            objects,
+            pack,
+        }
+    }
+}
+
+/// Running totals of a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Objects queued for acquisition.
+    pub objects: u64,
+    /// Objects preserved and verified.
+    pub verified: u64,
+    /// Objects whose serving copy was corrupt.
+    pub corrupt: u64,
+    /// Pieces recorded.
+    pub pieces: u64,
+    /// Bytes preserved.
+    pub bytes: u64,
+    /// Holder repositories discovered.
+    pub holders: u64,
+    /// Preserved pieces deleted by purge passes.
+    pub purged_pieces: u64,
+}
 
 /// A request's state as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RequestStatus {
+    /// `namespace/name`.
+    pub repository: String,
+    /// When it was filed.
+    pub created_ms: u64,
     /// The phase: `seed`, `acquire`, `closure`, `discover`, `retain`,
     /// `purging` or `purged`.
     pub phase: String,
     /// How far verification got.
     pub verification: String,
-    /// Objects verified so far.
-    pub verified_objects: u64,
+    /// Running totals.
+    pub counts: Counts,
     /// Kept at least until then.
     pub retain_until_ms: u64,
     /// A legal hold is set.
     pub hold: bool,
     /// The preserved copies have been purged.
     pub purged: bool,
+    /// When the next purge pass (a re-sweep, once purged) may start.
+    pub next_purge_ms: Option<u64>,
     /// The last error the policy recorded.
     pub last_error: Option<String>,
 }
@@ -113,6 +193,29 @@ impl TakedownPolicy {
         }))
     }
 
+    /// The guarded commit that records `request` (the caller adds its
+    /// timer).
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; the policy refuses a malformed
+    /// request, objects the repository does not hold, and an existing id.
+    pub fn plan_create(
+        &self,
+        call: Arc<CallContext>,
+        request: &Request,
+        now_ms: u64,
+    ) -> Result<Result<StepCommit, PolicyError>, CallError> {
+        let grants = call.grants.clone();
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_takedown_steps()
+            .call_plan_create(&mut store, &wit::Request::from(request), now_ms)
+            .map_err(|e| crate::runtime::classify(e, store.data()))?;
+        Ok(answer
+            .map_err(PolicyError::from)
+            .and_then(|c| commit(&grants, c)))
+    }
+
     /// The request's current state.
     ///
     /// # Errors
@@ -181,14 +284,38 @@ fn commit(grants: &Grants, commit: steps_wit::Commit) -> Result<StepCommit, Poli
 
 impl From<wit::RequestStatus> for RequestStatus {
     fn from(s: wit::RequestStatus) -> Self {
+        let c = s.counts;
         Self {
+            repository: s.repository,
+            created_ms: s.created_ms,
             phase: s.phase,
             verification: s.verification,
-            verified_objects: s.verified_objects,
+            counts: Counts {
+                objects: c.objects,
+                verified: c.verified,
+                corrupt: c.corrupt,
+                pieces: c.pieces,
+                bytes: c.bytes,
+                holders: c.holders,
+                purged_pieces: c.purged_pieces,
+            },
             retain_until_ms: s.retain_until_ms,
             hold: s.hold,
             purged: s.purged,
+            next_purge_ms: s.next_purge_ms,
             last_error: s.last_error,
+        }
+    }
+}
+
+impl From<&Request> for wit::Request {
+    fn from(r: &Request) -> Self {
+        Self {
+            id: r.id.to_vec(),
+            repository: r.repository.clone(),
+            created_ms: r.created_ms,
+            objects: r.objects.iter().map(|o| o.to_vec()).collect(),
+            pack: r.pack.map(|p| p.to_vec()),
         }
     }
 }
@@ -227,7 +354,7 @@ impl TakedownHandler {
             .services
             .stores
             .iter()
-            .filter(|(name, _)| self.grants.stores.contains(*name))
+            .filter(|(name, _)| self.grants.may_read_store(name))
             .map(|(name, store)| {
                 let wrapped: Arc<dyn ObjectStore> =
                     Arc::new(BudgetedStore::new(store.clone(), budget.clone()));
@@ -239,6 +366,7 @@ impl TakedownHandler {
             stores,
             clock: self.services.clock.clone(),
             io: self.services.io.clone(),
+            retention: self.services.retention.clone(),
         })
     }
 }

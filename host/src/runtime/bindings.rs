@@ -29,7 +29,16 @@ pub(crate) mod policy {
         wasmtime::component::bindgen!({
             path: "../wit",
             world: "custodian:policy/takedown@0.1.0",
-            with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
+            imports: { default: trappable },
+            trappable_error_type: {
+                "custodian:host/types.error" => crate::runtime::host::HostError,
+            },
+            with: {
+                "custodian:host": crate::runtime::bindings::host::custodian::host,
+                // One `Item` whether a plugin decides retention or asks.
+                "custodian:policy/retention-types":
+                    crate::runtime::bindings::policy::retention::custodian::policy::retention_types,
+            },
         });
     }
 }

@@ -30,15 +30,23 @@ pub struct Services {
     pub clock: Arc<dyn Clock>,
     /// Where mechanism futures that must wait (network I/O) are driven.
     pub io: tokio::runtime::Handle,
+    /// Where a plugin's `retention-oracle` questions go; `None` answers
+    /// them `unavailable`.
+    pub retention: Option<Arc<dyn crate::policy::retention::RetentionOracle>>,
 }
 
 /// What one plugin may reach. Everything not listed is denied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
-    /// KV partitions.
+    /// KV partitions the plugin may read and write.
     pub partitions: BTreeSet<Partition>,
-    /// Object stores, by name.
+    /// KV partitions the plugin may only read (`apply` refuses them).
+    pub read_partitions: BTreeSet<Partition>,
+    /// Object stores the plugin may read and write, by name.
     pub stores: BTreeSet<String>,
+    /// Object stores the plugin may only read (publishes, copies and
+    /// deletes are refused).
+    pub read_stores: BTreeSet<String>,
 }
 
 impl Grants {
@@ -52,13 +60,16 @@ impl Grants {
     /// # Errors
     /// An invalid name, or one the host reserves for itself.
     pub fn partition(mut self, name: &str) -> Result<Self, KvError> {
-        let partition = Partition::new(name)?;
-        if partition.is_host_reserved() {
-            return Err(KvError::InvalidArgument(format!(
-                "partition {name:?} is reserved for the host and cannot be granted"
-            )));
-        }
-        self.partitions.insert(partition);
+        self.partitions.insert(grantable(name)?);
+        Ok(self)
+    }
+
+    /// Grants reading (not writing) the KV partition `name`.
+    ///
+    /// # Errors
+    /// As for [`Grants::partition`].
+    pub fn read_partition(mut self, name: &str) -> Result<Self, KvError> {
+        self.read_partitions.insert(grantable(name)?);
         Ok(self)
     }
 
@@ -67,6 +78,34 @@ impl Grants {
         self.stores.insert(name.to_owned());
         self
     }
+
+    /// Grants reading (not writing) the object store `name`.
+    pub fn read_store(mut self, name: &str) -> Self {
+        self.read_stores.insert(name.to_owned());
+        self
+    }
+
+    /// The partition `name` if the plugin may read it.
+    pub fn readable_partition(&self, name: &str) -> Option<&Partition> {
+        self.partitions
+            .get(name)
+            .or_else(|| self.read_partitions.get(name))
+    }
+
+    /// Whether the plugin may read the store `name`.
+    pub fn may_read_store(&self, name: &str) -> bool {
+        self.stores.contains(name) || self.read_stores.contains(name)
+    }
+}
+
+fn grantable(name: &str) -> Result<Partition, KvError> {
+    let partition = Partition::new(name)?;
+    if partition.is_host_reserved() {
+        return Err(KvError::InvalidArgument(format!(
+            "partition {name:?} is reserved for the host and cannot be granted"
+        )));
+    }
+    Ok(partition)
 }
 
 /// Everything one call runs with.

@@ -282,8 +282,13 @@ const HOST_INTERFACES: [&str; 7] = [
 ];
 /// The `custodian:policy` interfaces a policy world imports: they carry
 /// only types shared by several worlds (`steps`: a timer step's input and
-/// result), so the host provides them as empty instances.
-pub(crate) const POLICY_TYPE_INTERFACES: [&str; 1] = ["steps"];
+/// result; `retention-types`: what retention is asked and answers), so the
+/// host provides them as empty instances.
+pub(crate) const POLICY_TYPE_INTERFACES: [&str; 2] = ["steps", "retention-types"];
+
+/// The `custodian:policy` interfaces the host implements by routing to
+/// another policy (`retention-oracle`: questions to the retention plugin).
+pub(crate) const POLICY_SERVICE_INTERFACES: [&str; 1] = ["retention-oracle"];
 
 impl Runtime {
     /// Loads the plugin at `path`.
@@ -392,7 +397,10 @@ impl Runtime {
             }
             let provided = match item.package {
                 "custodian:host" => HOST_INTERFACES.contains(&item.interface),
-                "custodian:policy" => POLICY_TYPE_INTERFACES.contains(&item.interface),
+                "custodian:policy" => {
+                    POLICY_TYPE_INTERFACES.contains(&item.interface)
+                        || POLICY_SERVICE_INTERFACES.contains(&item.interface)
+                }
                 _ => false,
             };
             if !provided {

@@ -371,6 +371,30 @@ pub async fn list(
     Ok((timers, page.next))
 }
 
+/// When the first timer due after `now_ms` is due; `None` if none is.
+/// What a simulated clock jumps to when nothing is due yet.
+///
+/// # Errors
+/// See [`TimerError`].
+pub async fn next_due_after(kv: &dyn Kv, now_ms: u64) -> Result<Option<u64>, TimerError> {
+    if now_ms == u64::MAX {
+        return Ok(None);
+    }
+    let page = kv
+        .scan(
+            &partition(),
+            &due_end(now_ms),
+            Some(&due_end(u64::MAX)),
+            None,
+            1,
+        )
+        .await?;
+    page.entries
+        .first()
+        .map(|(key, value)| parse_due(key, value).map(|t| t.due_ms))
+        .transpose()
+}
+
 /// A reference as people read it: the text if it is printable UTF-8 (and
 /// does not itself start with `0x`), else `0x` and hex, so that
 /// [`parse_reference`] reads back exactly the same bytes.

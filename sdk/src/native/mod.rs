@@ -13,6 +13,7 @@ pub(crate) mod clock;
 pub(crate) mod kv;
 pub(crate) mod log;
 pub(crate) mod objects;
+pub(crate) mod retention_oracle;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -39,6 +40,8 @@ pub(crate) struct State {
     pub logs: Vec<(Level, String)>,
     /// Makes every publish's etag distinct, as a real store's are.
     pub publishes: u64,
+    /// What `retention-oracle` answers with, when a test installed one.
+    pub retention: Option<crate::testing::RetentionOracle>,
 }
 
 thread_local! {

@@ -21,11 +21,26 @@ pub(crate) fn wit_error(error: KvError) -> Error {
     }
 }
 
-/// The partition named `name`, if it is in `grants`. Found in the grants
-/// by name: every granted name is valid, so the hot path neither validates
-/// nor allocates.
+/// The partition named `name`, if `grants` let the plugin write it. Found
+/// in the grants by name: every granted name is valid, so the hot path
+/// neither validates nor allocates.
 fn granted<'g>(grants: &'g Grants, name: &str) -> Result<&'g Partition, Error> {
     if let Some(granted) = grants.partitions.get(name) {
+        return Ok(granted);
+    }
+    let partition = Partition::new(name).map_err(wit_error)?;
+    Err(Error::AccessDenied(
+        if grants.read_partitions.contains(name) {
+            format!("partition {partition} is granted to this plugin for reading only")
+        } else {
+            format!("partition {partition} is not granted to this plugin")
+        },
+    ))
+}
+
+/// The partition named `name`, if `grants` let the plugin read it.
+fn readable<'g>(grants: &'g Grants, name: &str) -> Result<&'g Partition, Error> {
+    if let Some(granted) = grants.readable_partition(name) {
         return Ok(granted);
     }
     let partition = Partition::new(name).map_err(wit_error)?;
@@ -35,8 +50,9 @@ fn granted<'g>(grants: &'g Grants, name: &str) -> Result<&'g Partition, Error> {
 }
 
 /// A guest's batch as a host batch, every partition checked against
-/// `grants` and the whole against the caller bounds (which leave room for
-/// the rows the host adds when it commits a step).
+/// `grants` (a precondition only reads, so a readable partition will do;
+/// a write needs a writable one) and the whole against the caller bounds
+/// (which leave room for the rows the host adds when it commits a step).
 pub(crate) fn convert_batch(grants: &Grants, batch: wit::Batch) -> Result<Batch, Error> {
     let mut out = Batch {
         preconditions: Vec::with_capacity(batch.preconditions.len()),
@@ -45,11 +61,11 @@ pub(crate) fn convert_batch(grants: &Grants, batch: wit::Batch) -> Result<Batch,
     for precondition in batch.preconditions {
         out.preconditions.push(match precondition {
             wit::Precondition::Absent(r) => Precondition::Absent {
-                partition: granted(grants, &r.partition)?.clone(),
+                partition: readable(grants, &r.partition)?.clone(),
                 key: r.key,
             },
             wit::Precondition::Equals(e) => Precondition::Equals {
-                partition: granted(grants, &e.partition)?.clone(),
+                partition: readable(grants, &e.partition)?.clone(),
                 key: e.key,
                 value: e.value,
             },
@@ -75,7 +91,7 @@ pub(crate) fn convert_batch(grants: &Grants, batch: wit::Batch) -> Result<Batch,
 
 impl HostView<'_> {
     fn partition(&self, name: &str) -> Result<&Partition, HostError> {
-        granted(&self.call.grants, name).map_err(HostError::Guest)
+        readable(&self.call.grants, name).map_err(HostError::Guest)
     }
 }
 
@@ -142,5 +158,89 @@ impl wit::Host for HostView<'_> {
             Outcome::PreconditionFailed { index } => wit::Outcome::PreconditionFailed(index),
             Outcome::DeadlinePassed => wit::Outcome::DeadlinePassed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_ref(partition: &str) -> wit::KeyRef {
+        wit::KeyRef {
+            partition: partition.into(),
+            key: b"k".to_vec(),
+        }
+    }
+
+    fn entry(partition: &str) -> wit::Entry {
+        wit::Entry {
+            partition: partition.into(),
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        }
+    }
+
+    fn grants() -> Grants {
+        Grants::none()
+            .partition("mine")
+            .unwrap()
+            .read_partition("index")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_batch_may_guard_on_a_read_only_partition_and_write_its_own() {
+        let batch = wit::Batch {
+            preconditions: vec![
+                wit::Precondition::Absent(key_ref("index")),
+                wit::Precondition::Equals(entry("index")),
+            ],
+            writes: vec![wit::Write::Put(entry("mine"))],
+        };
+        let converted = convert_batch(&grants(), batch).unwrap();
+        assert_eq!(converted.preconditions.len(), 2);
+        assert_eq!(converted.writes.len(), 1);
+    }
+
+    #[test]
+    fn a_write_to_a_read_only_partition_is_refused_saying_so() {
+        for write in [
+            wit::Write::Put(entry("index")),
+            wit::Write::Delete(key_ref("index")),
+        ] {
+            let batch = wit::Batch {
+                preconditions: Vec::new(),
+                writes: vec![write],
+            };
+            match convert_batch(&grants(), batch) {
+                Err(Error::AccessDenied(message)) => {
+                    assert!(message.contains("reading only"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_ungranted_partition_is_neither_readable_nor_a_guard() {
+        assert!(readable(&grants(), "other").is_err());
+        let batch = wit::Batch {
+            preconditions: vec![wit::Precondition::Absent(key_ref("other"))],
+            writes: Vec::new(),
+        };
+        assert!(matches!(
+            convert_batch(&grants(), batch),
+            Err(Error::AccessDenied(_))
+        ));
+        assert_eq!(readable(&grants(), "index").unwrap().as_str(), "index");
+    }
+
+    #[test]
+    fn a_read_only_store_is_readable_but_not_writable() {
+        let grants = Grants::none().read_store("serving").store("preserved");
+        assert!(grants.may_read_store("serving"));
+        assert!(grants.may_read_store("preserved"));
+        assert!(!grants.stores.contains("serving"));
+        assert!(!grants.may_read_store("other"));
     }
 }

@@ -12,6 +12,7 @@ pub(crate) mod clock;
 pub(crate) mod kv;
 pub(crate) mod log;
 pub(crate) mod objects;
+pub(crate) mod retention;
 
 use std::future::Future;
 use std::pin::pin;
@@ -230,6 +231,10 @@ pub(crate) fn add_to_linker(
     wit::clock::add_to_linker::<_, HostData>(linker, view)?;
     wit::audit::add_to_linker::<_, HostData>(linker, view)?;
     wit::log::add_to_linker::<_, HostData>(linker, view)?;
+    super::bindings::policy::takedown::custodian::policy::retention_oracle::add_to_linker::<
+        _,
+        HostData,
+    >(linker, view)?;
     for interface in super::load::POLICY_TYPE_INTERFACES {
         linker.instance(&format!(
             "custodian:policy/{interface}@{}",

@@ -81,13 +81,31 @@ fn range(offset: u64, length: u64) -> Result<std::ops::Range<u64>, HostError> {
 }
 
 impl HostView<'_> {
-    /// The store named `name`, if it is granted to this plugin.
+    /// The store named `name`, if it is granted to this plugin for reading.
     fn store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
-        if !self.call.grants.stores.contains(name) {
+        if !self.call.grants.may_read_store(name) {
             return Err(HostError::Guest(Error::AccessDenied(format!(
                 "object store {name:?} is not granted to this plugin"
             ))));
         }
+        self.configured(name)
+    }
+
+    /// The store named `name`, if it is granted to this plugin for writing.
+    fn writable_store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
+        if !self.call.grants.stores.contains(name) {
+            return Err(HostError::Guest(Error::AccessDenied(
+                if self.call.grants.read_stores.contains(name) {
+                    format!("object store {name:?} is granted to this plugin for reading only")
+                } else {
+                    format!("object store {name:?} is not granted to this plugin")
+                },
+            )));
+        }
+        self.configured(name)
+    }
+
+    fn configured(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
         self.call.services.stores.get(name).cloned().ok_or_else(|| {
             HostError::Guest(Error::Unavailable(format!(
                 "object store {name:?} is granted but not configured on this host"
@@ -155,7 +173,7 @@ impl wit::Host for HostView<'_> {
         pairs: Vec<(String, String)>,
     ) -> Result<wit::ObjectMeta, HostError> {
         self.charge()?;
-        let store = self.store(&store)?;
+        let store = self.writable_store(&store)?;
         if body.len() as u64 > MAX_BODY_BYTES {
             return Err(invalid(format!(
                 "a body of {} bytes exceeds {MAX_BODY_BYTES}",
@@ -180,7 +198,7 @@ impl wit::Host for HostView<'_> {
         pairs: Vec<(String, String)>,
     ) -> Result<wit::ObjectMeta, HostError> {
         self.charge()?;
-        let store = self.store(&store)?;
+        let store = self.writable_store(&store)?;
         let metadata = metadata(pairs)?;
         let condition = condition(put_condition);
         self.wait(store.copy_object(
@@ -196,7 +214,7 @@ impl wit::Host for HostView<'_> {
 
     fn delete(&mut self, store: String, key: String) -> Result<(), HostError> {
         self.charge()?;
-        let store = self.store(&store)?;
+        let store = self.writable_store(&store)?;
         self.wait(store.delete(&key))?.map_err(object_error)
     }
 
@@ -263,7 +281,7 @@ impl wit::Host for HostView<'_> {
         version_id: String,
     ) -> Result<(), HostError> {
         self.charge()?;
-        let store = self.store(&store)?;
+        let store = self.writable_store(&store)?;
         self.wait(store.delete_version(&key, &version_id))?
             .map_err(object_error)
     }

@@ -13,7 +13,7 @@
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
-use custodian_sdk::takedown::{RequestStatus, TakedownSteps};
+use custodian_sdk::takedown::{Counts, Request, RequestStatus, TakedownSteps};
 use custodian_sdk::{Batch, Commit, Error, kv};
 
 const PARTITION: &str = "takedown";
@@ -89,6 +89,17 @@ impl TakedownSteps for Stepper {
         }
     }
 
+    fn plan_create(request: Request, _now_ms: u64) -> Result<WitCommit, Error> {
+        // The stepper's "requests" are its timer references; recording one
+        // only marks it, so the host's create path can be exercised.
+        let mut key = b"created/".to_vec();
+        key.extend_from_slice(&request.id);
+        Ok(
+            Commit::new(Batch::new().put(PARTITION, key, request.repository.into_bytes()))
+                .into_wit(),
+        )
+    }
+
     fn plan_hold(request: Vec<u8>, enabled: bool, _now_ms: u64) -> Result<WitCommit, Error> {
         let mut key = b"hold/".to_vec();
         key.extend_from_slice(&request);
@@ -100,12 +111,23 @@ impl TakedownSteps for Stepper {
             return Err(Error::NotFound("no such counter".into()));
         };
         Ok(RequestStatus {
+            repository: String::new(),
+            created_ms: 0,
             phase: "counting".into(),
             verification: "verified".into(),
-            verified_objects: count_of(Some(&value))?,
+            counts: Counts {
+                objects: 0,
+                verified: count_of(Some(&value))?,
+                corrupt: 0,
+                pieces: 0,
+                bytes: 0,
+                holders: 0,
+                purged_pieces: 0,
+            },
             retain_until_ms: 0,
             hold: false,
             purged: false,
+            next_purge_ms: None,
             last_error: None,
         })
     }

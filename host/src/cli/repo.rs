@@ -1,0 +1,204 @@
+//! `custodian repo …`: push local files and directories into a
+//! repository's content, and list its entries.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use clap::Subcommand;
+use custodian::clock::{Clock, SystemClock};
+use custodian::content::{self, ContentError, Entry, PushProgress, RepoName};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::args::{DataArgs, Global};
+use super::{Failure, Outcome, io_runtime, open_data};
+
+/// Pushes at least this large show a progress bar (on a terminal).
+const PROGRESS_FROM: u64 = 64 << 20;
+/// Entries read per page when listing.
+const PAGE: u32 = 1000;
+
+/// `custodian repo` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RepoCommand {
+    /// Push files and directories into a repository; print each entry made.
+    ///
+    /// Content is addressed by its BLAKE3 hash and stored once in the
+    /// `serving` store (the configuration's [stores.serving], else
+    /// DATA/serving), whichever repositories push it:
+    ///   - a file of at most 4 MiB is one blob; a larger one is 4 MiB
+    ///     chunks (blobs) and a manifest listing them;
+    ///   - a directory is a pack listing its entries in name order
+    ///     (subdirectories as their own packs).
+    ///
+    /// A file PATH is entered under its name, a directory DIR as `DIR/`
+    /// and everything in it by its path (`DIR/sub/`, `DIR/sub/file`). A
+    /// push adds or replaces entries; it removes none.
+    ///
+    /// Output: one line per entry, in path order:
+    ///   ID  KIND  SIZE  PATH
+    /// the object id (64 hex digits), blob|manifest|pack, the size in
+    /// bytes (a manifest's is its file's length), the entry path.
+    /// --json prints one JSON object a line instead:
+    ///   {"path": "d/x.txt", "id": "…", "kind": "blob", "size": 1}
+    /// A progress bar shows on stderr for large pushes when stderr is a
+    /// terminal.
+    ///
+    /// The whole tree is checked before anything is stored: names must
+    /// be UTF-8 without control characters, links inside a directory are
+    /// refused (the PATHs given are followed). Bytes are stored before
+    /// the index rows that name them, so an interrupted push leaves
+    /// nothing dangling, and running it again completes it without
+    /// uploading anything twice.
+    ///
+    /// Exit 0 when every entry is made, 1 when storing failed, 2 for input
+    /// that cannot be pushed (a bad repository name, a refused file), 3
+    /// when another process holds the data directory.
+    #[command(verbatim_doc_comment)]
+    Push {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The repository, `namespace/name` (each 1..=64 bytes of
+        /// [a-z0-9._-], not starting with `.`).
+        repository: String,
+        /// Files and directories to push.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Print one JSON object a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a repository's entries in path order.
+    ///
+    /// Output as `custodian repo push` prints it: ID  KIND  SIZE  PATH a
+    /// line, or with --json one JSON object a line ({"path", "id",
+    /// "kind", "size"}). An unknown repository has no entries.
+    #[command(verbatim_doc_comment)]
+    Ls {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The repository, `namespace/name`.
+        repository: String,
+        /// Print one JSON object a line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A content error: refused input is bad usage, anything else a failure.
+fn content_error(what: String) -> impl FnOnce(ContentError) -> Failure {
+    move |e| match e {
+        ContentError::InvalidArgument(_) => Failure::Usage(anyhow!(e).context(what)),
+        other => Failure::Failed(anyhow!(other).context(what)),
+    }
+}
+
+fn repository(text: &str) -> Result<RepoName, Failure> {
+    RepoName::parse(text).map_err(|e| Failure::Usage(e.into()))
+}
+
+fn print_entry(entry: &Entry, as_json: bool) {
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "path": entry.path,
+                "id": entry.id.to_hex(),
+                "kind": entry.kind.name(),
+                "size": entry.size,
+            })
+        );
+    } else {
+        println!(
+            "{}  {:<8}  {:>12}  {}",
+            entry.id, entry.kind, entry.size, entry.path
+        );
+    }
+}
+
+pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    match command {
+        RepoCommand::Push {
+            data,
+            repository: name,
+            paths,
+            json,
+        } => {
+            let repo = repository(&name)?;
+            let config = super::config(global)?;
+            let io = io_runtime()?;
+            let kv = open_data(&data, clock.clone())?;
+            let serving = io.block_on(super::stores::open_named(
+                config.as_ref(),
+                &data.data,
+                content::SERVING_STORE,
+                clock.clone(),
+            ))?;
+            let mut bar = None;
+            let pushed = io.block_on(content::push(
+                kv.as_ref(),
+                serving.as_ref(),
+                &repo,
+                &paths,
+                clock.now_ms(),
+                |progress| show(&mut bar, progress),
+            ));
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            for entry in &pushed.map_err(content_error(format!("cannot push to {repo}")))? {
+                print_entry(entry, json);
+            }
+            Ok(())
+        }
+        RepoCommand::Ls {
+            data,
+            repository: name,
+            json,
+        } => {
+            let repo = repository(&name)?;
+            let io = io_runtime()?;
+            let kv = open_data(&data, clock)?;
+            let what = || format!("cannot list {repo}");
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = io
+                    .block_on(content::entries(
+                        kv.as_ref(),
+                        &repo,
+                        cursor.as_deref(),
+                        PAGE,
+                    ))
+                    .map_err(content_error(what()))?;
+                for entry in &page.entries {
+                    print_entry(entry, json);
+                }
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Draws a push's progress on stderr, if it is large and stderr is a
+/// terminal.
+fn show(bar: &mut Option<ProgressBar>, progress: &PushProgress<'_>) {
+    if progress.bytes_total < PROGRESS_FROM || !std::io::stderr().is_terminal() {
+        return;
+    }
+    let bar = bar.get_or_insert_with(|| {
+        let style = ProgressStyle::with_template(
+            "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        ProgressBar::new(progress.bytes_total).with_style(style)
+    });
+    bar.set_position(progress.bytes_done);
+    bar.set_message(progress.path.to_owned());
+}

@@ -1,0 +1,299 @@
+//! `custodian takedown …`, and the policy environment every takedown
+//! command (and `tick`) runs in: the plugins, the stores, the grants.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use custodian::clock::Clock;
+use custodian::kv::Kv;
+use custodian::policy::PolicyError;
+use custodian::policy::requests::{self, RequestError};
+use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
+use custodian::policy::takedown::{self, Request, TakedownPolicy};
+use custodian::runtime::{CallContext, Grants, Limits, Runtime, Services};
+use custodian::timers;
+use serde_json::json;
+
+use super::args::{DataArgs, Global, RetentionArgs, TakedownCommand};
+use super::plugin::load;
+use super::{Failure, Outcome, io_runtime, open_data, runtime};
+
+/// What a takedown plugin reaches: its own partition, the content index
+/// and serving copies to read, and the preserved store to write.
+pub(super) fn grants() -> Grants {
+    Grants::none()
+        .partition(takedown::PARTITION)
+        .and_then(|g| g.read_partition(takedown::CONTENT_PARTITION))
+        .expect("the takedown partitions are valid, grantable names")
+        .read_store(takedown::SERVING_STORE)
+        .store(takedown::PRESERVED_STORE)
+}
+
+/// A data directory opened for policy calls: the KV, the stores, the
+/// retention route, and the runtime that must outlive every call.
+pub(super) struct Environment {
+    pub runtime: Runtime,
+    pub io: tokio::runtime::Runtime,
+    pub kv: Arc<dyn Kv>,
+    pub services: Arc<Services>,
+}
+
+impl Environment {
+    /// Opens `data` with `clock`; retention questions go to the plugin
+    /// `retention` names (loaded before the directory is opened, so a bad
+    /// plugin never holds it).
+    pub(super) fn open(
+        global: &Global,
+        data: &DataArgs,
+        retention: &RetentionArgs,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Failure> {
+        let runtime = runtime(global)?;
+        let retention_policy = Arc::new(
+            RetentionPolicy::new(Arc::new(load(&runtime, &retention.retention_plugin)?))
+                .map_err(|e| Failure::Usage(e.into()))?,
+        );
+        let settings = Settings {
+            retention_ms: retention.retention_ms,
+            noncurrent_retention_ms: retention.noncurrent_retention_ms,
+        };
+        if settings.retention_ms == 0 {
+            return Err(Failure::Usage(anyhow!("--retention-ms must be positive")));
+        }
+        let mut environment = Self::open_stores(global, runtime, data, clock)?;
+        let route = RetentionRoute::new(
+            retention_policy,
+            settings,
+            environment.services.clone(),
+            Limits::default(),
+        );
+        let services = &environment.services;
+        environment.services = Arc::new(Services {
+            kv: services.kv.clone(),
+            stores: services.stores.clone(),
+            clock: services.clock.clone(),
+            io: services.io.clone(),
+            retention: Some(Arc::new(route)),
+        });
+        Ok(environment)
+    }
+
+    /// The KV, the stores and the services without a retention route.
+    fn open_stores(
+        global: &Global,
+        runtime: Runtime,
+        data: &DataArgs,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Failure> {
+        let config = super::config(global)?;
+        let io = io_runtime()?;
+        let kv = open_data(data, clock.clone())?;
+        let mut stores = BTreeMap::new();
+        for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
+            let store = io.block_on(super::stores::open_named(
+                config.as_ref(),
+                &data.data,
+                name,
+                clock.clone(),
+            ))?;
+            stores.insert(name.to_owned(), store);
+        }
+        let services = Arc::new(Services {
+            kv: kv.clone(),
+            stores,
+            clock,
+            io: io.handle().clone(),
+            retention: None,
+        });
+        Ok(Self {
+            runtime,
+            io,
+            kv,
+            services,
+        })
+    }
+
+    /// A call context for `policy` with the takedown grants.
+    pub(super) fn call(&self, policy: &TakedownPolicy, limits: &Limits) -> Arc<CallContext> {
+        Arc::new(CallContext {
+            services: self.services.clone(),
+            grants: grants(),
+            limits: limits.clone(),
+            actor: policy.plugin().info().actor(),
+        })
+    }
+
+    /// Loads a takedown-world plugin.
+    pub(super) fn takedown_policy(&self, spec: &str) -> Result<TakedownPolicy, Failure> {
+        TakedownPolicy::new(Arc::new(load(&self.runtime, spec)?))
+            .map_err(|e| Failure::Usage(e.into()))
+    }
+}
+
+/// A request id: 64 hex digits.
+fn parse_id(text: &str, what: &str) -> Result<[u8; 32], Failure> {
+    let bytes = (text.len() == 64)
+        .then(|| {
+            (0..32)
+                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+                .collect::<Option<Vec<u8>>>()
+        })
+        .flatten();
+    bytes
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| Failure::Usage(anyhow!("{what} {text:?} is not 64 hex digits")))
+}
+
+fn request_failure(error: RequestError) -> Failure {
+    match error {
+        RequestError::Refused(PolicyError::InvalidArgument(_)) => Failure::Usage(error.into()),
+        other => Failure::Failed(other.into()),
+    }
+}
+
+pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
+    let limits = Limits::default();
+    match command {
+        TakedownCommand::Create {
+            policy,
+            repository,
+            objects,
+            pack,
+            now,
+            json,
+        } => {
+            let objects = objects
+                .iter()
+                .map(|o| parse_id(o, "object id"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let pack = pack
+                .as_deref()
+                .map(|p| parse_id(p, "pack id"))
+                .transpose()?;
+            let clock = clock(now);
+            let environment =
+                Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
+            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let request = Request::new(repository, clock.now_ms(), objects, pack);
+            requests::create(
+                &plugin,
+                environment.call(&plugin, &limits),
+                environment.io.handle(),
+                environment.kv.as_ref(),
+                &request,
+                &policy.operator,
+                clock.now_ms(),
+            )
+            .map_err(request_failure)?;
+            let id = requests::hex(&request.id);
+            if json {
+                println!("{}", json!({ "id": id }));
+            } else {
+                println!("{id}");
+            }
+            Ok(())
+        }
+        TakedownCommand::Status { policy, id, json } => {
+            let id = parse_id(&id, "request id")?;
+            let clock = clock(None);
+            let environment = Environment::open(global, &policy.data, &policy.retention, clock)?;
+            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let mut status = plugin
+                .status(environment.call(&plugin, &limits), &id)
+                .map_err(|e| Failure::Failed(e.into()))?
+                .map_err(|e| match e {
+                    PolicyError::NotFound(_) => Failure::Failed(anyhow!(
+                        "there is no takedown request {}",
+                        requests::hex(&id)
+                    )),
+                    other => Failure::Failed(anyhow!(other).context("the takedown policy failed")),
+                })?;
+            let timer = environment
+                .io
+                .block_on(timers::get(environment.kv.as_ref(), takedown::KIND, &id))
+                .context("cannot read the request's timer")
+                .map_err(Failure::Failed)?;
+            if let Some(error) = timer.as_ref().and_then(|t| t.state.last_error.clone()) {
+                status.last_error = Some(error);
+            }
+            let next_step_ms = timer.map(|t| t.due_ms);
+            if json {
+                let mut value = serde_json::to_value(&status).expect("a status serializes");
+                value["id"] = json!(requests::hex(&id));
+                value["next_step_ms"] = json!(next_step_ms);
+                println!("{value}");
+            } else {
+                print_status(&id, &status, next_step_ms);
+            }
+            Ok(())
+        }
+        TakedownCommand::Hold {
+            policy,
+            id,
+            state,
+            now,
+        } => {
+            let id = parse_id(&id, "request id")?;
+            let clock = clock(now);
+            let environment =
+                Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
+            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let enabled = state == "on";
+            requests::hold(
+                &plugin,
+                || environment.call(&plugin, &limits),
+                environment.io.handle(),
+                environment.kv.as_ref(),
+                &id,
+                enabled,
+                &policy.operator,
+                clock.now_ms(),
+            )
+            .map_err(request_failure)?;
+            eprintln!(
+                "legal hold {} for {}",
+                if enabled { "set" } else { "cleared" },
+                requests::hex(&id)
+            );
+            Ok(())
+        }
+    }
+}
+
+fn clock(now: Option<u64>) -> Arc<dyn Clock> {
+    match now {
+        Some(now) => Arc::new(custodian::clock::FixedClock::new(now)),
+        None => Arc::new(custodian::clock::SystemClock),
+    }
+}
+
+fn print_status(id: &[u8; 32], s: &takedown::RequestStatus, next_step_ms: Option<u64>) {
+    let c = &s.counts;
+    println!("request       {}", requests::hex(id));
+    println!("repository    {}", s.repository);
+    println!("created       {}", s.created_ms);
+    println!("phase         {}", s.phase);
+    println!("verification  {}", s.verification);
+    println!(
+        "objects       {} queued, {} verified, {} corrupt",
+        c.objects, c.verified, c.corrupt
+    );
+    println!("preserved     {} piece(s), {} byte(s)", c.pieces, c.bytes);
+    println!("holders       {}", c.holders);
+    println!(
+        "purged        {} ({} piece(s) deleted)",
+        s.purged, c.purged_pieces
+    );
+    println!("retain until  {}", s.retain_until_ms);
+    println!("hold          {}", if s.hold { "on" } else { "off" });
+    if let Some(next) = s.next_purge_ms {
+        println!("next purge    {next}");
+    }
+    if let Some(next) = next_step_ms {
+        println!("next step     {next}");
+    }
+    if let Some(error) = &s.last_error {
+        println!("last error    {error}");
+    }
+}

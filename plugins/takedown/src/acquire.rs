@@ -1,0 +1,328 @@
+//! Acquire: select each queued object's source, copy it into the preserved
+//! store piece by piece, verify it, and queue a manifest's chunks.
+
+use custodian_sdk::objects::{self, MAX_BODY_BYTES};
+use custodian_sdk::{Error, kv};
+use serde::{Deserialize, Serialize};
+
+use crate::closure::Checkpoint;
+use crate::codec::{Id, corrupt, decode, describe, encode, hex};
+use crate::content::{self, MANIFEST, PACK, SERVING, manifest, pack};
+use crate::keys::{self, PARTITION};
+use crate::state::{self, ObjectInfo, Phase, Verification};
+use crate::step::Step;
+use crate::{copy, queue};
+
+/// Manifest chunks queued per step: each costs a commit write, and their
+/// progress rows are read in one `get-many`.
+const CHUNKS_PER_STEP: u32 = 64;
+
+/// The `source` row: the serving copy selected for an object, kept as
+/// provenance even when it turns out corrupt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// Its key in `serving`.
+    pub key: String,
+    /// The etag it had when selected; every read is guarded on it.
+    pub etag: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-64/NVME as the content index records it.
+    pub crc64: u64,
+    /// Kind as the content index records it.
+    pub kind: u8,
+    /// When it was selected.
+    pub selected_at: u64,
+}
+
+/// Why a serving copy cannot be preserved (it is recorded, not retried).
+struct Unusable(String);
+
+/// One acquire step.
+pub fn run(step: &mut Step) -> Result<(), Error> {
+    let (start, end) = keys::range(keys::TODO, &step.id);
+    let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
+    let Some(todo) = page.entries.into_iter().next() else {
+        finish(step);
+        return Ok(());
+    };
+    let object = keys::object_of(&todo.key, &start, "todo")?;
+    let expected = match todo.value.as_slice() {
+        [kind] if *kind == 0 || content::is_kind(*kind) => *kind,
+        _ => {
+            return Err(corrupt(format!(
+                "the todo row of {} is not a kind",
+                hex(&object)
+            )));
+        }
+    };
+    let info = state::load_info(&step.id, &object)?;
+    if info.source_failed || info.verified {
+        // Queued again by a later manifest or pack: nothing left to do.
+        step.delete(todo.key);
+        return Ok(());
+    }
+    let source_key = keys::object_key(keys::SOURCE, &step.id, &object);
+    match kv::get(PARTITION, &source_key)? {
+        None => select(step, &object, expected, info),
+        Some(raw) => {
+            let source: Source = decode(&raw, "a source checkpoint")?;
+            if source.key != keys::serving_key(&object)
+                || !content::is_kind(source.kind)
+                || info.kind != source.kind
+                || info.size != source.size
+                || (expected != 0 && expected != source.kind)
+            {
+                return Err(corrupt(format!(
+                    "the source checkpoint of {} does not match its object",
+                    hex(&object)
+                )));
+            }
+            step.require_observed(source_key, Some(&raw));
+            acquire(step, &object, &source, info, todo.key)
+        }
+    }
+}
+
+/// Selects the serving copy of `object` and records it as provenance.
+fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> Result<(), Error> {
+    let serving = keys::serving_key(object);
+    let head = match objects::head(SERVING, &serving) {
+        Ok(meta) => Some(meta),
+        Err(Error::NotFound(_)) => None,
+        Err(other) => return Err(other),
+    };
+    let row = content::object_row(object)?;
+    let (Some(head), Some(row)) = (head, row) else {
+        return source_corrupt(
+            step,
+            object,
+            info,
+            false,
+            "missing from serving or from the content index (data loss)".into(),
+        );
+    };
+    let problem = if head.size != row.size || head.crc64.is_some_and(|crc| crc != row.crc64) {
+        Some("the serving copy disagrees with the content index".to_owned())
+    } else if expected != 0 && expected != row.kind {
+        Some(format!(
+            "expected kind {expected}, the index says {}",
+            row.kind
+        ))
+    } else if row.size > MAX_BODY_BYTES {
+        // A step reads the whole object to check its BLAKE3 id; larger
+        // objects cannot be verified within one host call.
+        Some(format!(
+            "{} bytes exceed the {MAX_BODY_BYTES} bytes a step may read",
+            row.size
+        ))
+    } else if row.kind == MANIFEST && manifest::count_for_size(row.size).is_none() {
+        Some("no manifest has that size".into())
+    } else if row.kind == PACK
+        && (row.size < pack::HEADER || !(row.size - pack::HEADER).is_multiple_of(pack::ENTRY))
+    {
+        Some("no pack has that size".into())
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        return source_corrupt(step, object, info, false, problem);
+    }
+    let source = Source {
+        key: serving,
+        etag: head.etag,
+        size: row.size,
+        crc64: row.crc64,
+        kind: row.kind,
+        selected_at: step.now,
+    };
+    let source_key = keys::object_key(keys::SOURCE, &step.id, object);
+    step.require_observed(source_key.clone(), None);
+    step.put(source_key, encode(&source)?);
+    info.kind = source.kind;
+    info.size = source.size;
+    step.put(
+        keys::object_key(keys::OBJECT, &step.id, object),
+        encode(&info)?,
+    );
+    step.event(
+        "PreservationSourceSelected",
+        &[hex(object)],
+        Some(format!(
+            "{} kind {} size {} etag {}",
+            source.key, source.kind, source.size, source.etag
+        )),
+    );
+    Ok(())
+}
+
+/// Copies, verifies and completes `object` from its selected `source`.
+fn acquire(
+    step: &mut Step,
+    object: &Id,
+    source: &Source,
+    mut info: ObjectInfo,
+    todo: Vec<u8>,
+) -> Result<(), Error> {
+    let count = if source.kind == MANIFEST {
+        manifest::count_for_size(source.size)
+            .ok_or_else(|| corrupt(format!("manifest {} has an impossible size", hex(object))))?
+    } else {
+        0
+    };
+    let bytes = if info.copied < source.size || info.chunks < count {
+        match read(object, source) {
+            Ok(bytes) => Some(bytes),
+            Err(Ok(Unusable(reason))) => {
+                return source_corrupt(step, object, info, true, reason);
+            }
+            Err(Err(error)) => return Err(error),
+        }
+    } else {
+        None
+    };
+    if let Some(bytes) = &bytes {
+        copy::pieces(step, object, &mut info, bytes)?;
+    }
+    let info_key = keys::object_key(keys::OBJECT, &step.id, object);
+    if info.copied < source.size {
+        step.put(info_key, encode(&info)?);
+        return Ok(());
+    }
+    // The CRC-64/NVME verification against the serving copy: the pieces'
+    // CRCs, combined in order, must be the whole object's.
+    if info.crc64 != source.crc64 {
+        return Err(corrupt(format!(
+            "the preserved pieces of {} combine to CRC {:016x}, the serving copy's is {:016x}",
+            hex(object),
+            info.crc64,
+            source.crc64
+        )));
+    }
+    if source.kind == MANIFEST {
+        if step.state.verification != Verification::SourceCorrupt {
+            step.state.verification = Verification::ManifestClosurePending;
+        }
+        let upto = count.min(info.chunks.saturating_add(CHUNKS_PER_STEP));
+        let chunks = (info.chunks..upto)
+            .map(|index| {
+                let at = usize::try_from(manifest::chunk_offset(index))
+                    .map_err(|_| corrupt("a chunk offset"))?;
+                let id = bytes
+                    .as_deref()
+                    .and_then(|b| b.get(at..at + 32))
+                    .and_then(|b| Id::try_from(b).ok())
+                    .ok_or_else(|| corrupt(format!("manifest {} is truncated", hex(object))))?;
+                Ok((id, content::BLOB))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        queue::enqueue(step, &chunks)?;
+        info.chunks = upto;
+        if info.chunks < count {
+            step.put(info_key, encode(&info)?);
+            return Ok(());
+        }
+        step.put(
+            keys::object_key(keys::CLOSURE, &step.id, object),
+            encode(&Checkpoint::default())?,
+        );
+    }
+    info.verified = true;
+    step.state.counts.verified += 1;
+    step.put(info_key, encode(&info)?);
+    step.delete(todo);
+    step.put(keys::object_key(keys::DISCOVER, &step.id, object), vec![0]);
+    Ok(())
+}
+
+/// The whole serving copy, verified against the selected source: its
+/// etag, size, CRC, BLAKE3 id and structure. `Err(Ok(_))` when it cannot
+/// be preserved; `Err(Err(_))` when the host failed.
+fn read(object: &Id, source: &Source) -> Result<Vec<u8>, Result<Unusable, Error>> {
+    let unusable = |reason: String| Err(Ok(Unusable(reason)));
+    let (meta, bytes) = match objects::get(SERVING, &source.key, Some(&source.etag)) {
+        Ok(found) => found,
+        Err(error @ Error::PreconditionFailed(_)) => {
+            return unusable(format!(
+                "the serving copy changed since it was selected ({})",
+                describe(&error)
+            ));
+        }
+        Err(error @ Error::NotFound(_)) => {
+            return unusable(format!(
+                "the serving copy disappeared ({})",
+                describe(&error)
+            ));
+        }
+        Err(other) => return Err(Err(other)),
+    };
+    if bytes.len() as u64 != source.size || meta.crc64.is_some_and(|c| c != source.crc64) {
+        return unusable("the serving copy's size or CRC differs from the index".into());
+    }
+    if blake3::hash(&bytes).as_bytes() != object {
+        return unusable("the serving bytes do not hash to the object id (BLAKE3)".into());
+    }
+    let structure = match source.kind {
+        MANIFEST => manifest::check(&bytes).map(drop),
+        PACK => pack::check(&bytes).map(drop),
+        _ => Ok(()),
+    };
+    if let Err(reason) = structure {
+        return unusable(reason);
+    }
+    Ok(bytes)
+}
+
+/// Records that `object`'s serving copy cannot be preserved (`selected`:
+/// after its source was recorded): the source row stays as provenance, the object leaves the queue and is still
+/// discovered, and the request's acquisition is incomplete.
+fn source_corrupt(
+    step: &mut Step,
+    object: &Id,
+    mut info: ObjectInfo,
+    selected: bool,
+    reason: String,
+) -> Result<(), Error> {
+    info.source_failed = true;
+    info.verified = false;
+    step.state.verification = Verification::SourceCorrupt;
+    step.state.counts.corrupt += 1;
+    step.state
+        .set_error(&format!("object {}: {reason}", hex(object)));
+    // A selected source is already guarded (equals) by the caller.
+    if !selected {
+        step.require_observed(keys::object_key(keys::SOURCE, &step.id, object), None);
+    }
+    step.put(
+        keys::object_key(keys::OBJECT, &step.id, object),
+        encode(&info)?,
+    );
+    step.delete(keys::object_key(keys::TODO, &step.id, object));
+    step.put(keys::object_key(keys::DISCOVER, &step.id, object), vec![0]);
+    step.event("PreservationSourceCorrupt", &[hex(object)], Some(reason));
+    Ok(())
+}
+
+/// No object left to acquire: decide what verification still needs.
+fn finish(step: &mut Step) {
+    let state = &mut step.state;
+    if state.verification == Verification::CanonicalPending {
+        state.verification = Verification::Verified;
+    }
+    state.phase = if state.verification == Verification::ManifestClosurePending {
+        Phase::Closure
+    } else {
+        Phase::Discover
+    };
+    let event = match state.verification {
+        Verification::Verified => "PreservationVerified",
+        Verification::SourceCorrupt => "PreservationAcquisitionIncomplete",
+        _ => "PreservationClosurePending",
+    };
+    let detail = Some(format!(
+        "{} of {} objects verified, {} corrupt",
+        state.counts.verified, state.counts.objects, state.counts.corrupt
+    ));
+    step.event(event, &[], detail);
+}

@@ -1,0 +1,145 @@
+//! Pieces: each is recorded as a durable intent *before* its bytes are
+//! published to the preserved store, so a purge pass always finds every
+//! write that may exist, even one delayed past the purge.
+
+use custodian_sdk::kv::Outcome;
+use custodian_sdk::objects::{self, PutCondition};
+use custodian_sdk::{Batch, Error, checksum};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{Id, corrupt, encode, hex, id_from_hex};
+use crate::keys::{self, PARTITION, PRESERVED};
+use crate::request::APPLY_WINDOW_MS;
+use crate::state::ObjectInfo;
+use crate::step::Step;
+
+/// Bytes per piece: a piece is one publish, small enough to retry cheaply.
+pub const PIECE_BYTES: u64 = 1024 * 1024;
+/// Pieces copied per step: each is an intent commit, a publish, maybe a
+/// head and two checksum calls, well inside the step's call budget.
+const PIECES_PER_STEP: usize = 8;
+
+/// The `piece` row: a piece intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Piece {
+    /// The object the piece belongs to (hex).
+    pub object: String,
+    /// Where in the object it starts.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// CRC-64/NVME of its bytes.
+    pub crc64: u64,
+    /// Its key in the preserved store.
+    pub key: String,
+}
+
+impl Piece {
+    /// Checks that `row` (a piece row key of request `id`) is this piece's
+    /// and the preserved key is where this piece belongs; returns the
+    /// object.
+    pub fn check(&self, id: &Id, row: &[u8]) -> Result<Id, Error> {
+        let object = id_from_hex(&self.object, "a piece's object")?;
+        if row != keys::piece_key(id, &object, self.offset).as_slice()
+            || self.key != keys::preserved_key(id, &object, self.offset)
+            || self.len == 0
+            || self.len > PIECE_BYTES
+            || !self.offset.is_multiple_of(PIECE_BYTES)
+        {
+            return Err(corrupt(format!(
+                "a piece row of {} does not match its content",
+                hex(&object)
+            )));
+        }
+        Ok(object)
+    }
+}
+
+/// Copies up to [`PIECES_PER_STEP`] pieces of `bytes` (the verified whole
+/// object) from `info.copied` on, advancing `info` and the counts.
+pub fn pieces(
+    step: &mut Step,
+    object: &Id,
+    info: &mut ObjectInfo,
+    bytes: &[u8],
+) -> Result<(), Error> {
+    let old = step
+        .old
+        .clone()
+        .ok_or_else(|| corrupt("acquiring before any state was stored"))?;
+    // An intent may land only while the state is unchanged, and never once
+    // retention could have let a purge begin (a hold pushes that out).
+    let deadline = if step.state.hold {
+        step.now.saturating_add(APPLY_WINDOW_MS)
+    } else {
+        step.state.retain_until
+    };
+    for _ in 0..PIECES_PER_STEP {
+        let size = bytes.len() as u64;
+        if info.copied >= size {
+            break;
+        }
+        let offset = info.copied;
+        let len = PIECE_BYTES.min(size - offset);
+        // Both fit in usize: they are bounded by `bytes.len()`.
+        let body = &bytes[offset as usize..(offset + len) as usize];
+        let crc64 = checksum::crc64_nvme(body);
+        let piece = Piece {
+            object: hex(object),
+            offset,
+            len,
+            crc64,
+            key: keys::preserved_key(&step.id, object, offset),
+        };
+        let outcome = Batch::new()
+            .require_equals(PARTITION, step.state_key(), old.clone())
+            .not_after(deadline)
+            .put(
+                PARTITION,
+                keys::piece_key(&step.id, object, offset),
+                encode(&piece)?,
+            )
+            .apply()?;
+        if outcome != Outcome::Committed {
+            return Err(Error::Unavailable("preservation intent raced".into()));
+        }
+        publish(&piece, body)?;
+        info.crc64 = if offset == 0 {
+            crc64
+        } else {
+            checksum::combine(info.crc64, crc64, len)
+        };
+        info.copied = offset + len;
+        step.state.counts.pieces += 1;
+        step.state.counts.bytes += len;
+    }
+    Ok(())
+}
+
+/// Publishes a piece once. If it is already there (a run that crashed
+/// after the write), it is accepted only with the intent's CRC.
+fn publish(piece: &Piece, body: &[u8]) -> Result<(), Error> {
+    match objects::put(
+        PRESERVED,
+        &piece.key,
+        body,
+        &PutCondition::IfNoneMatchAny,
+        Some(piece.crc64),
+        &[],
+    ) {
+        Ok(_) => Ok(()),
+        Err(Error::PreconditionFailed(_)) => {
+            let meta = objects::head(PRESERVED, &piece.key)?;
+            if meta.crc64 == Some(piece.crc64) && meta.size == piece.len {
+                Ok(())
+            } else {
+                Err(corrupt(format!(
+                    "preserved piece {} exists with other content",
+                    piece.key
+                )))
+            }
+        }
+        Err(other) => Err(other),
+    }
+}

@@ -1,0 +1,131 @@
+//! Discover: find every repository holding the preserved objects, and plan
+//! one cache purge per holder repository.
+
+use std::collections::BTreeSet;
+
+use custodian_sdk::{Error, kv};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{corrupt, encode, hex};
+use crate::content;
+use crate::keys::{self, PARTITION};
+use crate::state::{self, Phase, Verification};
+use crate::step::Step;
+
+/// Holders handled per step: each costs up to four commit operations
+/// (known namespace, marker guard and write, cache-purge row).
+const HOLDERS_PER_STEP: u32 = 16;
+
+/// A `cache-purge` row: a purge of a repository's caches for the host's
+/// cache server to carry out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachePurge {
+    /// `takedown:<request id hex>`.
+    pub operation: String,
+    /// When it was planned.
+    pub requested_ms: u64,
+}
+
+/// The `holder` marker: which object revealed the holder, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderMarker {
+    /// The object (hex) whose holders listed the repository first.
+    pub object: String,
+    /// When it was discovered.
+    pub discovered_ms: u64,
+}
+
+/// One discover step.
+pub fn run(step: &mut Step) -> Result<(), Error> {
+    let (start, end) = keys::range(keys::DISCOVER, &step.id);
+    let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
+    let Some(row) = page.entries.into_iter().next() else {
+        finish(step);
+        return Ok(());
+    };
+    let object = keys::object_of(&row.key, &start, "discover")?;
+    if !matches!(row.value.as_slice(), [0] | [1]) {
+        return Err(corrupt(format!(
+            "the discover row of {} is neither an object nor a pack",
+            hex(&object)
+        )));
+    }
+    let info_key = keys::object_key(keys::OBJECT, &step.id, &object);
+    let mut info = state::load_info(&step.id, &object)?;
+    if info.holders_done {
+        step.delete(row.key);
+        return Ok(());
+    }
+    let cursor = info.holders_cursor()?;
+    let holders = content::holders(&object, cursor.as_deref(), HOLDERS_PER_STEP)?;
+    if !holders.holders.is_empty() {
+        let markers: Vec<Vec<u8>> = holders
+            .holders
+            .iter()
+            .map(|h| keys::holder_key(&step.id, &h.namespace, &h.name))
+            .collect();
+        let known = kv::get_many(PARTITION, &markers)?;
+        let mut planned = BTreeSet::new();
+        for ((holder, marker), existing) in holders.holders.iter().zip(markers).zip(known) {
+            step.put(
+                keys::known_ns_key(&step.id, &object, &holder.namespace),
+                Vec::new(),
+            );
+            if existing.is_some() || !planned.insert(marker.clone()) {
+                continue;
+            }
+            // Absent-guarded: a holder is planned once per request, even if
+            // two steps raced to it.
+            step.require_observed(marker.clone(), None);
+            step.put(
+                marker,
+                encode(&HolderMarker {
+                    object: hex(&object),
+                    discovered_ms: step.now,
+                })?,
+            );
+            step.put(
+                keys::cache_purge_key(&holder.namespace, &holder.name),
+                encode(&CachePurge {
+                    operation: format!("takedown:{}", hex(&step.id)),
+                    requested_ms: step.now,
+                })?,
+            );
+            step.state.counts.holders += 1;
+        }
+    }
+    match holders.next {
+        Some(next) => info.holders = Some(hex(&next)),
+        None => {
+            info.holders = None;
+            info.holders_done = true;
+            step.delete(row.key);
+        }
+    }
+    step.put(info_key, encode(&info)?);
+    Ok(())
+}
+
+/// No object left to discover.
+fn finish(step: &mut Step) {
+    let state = &mut step.state;
+    state.phase = if state.purged {
+        Phase::Purged
+    } else {
+        Phase::Retain
+    };
+    state.discovery_complete = state.verification == Verification::Verified;
+    let event = if state.discovery_complete {
+        "PreservationDiscoveryComplete"
+    } else {
+        "PreservationDiscoveryIncomplete"
+    };
+    let detail = Some(format!(
+        "{} holder repositories; verification {}",
+        state.counts.holders,
+        state.verification.name()
+    ));
+    step.event(event, &[], detail);
+}

@@ -1,0 +1,40 @@
+//! Legal hold: set or cleared by an operator, decided with the retention
+//! policy, refused once purging has begun.
+
+use custodian_sdk::audit::Entry;
+use custodian_sdk::steps::WitCommit;
+use custodian_sdk::{Batch, Commit, Error, retention_oracle};
+
+use crate::codec::{encode, hex};
+use crate::keys::{self, PARTITION};
+use crate::request::{self, APPLY_WINDOW_MS};
+use crate::state::{self, Phase};
+
+/// `plan-hold`: see `wit/takedown.wit`.
+pub fn plan(request_id: &[u8], enabled: bool, now: u64) -> Result<WitCommit, Error> {
+    let id = request::id_arg(request_id)?;
+    let request = request::require(&id)?;
+    let loaded = state::load(&id, &request, now)?;
+    let mut state = loaded.state;
+    if enabled && (state.purged || state.phase == Phase::Purging) {
+        return Err(Error::PreconditionFailed(format!(
+            "purging of takedown request {} has begun; a legal hold can no longer be placed",
+            hex(&id)
+        )));
+    }
+    let item = state.item(&request, state.schedule_stage());
+    state.hold = retention_oracle::set_hold(item, enabled)?.hold;
+    state.check(&request)?;
+    let key = keys::key(keys::STATE, &id, &[]);
+    let batch = Batch::new()
+        .require_observed(PARTITION, key.clone(), loaded.raw.as_deref())
+        .not_after(now.saturating_add(APPLY_WINDOW_MS))
+        .put(PARTITION, key, encode(&state)?);
+    Ok(Commit::new(batch)
+        .audit(Entry {
+            event: "PreservationLegalHold".into(),
+            targets: vec![hex(&id)],
+            detail: Some(if enabled { "on" } else { "off" }.into()),
+        })
+        .into_wit())
+}

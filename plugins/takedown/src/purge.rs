@@ -1,0 +1,151 @@
+//! Purge: delete every preserved piece once retention allows it, keep the
+//! intents, and re-sweep after a pass so a delayed write is found too.
+
+use custodian_sdk::retention::{Stage, Verdict};
+use custodian_sdk::{Error, kv, objects};
+
+use crate::codec::{corrupt, decode, hex, unhex};
+use crate::copy::Piece;
+use crate::keys::{self, PARTITION, PRESERVED};
+use crate::state::Phase;
+use crate::step::{MAX_AUDIT, Step};
+
+/// Pieces handled per step: each is a head, maybe a delete, and an audit
+/// entry, and a commit carries at most [`MAX_AUDIT`] entries.
+const PIECES_PER_STEP: usize = MAX_AUDIT;
+
+/// The purge check every step starts with: begins a purge pass when no
+/// hold is set, none is under way, the retention policy allows it and,
+/// once purged, the re-sweep is due. Returns whether it began one (the
+/// step does nothing else then).
+pub fn start(step: &mut Step) -> Result<bool, Error> {
+    let state = &step.state;
+    if state.hold || state.phase == Phase::Purging {
+        return Ok(false);
+    }
+    let item = state.item(&step.request, state.purge_check_stage());
+    let due = !state.purged || step.now >= state.next_purge_at;
+    let assessment = step.assess(item)?;
+    if !(matches!(assessment.may_purge, Verdict::Allow) && due) {
+        return Ok(false);
+    }
+    let state = &mut step.state;
+    state.resume_phase = state.phase;
+    state.phase = Phase::Purging;
+    state.purge_after = None;
+    let detail = format!(
+        "{} pass, resuming {}",
+        if state.purged { "re-sweep" } else { "first" },
+        state.resume_phase.name()
+    );
+    step.event("PreservationPurgeStarted", &[], Some(detail));
+    Ok(true)
+}
+
+/// One purge step.
+pub fn run(step: &mut Step) -> Result<(), Error> {
+    let (start, end) = keys::range(keys::PIECE, &step.id);
+    let cursor = match &step.state.purge_after {
+        Some(text) => Some(
+            unhex(text)
+                .filter(|c| c.as_slice() >= start.as_slice() && c.as_slice() < end.as_slice())
+                .ok_or_else(|| corrupt("the purge cursor is outside the piece rows"))?,
+        ),
+        None => None,
+    };
+    let limit = PIECES_PER_STEP.saturating_sub(step.audit_len()).max(1);
+    let page = kv::scan(
+        PARTITION,
+        &start,
+        Some(&end),
+        cursor.as_deref(),
+        limit as u32,
+    )?;
+    let handled = page.entries.len();
+    for entry in page.entries {
+        let piece: Piece = decode(&entry.value, "a piece intent")?;
+        let object = piece.check(&step.id, &entry.key)?;
+        // The intent is kept: a write delayed past this pass is found by
+        // the next one.
+        let detail = if destroy(&piece.key)? {
+            step.state.counts.purged_pieces += 1;
+            "deleted"
+        } else {
+            "absent"
+        };
+        step.event(
+            "PreservationPiecePurged",
+            &[hex(&object), piece.key.clone()],
+            Some(detail.into()),
+        );
+        step.state.purge_after = Some(hex(&entry.key));
+    }
+    if page.next.is_none() && (handled == 0 || step.audit_len() < MAX_AUDIT) {
+        complete(step)?;
+    }
+    Ok(())
+}
+
+/// Version pages read per piece: a piece has one version, plus one per
+/// late write; past this the piece is left to the next pass (the step
+/// fails and is retried) rather than spending the step's budget.
+const VERSION_PAGES: usize = 4;
+/// Versions listed per page.
+const VERSIONS_PER_PAGE: u32 = 16;
+
+/// Destroys every stored generation of `key` and says whether any bytes
+/// were found. On a versioned store that is each version and delete
+/// marker: a plain delete would leave the bytes readable by version id,
+/// which is not a purge. An unversioned store answers `list-versions`
+/// with `invalid-argument`; there the current object is all there is.
+fn destroy(key: &str) -> Result<bool, Error> {
+    let mut found = false;
+    for _ in 0..VERSION_PAGES {
+        let page = match objects::list_versions(PRESERVED, key, None, VERSIONS_PER_PAGE) {
+            Ok(page) => page,
+            Err(Error::InvalidArgument(_)) => {
+                return match objects::head(PRESERVED, key) {
+                    Ok(_) => objects::delete(PRESERVED, key).map(|()| true),
+                    Err(Error::NotFound(_)) => Ok(false),
+                    Err(other) => Err(other),
+                };
+            }
+            Err(other) => return Err(other),
+        };
+        // Piece keys have a fixed length, so no other key shares this
+        // prefix; the filter keeps that an assumption checked, not trusted.
+        let versions: Vec<_> = page.versions.iter().filter(|v| v.key == key).collect();
+        if versions.is_empty() {
+            return Ok(found);
+        }
+        for version in versions {
+            found |= !version.is_delete_marker;
+            objects::delete_version(PRESERVED, key, &version.version_id)?;
+        }
+    }
+    Err(Error::Unavailable(format!(
+        "{key} has more versions than one step deletes; the next attempt continues"
+    )))
+}
+
+/// Every piece row was visited: the pass is over.
+fn complete(step: &mut Step) -> Result<(), Error> {
+    let state = &mut step.state;
+    state.phase = match state.resume_phase {
+        Phase::Acquire | Phase::Closure => Phase::Discover,
+        Phase::Retain => Phase::Purged,
+        other => other,
+    };
+    state.purged = true;
+    state.purge_after = None;
+    let item = state.item(&step.request, Stage::Purged);
+    let next_purge_at = step.assess(item)?.next_check_ms;
+    let state = &mut step.state;
+    state.next_purge_at = next_purge_at;
+    let detail = format!(
+        "{} pieces deleted in all; next re-sweep at {}",
+        state.counts.purged_pieces, state.next_purge_at
+    );
+    step.event("PreservationPurgeComplete", &[], Some(detail));
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Seed: queue the request's objects, or walk its pack's inventory (and
+//! every sealed pack nested in it, once).
+
+use std::collections::BTreeSet;
+
+use custodian_sdk::{Error, kv, objects};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{Id, corrupt, decode, encode, hex};
+use crate::content::{self, SERVING, pack};
+use crate::keys::{self, PARTITION};
+use crate::queue;
+use crate::state::Phase;
+use crate::step::Step;
+
+/// Actions or inventory entries handled per step: bounds the writes of
+/// one commit (two per entry at most) and the reads of one step.
+const PER_STEP: u32 = 32;
+
+/// The `pack-todo` row: how far a pack's inventory has been walked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackCursor {
+    /// The next entry to read.
+    pub next: u32,
+    /// The member count, once the header was read and validated.
+    pub count: Option<u32>,
+}
+
+/// One seed step.
+pub fn run(step: &mut Step) -> Result<(), Error> {
+    match step.request.pack {
+        Some(root) => walk(step, root),
+        None => actions(step),
+    }
+}
+
+fn actions(step: &mut Step) -> Result<(), Error> {
+    let from = step.state.seed as usize;
+    let batch: Vec<Id> = crate::request::actions(&step.id, &step.request)?
+        .iter()
+        .skip(from)
+        .take(PER_STEP as usize)
+        .copied()
+        .collect();
+    for object in &batch {
+        step.put(keys::object_key(keys::TODO, &step.id, object), vec![0]);
+        step.put(keys::object_key(keys::DISCOVER, &step.id, object), vec![0]);
+        step.state.seed += 1;
+        step.state.counts.objects += 1;
+    }
+    if step.state.seed == step.request.seed_steps() {
+        step.state.phase = Phase::Acquire;
+    }
+    Ok(())
+}
+
+fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
+    if step.state.seed == 0 {
+        step.put(
+            keys::object_key(keys::PACK_TODO, &step.id, &root),
+            encode(&PackCursor::default())?,
+        );
+        step.put(
+            keys::object_key(keys::PACK_SEEN, &step.id, &root),
+            Vec::new(),
+        );
+        step.state.seed = 1;
+        return Ok(());
+    }
+    let (start, end) = keys::range(keys::PACK_TODO, &step.id);
+    let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
+    let Some(entry) = page.entries.into_iter().next() else {
+        step.state.phase = Phase::Acquire;
+        return Ok(());
+    };
+    let pack_id = keys::object_of(&entry.key, &start, "pack-todo")?;
+    let mut cursor: PackCursor = decode(&entry.value, "a pack cursor")?;
+    let serving = keys::serving_key(&pack_id);
+    let count = match cursor.count {
+        Some(count) => count,
+        None => {
+            let header = read(&serving, 0, pack::HEADER)?;
+            pack::count(&header)
+                .map_err(|reason| corrupt(format!("pack {}: {reason}", hex(&pack_id))))?
+        }
+    };
+    if cursor.next > count {
+        return Err(corrupt(format!(
+            "the cursor of pack {} is past its inventory",
+            hex(&pack_id)
+        )));
+    }
+    let take = PER_STEP.min(count - cursor.next);
+    let members = if take == 0 {
+        Vec::new()
+    } else {
+        let offset = pack::HEADER + pack::ENTRY * u64::from(cursor.next);
+        let bytes = read(&serving, offset, pack::ENTRY * u64::from(take))?;
+        if bytes.len() as u64 != pack::ENTRY * u64::from(take) {
+            return Err(corrupt(format!(
+                "pack {} is shorter than its inventory",
+                hex(&pack_id)
+            )));
+        }
+        parse_entries(&pack_id, &bytes)?
+    };
+    let nested: Vec<Id> = members
+        .iter()
+        .filter(|(_, kind)| *kind == content::PACK)
+        .map(|(id, _)| *id)
+        .collect();
+    let sealed: BTreeSet<Id> = nested
+        .iter()
+        .zip(content::sealed(&nested)?)
+        .filter(|(_, sealed)| *sealed)
+        .map(|(id, _)| *id)
+        .collect();
+    let seen = already_seen(step, &sealed)?;
+    let mut walk_next = BTreeSet::new();
+    let mut objects = Vec::new();
+    for (member, kind) in members {
+        if sealed.contains(&member) {
+            // A sealed pack is complete and immutable: walk it (once)
+            // rather than preserving it as one opaque object.
+            if !seen.contains(&member) && walk_next.insert(member) {
+                step.put(
+                    keys::object_key(keys::PACK_SEEN, &step.id, &member),
+                    Vec::new(),
+                );
+                step.put(
+                    keys::object_key(keys::PACK_TODO, &step.id, &member),
+                    encode(&PackCursor::default())?,
+                );
+            }
+        } else {
+            objects.push((member, kind));
+        }
+    }
+    queue::enqueue(step, &objects)?;
+    cursor.next += take;
+    if cursor.next == count {
+        step.delete(entry.key);
+        step.put(
+            keys::object_key(keys::DISCOVER, &step.id, &pack_id),
+            vec![1],
+        );
+    } else {
+        cursor.count = Some(count);
+        step.put(entry.key, encode(&cursor)?);
+    }
+    Ok(())
+}
+
+/// Reads a range of a pack in `serving`; a missing pack is data loss.
+fn read(key: &str, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
+    objects::get_range(SERVING, key, offset, length, None).map_err(|error| match error {
+        Error::NotFound(m) => corrupt(format!("a pack is missing from serving: {m}")),
+        other => other,
+    })
+}
+
+fn parse_entries(pack_id: &Id, bytes: &[u8]) -> Result<Vec<(Id, u8)>, Error> {
+    bytes
+        .chunks_exact(pack::ENTRY as usize)
+        .map(|entry| {
+            let kind = entry[32];
+            if !content::is_kind(kind) {
+                return Err(corrupt(format!(
+                    "pack {} lists a member of unknown kind {kind}",
+                    hex(pack_id)
+                )));
+            }
+            let id = Id::try_from(&entry[..32]).map_err(|_| corrupt("a pack entry"))?;
+            Ok((id, kind))
+        })
+        .collect()
+}
+
+fn already_seen(step: &Step, packs: &BTreeSet<Id>) -> Result<BTreeSet<Id>, Error> {
+    if packs.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let keys: Vec<Vec<u8>> = packs
+        .iter()
+        .map(|p| keys::object_key(keys::PACK_SEEN, &step.id, p))
+        .collect();
+    let rows = kv::get_many(PARTITION, &keys)?;
+    Ok(packs
+        .iter()
+        .zip(rows)
+        .filter(|(_, row)| row.is_some())
+        .map(|(p, _)| *p)
+        .collect())
+}

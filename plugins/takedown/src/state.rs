@@ -1,0 +1,336 @@
+//! The request's state row and per-object progress rows: versioned JSON,
+//! unknown fields refused, impossible combinations reported as `Corrupt`.
+
+use custodian_sdk::retention::{Item, Stage};
+use custodian_sdk::takedown::Counts;
+use custodian_sdk::{Error, kv, retention_oracle};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{Id, bounded, corrupt, decode, hex};
+use crate::content::{self, manifest};
+use crate::keys::{self, PARTITION};
+use crate::request::Request;
+
+/// The only state version this policy reads and writes.
+pub const VERSION: u32 = 1;
+
+/// Where a request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Queueing the objects to acquire.
+    Seed,
+    /// Copying each queued object into the preserved store.
+    Acquire,
+    /// Verifying manifests' reassembly over the preserved bytes.
+    Closure,
+    /// Finding every repository that holds the objects.
+    Discover,
+    /// Waiting for retention to end.
+    Retain,
+    /// Deleting preserved pieces.
+    Purging,
+    /// Purged; re-swept for late writes.
+    Purged,
+}
+
+impl Phase {
+    /// The name `status` reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Seed => "seed",
+            Self::Acquire => "acquire",
+            Self::Closure => "closure",
+            Self::Discover => "discover",
+            Self::Retain => "retain",
+            Self::Purging => "purging",
+            Self::Purged => "purged",
+        }
+    }
+}
+
+/// How far verification of the preserved copy got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verification {
+    /// Objects are still being acquired.
+    CanonicalPending,
+    /// Every object is preserved; manifests still need their reassembly
+    /// verified.
+    ManifestClosurePending,
+    /// A serving copy was corrupt: acquisition cannot be complete.
+    SourceCorrupt,
+    /// Every byte is preserved and verified.
+    Verified,
+}
+
+impl Verification {
+    /// The name `status` reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CanonicalPending => "canonical-pending",
+            Self::ManifestClosurePending => "manifest-closure-pending",
+            Self::SourceCorrupt => "source-corrupt",
+            Self::Verified => "verified",
+        }
+    }
+}
+
+/// Running totals; see `counts` in `wit/takedown.wit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Totals {
+    /// Objects queued for acquisition.
+    pub objects: u64,
+    /// Objects preserved and verified.
+    pub verified: u64,
+    /// Objects whose serving copy was corrupt.
+    pub corrupt: u64,
+    /// Piece intents recorded.
+    pub pieces: u64,
+    /// Bytes preserved.
+    pub bytes: u64,
+    /// Holder repositories discovered.
+    pub holders: u64,
+    /// Preserved pieces deleted by purge passes.
+    pub purged_pieces: u64,
+}
+
+impl Totals {
+    /// The WIT record.
+    pub fn to_wit(&self) -> Counts {
+        Counts {
+            objects: self.objects,
+            verified: self.verified,
+            corrupt: self.corrupt,
+            pieces: self.pieces,
+            bytes: self.bytes,
+            holders: self.holders,
+            purged_pieces: self.purged_pieces,
+        }
+    }
+}
+
+/// The `state` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    /// [`VERSION`].
+    pub version: u32,
+    /// The current phase.
+    pub phase: Phase,
+    /// The phase a purge pass interrupted.
+    pub resume_phase: Phase,
+    /// Verification progress.
+    pub verification: Verification,
+    /// When retention ends, as the retention policy first answered.
+    pub retain_until: u64,
+    /// A legal hold is set.
+    pub hold: bool,
+    /// A purge pass has completed at least once.
+    pub purged: bool,
+    /// The purge pass's cursor: the last piece row it handled (hex).
+    pub purge_after: Option<String>,
+    /// When the next re-sweep may start, once purged.
+    pub next_purge_at: u64,
+    /// Every holder was discovered and acquisition was complete.
+    pub discovery_complete: bool,
+    /// Seeding progress: actions queued, or 1 once a pack walk started.
+    pub seed: u32,
+    /// Running totals.
+    pub counts: Totals,
+    /// The last problem recorded (e.g. a corrupt source).
+    pub last_error: Option<String>,
+}
+
+impl State {
+    /// A request's first state.
+    pub fn initial(retain_until: u64) -> Self {
+        Self {
+            version: VERSION,
+            phase: Phase::Seed,
+            resume_phase: Phase::Seed,
+            verification: Verification::CanonicalPending,
+            retain_until,
+            hold: false,
+            purged: false,
+            purge_after: None,
+            next_purge_at: 0,
+            discovery_complete: false,
+            seed: 0,
+            counts: Totals::default(),
+            last_error: None,
+        }
+    }
+
+    /// Records `message` as the last error, bounded.
+    pub fn set_error(&mut self, message: &str) {
+        self.last_error = Some(bounded(message));
+    }
+
+    /// Checks combinations no sequence of steps can produce.
+    pub fn check(&self, request: &Request) -> Result<(), Error> {
+        let problem = if self.version != VERSION {
+            Some(format!("unknown state version {}", self.version))
+        } else if self.hold && (self.purged || matches!(self.phase, Phase::Purging | Phase::Purged))
+        {
+            Some("a legal hold while purging or purged".into())
+        } else if self.phase == Phase::Purged && !self.purged {
+            Some("phase purged before any purge completed".into())
+        } else if self.resume_phase == Phase::Purging {
+            Some("a purge pass resuming into itself".into())
+        } else if self.phase != Phase::Purging && self.purge_after.is_some() {
+            Some("a purge cursor outside a purge pass".into())
+        } else if self.seed > request.seed_steps() {
+            Some(format!(
+                "seed index {} past the request's actions",
+                self.seed
+            ))
+        } else if self.retain_until < request.created_ms {
+            Some("retention ending before the request was created".into())
+        } else if self.last_error.as_ref().is_some_and(|e| e.len() > 4096) {
+            Some("an oversized last error".into())
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => Err(corrupt(format!("takedown state: {problem}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The retention stage the purge check asks about.
+    pub fn purge_check_stage(&self) -> Stage {
+        if self.purged {
+            Stage::Purged
+        } else if self.phase == Phase::Retain {
+            Stage::Retaining
+        } else {
+            Stage::Active
+        }
+    }
+
+    /// The retention stage the next step is scheduled for.
+    pub fn schedule_stage(&self) -> Stage {
+        match self.phase {
+            Phase::Purging => Stage::Purging,
+            Phase::Purged => Stage::Purged,
+            Phase::Retain => Stage::Retaining,
+            _ => Stage::Active,
+        }
+    }
+
+    /// What the retention policy is told about this request at `stage`.
+    pub fn item(&self, request: &Request, stage: Stage) -> Item {
+        Item {
+            created_ms: request.created_ms,
+            noncurrent_since_ms: None,
+            hold: self.hold,
+            stage,
+        }
+    }
+}
+
+/// A state as read: the decoded state and the raw row it came from
+/// (`None` when there was none yet), for the commit's guard.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The state.
+    pub state: State,
+    /// The stored row.
+    pub raw: Option<Vec<u8>>,
+}
+
+/// The state of request `id`, or its initial state (retain-until from the
+/// retention policy) when none is stored yet.
+pub fn load(id: &Id, request: &Request, now: u64) -> Result<Loaded, Error> {
+    let raw = kv::get(PARTITION, &keys::key(keys::STATE, id, &[]))?;
+    let state = match &raw {
+        Some(raw) => decode(raw, "the takedown state")?,
+        None => {
+            let item = Item {
+                created_ms: request.created_ms,
+                noncurrent_since_ms: None,
+                hold: false,
+                stage: Stage::Active,
+            };
+            State::initial(retention_oracle::assess(item, now)?.retain_until_ms)
+        }
+    };
+    state.check(request)?;
+    Ok(Loaded { state, raw })
+}
+
+/// Progress of one object (the `object` row).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectInfo {
+    /// The selected source's kind; 0 before selection.
+    pub kind: u8,
+    /// The selected source's size.
+    pub size: u64,
+    /// Bytes preserved so far (a prefix of the object).
+    pub copied: u64,
+    /// CRC-64/NVME of the preserved prefix.
+    pub crc64: u64,
+    /// Manifest chunks enqueued so far.
+    pub chunks: u32,
+    /// Every byte is preserved and verified.
+    pub verified: bool,
+    /// The serving copy was corrupt or missing.
+    pub source_failed: bool,
+    /// The holder scan's cursor (hex of a content key).
+    pub holders: Option<String>,
+    /// Every holder was discovered.
+    pub holders_done: bool,
+}
+
+impl ObjectInfo {
+    fn check(&self, object: &Id) -> Result<(), Error> {
+        let chunk_bound = if self.kind == content::MANIFEST {
+            manifest::count_for_size(self.size)
+        } else {
+            Some(0)
+        };
+        let consistent = (self.kind == 0 || content::is_kind(self.kind))
+            && (self.kind != 0 || (self.size == 0 && self.copied == 0 && !self.verified))
+            && self.copied <= self.size
+            && chunk_bound.is_some_and(|bound| self.chunks <= bound)
+            && !(self.verified && self.source_failed)
+            && (self.holders.is_none() || !self.holders_done);
+        if consistent {
+            Ok(())
+        } else {
+            Err(corrupt(format!(
+                "the progress row of object {} is inconsistent",
+                hex(object)
+            )))
+        }
+    }
+
+    /// The holder cursor as bytes.
+    pub fn holders_cursor(&self) -> Result<Option<Vec<u8>>, Error> {
+        self.holders
+            .as_deref()
+            .map(|text| {
+                crate::codec::unhex(text).ok_or_else(|| corrupt("a holder cursor is not hex"))
+            })
+            .transpose()
+    }
+}
+
+/// Decodes and checks an `object` row of `object`; absent is the default.
+pub fn decode_info(object: &Id, raw: Option<&[u8]>) -> Result<ObjectInfo, Error> {
+    let info = match raw {
+        Some(raw) => decode(raw, "an object progress row")?,
+        None => ObjectInfo::default(),
+    };
+    info.check(object)?;
+    Ok(info)
+}
+
+/// The progress of `object` in request `id`.
+pub fn load_info(id: &Id, object: &Id) -> Result<ObjectInfo, Error> {
+    let raw = kv::get(PARTITION, &keys::object_key(keys::OBJECT, id, object))?;
+    decode_info(object, raw.as_deref())
+}

@@ -1,0 +1,33 @@
+//! `status`: a request's state as an operator sees it.
+
+use custodian_sdk::takedown::RequestStatus;
+use custodian_sdk::{Error, clock};
+
+use crate::request;
+use crate::state::{self, Phase};
+
+/// `status`: see `wit/takedown.wit`.
+pub fn of(request_id: &[u8]) -> Result<RequestStatus, Error> {
+    let id = request::id_arg(request_id)?;
+    let request = request::require(&id)?;
+    let state = state::load(&id, &request, clock::now_ms())?.state;
+    let next_purge_ms = if state.purged {
+        Some(state.next_purge_at)
+    } else if state.hold || state.phase == Phase::Purging {
+        None
+    } else {
+        Some(state.retain_until)
+    };
+    Ok(RequestStatus {
+        repository: request.repository.to_string(),
+        created_ms: request.created_ms,
+        phase: state.phase.name().into(),
+        verification: state.verification.name().into(),
+        counts: state.counts.to_wit(),
+        retain_until_ms: state.retain_until,
+        hold: state.hold,
+        purged: state.purged,
+        next_purge_ms,
+        last_error: state.last_error,
+    })
+}

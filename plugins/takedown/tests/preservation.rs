@@ -1,0 +1,398 @@
+//! Acquisition, closure, pack walks, corrupt sources, discovery and
+//! crash replay, driven step by step over the native host.
+
+mod support;
+
+use custodian_sdk::Error;
+use custodian_sdk::objects::{self, PutCondition};
+use custodian_sdk::testing;
+use support::*;
+
+const REPO: &str = "acme/widgets";
+
+#[test]
+fn an_actions_request_goes_through_every_phase_in_order_to_retain_with_every_byte_preserved_and_verified()
+ {
+    setup();
+    let small = bytes(1, 100);
+    let large = bytes(2, 2 * MIB + MIB / 2);
+    let (a, b) = (blob(&small), blob(&large));
+    hold(&a, REPO);
+    hold(&b, REPO);
+    let mut driver = file(actions(request_id(1), REPO, &[a, b]));
+    driver.until("retain", 40);
+
+    assert_eq!(
+        driver.phase_sequence(),
+        ["seed", "acquire", "discover", "retain"]
+    );
+    assert_eq!(driver.preserved(&a), small);
+    assert_eq!(driver.preserved(&b), large);
+    let names = driver.event_names();
+    assert_eq!(names.first().map(String::as_str), Some("TakedownRequested"));
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| *n == "PreservationSourceSelected")
+            .count(),
+        2
+    );
+    let verified = names
+        .iter()
+        .position(|n| n == "PreservationVerified")
+        .unwrap();
+    let discovered = names
+        .iter()
+        .position(|n| n == "PreservationDiscoveryComplete")
+        .unwrap();
+    assert!(verified < discovered);
+    let status = driver.status();
+    assert_eq!(status.verification, "verified");
+    assert_eq!(status.repository, REPO);
+    assert_eq!(status.counts.objects, 2);
+    assert_eq!(status.counts.verified, 2);
+    assert_eq!(status.counts.pieces, 4, "1 piece + 3 pieces of 1 MiB");
+    assert_eq!(status.counts.bytes, (small.len() + large.len()) as u64);
+    assert_eq!(status.counts.holders, 1);
+    assert_eq!(status.counts.corrupt, 0);
+    assert_eq!(status.last_error, None);
+    assert_eq!(status.retain_until_ms, T0 + RETENTION_MS);
+    assert_eq!(status.next_purge_ms, Some(T0 + RETENTION_MS));
+    assert!(driver.rows("todo").is_empty() && driver.rows("discover").is_empty());
+    assert_eq!(driver.rows("piece").len(), 4);
+    assert_eq!(driver.rows("source").len(), 2);
+    for entry in &driver.events[1..] {
+        assert_eq!(entry.targets[0], hex(&driver.id), "{entry:?}");
+    }
+}
+
+#[test]
+fn retaining_waits_for_retention_with_hourly_checkpoints() {
+    setup();
+    let a = blob(&bytes(1, 10));
+    hold(&a, REPO);
+    let mut driver = file(actions(request_id(1), REPO, &[a]));
+    driver.until("retain", 20);
+    let before = driver.now;
+    let events = driver.step();
+    assert_eq!(events[0].event, "PreservationCheckpoint");
+    assert_eq!(driver.now - before, HOUR);
+    assert_eq!(driver.status().phase, "retain");
+}
+
+#[test]
+fn a_chunked_manifest_is_verified_by_reassembling_its_preserved_chunks() {
+    setup();
+    let chunks = vec![bytes(1, MIB + MIB / 2), bytes(2, 4000), bytes(3, 1)];
+    let (m, file_bytes) = manifest(&chunks);
+    hold(&m, REPO);
+    let mut driver = file(actions(request_id(2), REPO, &[m]));
+    driver.until("retain", 60);
+
+    assert_eq!(
+        driver.phase_sequence(),
+        ["seed", "acquire", "closure", "discover", "retain"]
+    );
+    let names = driver.event_names();
+    let pending = names
+        .iter()
+        .position(|n| n == "PreservationClosurePending")
+        .unwrap();
+    let verified = names
+        .iter()
+        .position(|n| n == "PreservationVerified")
+        .unwrap();
+    assert!(pending < verified);
+    let reassembled: Vec<u8> = chunks
+        .iter()
+        .flat_map(|c| driver.preserved(&id_of(c)))
+        .collect();
+    assert_eq!(reassembled, file_bytes);
+    let status = driver.status();
+    assert_eq!(status.verification, "verified");
+    assert_eq!(
+        status.counts.objects, 4,
+        "the manifest and its three chunks"
+    );
+    assert_eq!(status.counts.verified, 4);
+    assert!(driver.rows("closure").is_empty());
+}
+
+#[test]
+fn a_preserved_chunk_that_no_longer_matches_fails_closure_as_corrupt_naming_the_manifest() {
+    setup();
+    let chunks = vec![bytes(1, 300), bytes(2, 400)];
+    let (m, _) = manifest(&chunks);
+    hold(&m, REPO);
+    let mut driver = file(actions(request_id(2), REPO, &[m]));
+    driver.until("closure", 30);
+    let chunk = id_of(&chunks[1]);
+    let key = format!(
+        "pieces/{}/{}/{}/{:016x}",
+        hex(&driver.id),
+        &hex(&chunk)[..2],
+        hex(&chunk),
+        0
+    );
+    objects::put(
+        "preserved",
+        &key,
+        &bytes(9, 400),
+        &PutCondition::Unconditional,
+        None,
+        &[],
+    )
+    .unwrap();
+    match driver.try_step() {
+        Err(Error::Corrupt(message)) => assert!(message.contains(&hex(&m)), "{message}"),
+        other => panic!("expected corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_nested_sealed_pack_is_walked_once_even_when_referenced_twice() {
+    setup();
+    let (x, y, z) = (
+        blob(&bytes(1, 50)),
+        blob(&bytes(2, 60)),
+        blob(&bytes(3, 70)),
+    );
+    let inner = pack(&[(x, 1), (y, 1)]);
+    seal(&inner);
+    let middle = pack(&[(inner, 3), (z, 1)]);
+    seal(&middle);
+    let loose_member = blob(&bytes(4, 80));
+    let unsealed = pack(&[(loose_member, 1)]);
+    let root = pack(&[(inner, 3), (middle, 3), (inner, 3), (unsealed, 3), (x, 1)]);
+    seal(&root);
+    hold(&root, REPO);
+    let mut driver = file(pack_request(request_id(3), REPO, root));
+
+    let mut walks_of_inner = 0;
+    let inner_todo = {
+        let mut key = b"pack-todo\0".to_vec();
+        key.extend_from_slice(&driver.id);
+        key.extend_from_slice(&inner);
+        key
+    };
+    let mut present = false;
+    for _ in 0..40 {
+        if driver.status().phase != "seed" {
+            break;
+        }
+        driver.step();
+        let now_present = get_row(&inner_todo).is_some();
+        if now_present && !present {
+            walks_of_inner += 1;
+        }
+        present = now_present;
+    }
+    assert_eq!(walks_of_inner, 1);
+    assert_eq!(driver.rows("pack-seen").len(), 3, "root, inner, middle");
+    assert!(driver.rows("pack-todo").is_empty());
+    driver.until("retain", 60);
+
+    let status = driver.status();
+    assert_eq!(
+        status.counts.objects, 4,
+        "x, y, z and the unsealed pack as one object"
+    );
+    assert_eq!(status.counts.verified, 4);
+    assert_eq!(status.verification, "verified");
+    for object in [x, y, z] {
+        assert!(!driver.preserved(&object).is_empty());
+    }
+    assert_eq!(driver.preserved(&unsealed), pack_body(&[(loose_member, 1)]));
+    assert!(
+        driver.preserved(&inner).is_empty(),
+        "a walked pack is not copied"
+    );
+    assert!(driver.preserved(&loose_member).is_empty());
+}
+
+#[test]
+fn a_corrupt_serving_copy_is_recorded_as_source_corrupt_then_acquisition_incomplete_and_the_request_moves_on()
+ {
+    setup();
+    let good = blob(&bytes(1, 500));
+    let genuine = bytes(2, 500);
+    let bad = id_of(&genuine);
+    // The index is consistent with what is served, but the served bytes
+    // are not the object's.
+    serve_as(&bad, &bytes(3, 500), 1);
+    hold(&good, REPO);
+    hold(&bad, REPO);
+    let mut driver = file(actions(request_id(4), REPO, &[good, bad]));
+    driver.until("retain", 40);
+
+    let corrupt = driver
+        .events
+        .iter()
+        .find(|e| e.event == "PreservationSourceCorrupt")
+        .expect("the corrupt source is recorded");
+    assert_eq!(corrupt.targets, [hex(&driver.id), hex(&bad)]);
+    let names = driver.event_names();
+    let at = names
+        .iter()
+        .position(|n| n == "PreservationSourceCorrupt")
+        .unwrap();
+    let incomplete = names
+        .iter()
+        .position(|n| n == "PreservationAcquisitionIncomplete")
+        .unwrap();
+    assert!(at < incomplete);
+    assert!(names.contains(&"PreservationDiscoveryIncomplete".to_owned()));
+    assert!(!names.contains(&"PreservationVerified".to_owned()));
+    let status = driver.status();
+    assert_eq!(status.verification, "source-corrupt");
+    assert_eq!(status.counts.corrupt, 1);
+    assert_eq!(status.counts.verified, 1);
+    assert!(status.last_error.unwrap().contains(&hex(&bad)));
+    assert_eq!(driver.rows("source").len(), 2, "the corrupt source is kept");
+    assert!(driver.preserved(&bad).is_empty());
+    assert!(!driver.preserved(&good).is_empty());
+}
+
+#[test]
+fn a_serving_copy_missing_at_selection_is_data_loss_recorded_like_corruption() {
+    setup();
+    let gone = id_of(&bytes(7, 10));
+    hold(&gone, REPO);
+    let mut driver = file(actions(request_id(4), REPO, &[gone]));
+    driver.until("retain", 20);
+    let status = driver.status();
+    assert_eq!(status.verification, "source-corrupt");
+    assert_eq!(status.counts.corrupt, 1);
+    assert!(driver.rows("source").is_empty());
+}
+
+#[test]
+fn a_second_holder_repository_is_discovered_once_and_gets_one_cache_purge_row() {
+    setup();
+    let (a, b) = (blob(&bytes(1, 10)), blob(&bytes(2, 20)));
+    for object in [a, b] {
+        hold(&object, REPO);
+        hold(&object, "other/fork");
+    }
+    let mut driver = file(actions(request_id(5), REPO, &[a, b]));
+    driver.until("retain", 40);
+
+    let purges: Vec<(Vec<u8>, Vec<u8>)> = testing::partition("takedown")
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(b"cache-purge\0"))
+        .collect();
+    assert_eq!(purges.len(), 2);
+    assert_eq!(purges[0].0, b"cache-purge\0acme\0widgets".to_vec());
+    assert_eq!(purges[1].0, b"cache-purge\0other\0fork".to_vec());
+    let plan: serde_json::Value = serde_json::from_slice(&purges[1].1).unwrap();
+    assert_eq!(plan["operation"], format!("takedown:{}", hex(&driver.id)));
+    assert!(plan["requested_ms"].as_u64().is_some());
+    assert_eq!(driver.status().counts.holders, 2);
+    assert_eq!(driver.rows("holder").len(), 2);
+    assert_eq!(
+        driver.rows("known-ns").len(),
+        4,
+        "two namespaces per object"
+    );
+}
+
+#[test]
+fn holders_beyond_one_page_are_all_discovered() {
+    setup();
+    let a = blob(&bytes(1, 10));
+    hold(&a, REPO);
+    for n in 0..40 {
+        hold(&a, &format!("ns{n:02}/repo"));
+    }
+    let mut driver = file(actions(request_id(5), REPO, &[a]));
+    driver.until("retain", 40);
+    assert_eq!(driver.status().counts.holders, 41);
+    assert_eq!(driver.rows("holder").len(), 41);
+}
+
+#[test]
+fn a_step_replayed_after_a_crash_between_intent_and_commit_leaves_no_duplicate_piece() {
+    setup();
+    let body = bytes(1, 2 * MIB + 17);
+    let a = blob(&body);
+    hold(&a, REPO);
+    let mut driver = file(actions(request_id(6), REPO, &[a]));
+    driver.until_event("PreservationSourceSelected", 10);
+
+    // The copy step records its intents and writes its pieces, then the
+    // host crashes before committing it.
+    driver.try_step().expect("the copy step runs");
+    assert_eq!(driver.rows("piece").len(), 3);
+    assert_eq!(driver.preserved_keys().len(), 3);
+    // The timer fires again; the same step finds the pieces already there.
+    driver.step();
+    driver.until("retain", 20);
+
+    assert_eq!(driver.preserved_keys().len(), 3);
+    assert_eq!(driver.rows("piece").len(), 3);
+    assert_eq!(driver.preserved(&a), body);
+    let status = driver.status();
+    assert_eq!(status.counts.pieces, 3);
+    assert_eq!(status.counts.bytes, body.len() as u64);
+    assert_eq!(status.verification, "verified");
+}
+
+#[test]
+fn a_preserved_piece_with_other_content_than_its_intent_is_corrupt() {
+    setup();
+    let a = blob(&bytes(1, 1000));
+    hold(&a, REPO);
+    let mut driver = file(actions(request_id(6), REPO, &[a]));
+    driver.until_event("PreservationSourceSelected", 10);
+    let key = format!(
+        "pieces/{}/{}/{}/{:016x}",
+        hex(&driver.id),
+        &hex(&a)[..2],
+        hex(&a),
+        0
+    );
+    objects::put(
+        "preserved",
+        &key,
+        b"squatter",
+        &PutCondition::Unconditional,
+        None,
+        &[],
+    )
+    .unwrap();
+    assert!(matches!(driver.try_step(), Err(Error::Corrupt(_))));
+}
+
+#[test]
+fn a_serving_copy_replaced_after_selection_is_recorded_as_source_corrupt() {
+    setup();
+    let body = bytes(1, 700);
+    let a = blob(&body);
+    hold(&a, REPO);
+    let mut driver = file(actions(request_id(7), REPO, &[a]));
+    driver.until_event("PreservationSourceSelected", 10);
+    // Same bytes, new etag: the selected copy is gone.
+    serve_as(&a, &body, 1);
+    let events = driver.step();
+    assert_eq!(events[0].event, "PreservationSourceCorrupt");
+    assert!(events[0].detail.as_deref().unwrap().contains("changed"));
+    driver.until("retain", 10);
+    assert_eq!(driver.status().verification, "source-corrupt");
+    assert!(driver.preserved_keys().is_empty());
+}
+
+#[test]
+fn a_manifest_with_many_chunks_is_queued_and_verified_across_steps() {
+    setup();
+    let chunks: Vec<Vec<u8>> = (0..70u8).map(|n| bytes(n, 100 + usize::from(n))).collect();
+    let (m, _) = manifest(&chunks);
+    hold(&m, REPO);
+    let mut driver = file(actions(request_id(8), REPO, &[m]));
+    driver.until("retain", 400);
+    let status = driver.status();
+    assert_eq!(status.verification, "verified");
+    assert_eq!(status.counts.objects, 71);
+    assert_eq!(status.counts.verified, 71);
+    let closure_steps = driver.phases.iter().filter(|p| *p == "closure").count();
+    assert!(closure_steps >= 9, "8 chunks per step: {closure_steps}");
+}

@@ -1,0 +1,347 @@
+//! A content fixture writer and a step driver over the SDK's native host.
+
+#![allow(dead_code)]
+
+use custodian_plugin_retention::Policy as Retention;
+use custodian_plugin_takedown::Policy;
+use custodian_sdk::audit::Entry;
+use custodian_sdk::kv::Outcome;
+use custodian_sdk::objects::{self, PutCondition};
+use custodian_sdk::retention::{RetentionRules, Settings};
+use custodian_sdk::steps::{StepResult, Timer, WitCommit};
+use custodian_sdk::takedown::{Request, RequestStatus, TakedownSteps};
+use custodian_sdk::testing::{self, RetentionOracle};
+use custodian_sdk::{Batch, Error, checksum, kv};
+
+pub type Id = [u8; 32];
+
+/// When every test starts.
+pub const T0: u64 = 1_700_000_000_000;
+pub const HOUR: u64 = 3_600_000;
+/// The deployer's retention in these tests.
+pub const RETENTION_MS: u64 = 24 * HOUR;
+pub const MIB: usize = 1024 * 1024;
+
+fn settings() -> Settings {
+    Settings {
+        retention_ms: RETENTION_MS,
+        noncurrent_retention_ms: 0,
+    }
+}
+
+/// An empty native host at [`T0`], with the bundled retention policy
+/// answering `retention-oracle`.
+pub fn setup() {
+    testing::reset(T0);
+    testing::set_retention(RetentionOracle {
+        assess: |item, now| Retention::assess(settings(), item, now),
+        set_hold: |item, enabled| Retention::set_hold(item, enabled),
+    });
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Deterministic bytes that differ per `seed`.
+pub fn bytes(seed: u8, len: usize) -> Vec<u8> {
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as u8
+        })
+        .collect()
+}
+
+pub fn id_of(bytes: &[u8]) -> Id {
+    *blake3::hash(bytes).as_bytes()
+}
+
+fn put_content(key: Vec<u8>, value: Vec<u8>) {
+    let outcome = Batch::new().put("content", key, value).apply().unwrap();
+    assert_eq!(outcome, Outcome::Committed);
+}
+
+/// Serves `body` under `object`'s key and indexes it with `kind`; the
+/// index's CRC is `body`'s.
+pub fn serve_as(object: &Id, body: &[u8], kind: u8) {
+    objects::put(
+        "serving",
+        &format!("content/{}", hex(object)),
+        body,
+        &PutCondition::Unconditional,
+        None,
+        &[],
+    )
+    .unwrap();
+    let mut row = vec![kind];
+    row.extend_from_slice(&(body.len() as u64).to_be_bytes());
+    row.extend_from_slice(&checksum::crc64_nvme(body).to_be_bytes());
+    put_content([b"o".as_slice(), object].concat(), row);
+}
+
+/// Stores `body` as content of `kind` and returns its id.
+pub fn object(body: &[u8], kind: u8) -> Id {
+    let id = id_of(body);
+    serve_as(&id, body, kind);
+    id
+}
+
+pub fn blob(body: &[u8]) -> Id {
+    object(body, 1)
+}
+
+/// Records that `namespace/name` holds `object`.
+pub fn hold(object: &Id, repository: &str) {
+    let (namespace, name) = repository.split_once('/').unwrap();
+    let mut key = [b"h".as_slice(), object].concat();
+    key.extend_from_slice(namespace.as_bytes());
+    key.push(0);
+    key.extend_from_slice(name.as_bytes());
+    put_content(key, Vec::new());
+}
+
+/// Marks `pack` sealed.
+pub fn seal(pack: &Id) {
+    put_content([b"s".as_slice(), pack].concat(), T0.to_be_bytes().to_vec());
+}
+
+/// A manifest over `chunks` (each stored as a blob): its id and the
+/// reassembled file.
+pub fn manifest(chunks: &[Vec<u8>]) -> (Id, Vec<u8>) {
+    let file: Vec<u8> = chunks.concat();
+    let mut body = b"CUSTMNFT".to_vec();
+    body.extend_from_slice(&(file.len() as u64).to_le_bytes());
+    body.extend_from_slice(&1u16.to_le_bytes());
+    body.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+    for chunk in chunks {
+        body.extend_from_slice(&blob(chunk));
+    }
+    body.extend_from_slice(&checksum::crc64_nvme(&file).to_le_bytes());
+    (object(&body, 2), file)
+}
+
+/// The bytes of a pack of `members` (id, kind).
+pub fn pack_body(members: &[(Id, u8)]) -> Vec<u8> {
+    let mut body = b"CUSTPACK".to_vec();
+    body.extend_from_slice(&1u16.to_le_bytes());
+    body.extend_from_slice(&(members.len() as u32).to_le_bytes());
+    for (id, kind) in members {
+        body.extend_from_slice(id);
+        body.push(*kind);
+    }
+    body
+}
+
+/// Stores a pack of `members` and returns its id.
+pub fn pack(members: &[(Id, u8)]) -> Id {
+    object(&pack_body(members), 3)
+}
+
+pub fn request_id(seed: u8) -> Id {
+    [seed; 32]
+}
+
+pub fn actions(id: Id, repository: &str, objects: &[Id]) -> Request {
+    Request {
+        id: id.to_vec(),
+        repository: repository.into(),
+        created_ms: T0,
+        objects: objects.iter().map(|o| o.to_vec()).collect(),
+        pack: None,
+    }
+}
+
+pub fn pack_request(id: Id, repository: &str, pack: Id) -> Request {
+    Request {
+        id: id.to_vec(),
+        repository: repository.into(),
+        created_ms: T0,
+        objects: Vec::new(),
+        pack: Some(pack.to_vec()),
+    }
+}
+
+/// Applies a commit's batch as the host would, asserting its bounds.
+pub fn apply(commit: &WitCommit) {
+    assert!(
+        commit.audit.len() <= 8,
+        "{} audit entries",
+        commit.audit.len()
+    );
+    let outcome = kv::apply(&commit.batch).expect("the commit is within the host's bounds");
+    assert_eq!(outcome, Outcome::Committed);
+}
+
+/// Files `request` (applying its commit) and returns a driver for it.
+pub fn file(request: Request) -> Driver {
+    let id: Id = request.id.as_slice().try_into().unwrap();
+    let commit = Policy::plan_create(request, T0).expect("the request is valid");
+    apply(&commit);
+    let driver = Driver {
+        id,
+        now: T0,
+        events: commit.audit,
+        phases: vec![],
+    };
+    let first = driver.status().phase;
+    Driver {
+        phases: vec![first],
+        ..driver
+    }
+}
+
+/// Runs one request's steps like the timer worker does.
+pub struct Driver {
+    pub id: Id,
+    /// The time of the next step.
+    pub now: u64,
+    /// Every audit entry committed so far.
+    pub events: Vec<Entry>,
+    /// The phase after each committed step.
+    pub phases: Vec<String>,
+}
+
+impl Driver {
+    pub fn timer(&self) -> Timer {
+        Timer {
+            kind: "takedown".into(),
+            reference: self.id.to_vec(),
+            due_at_ms: self.now,
+            now_ms: self.now,
+        }
+    }
+
+    /// Runs a step without committing it (a crash before the commit).
+    pub fn try_step(&self) -> Result<StepResult, Error> {
+        testing::set_now(self.now);
+        Policy::step(self.timer())
+    }
+
+    /// Runs a step, commits it and moves time to its due time; returns
+    /// its audit entries.
+    pub fn step(&mut self) -> Vec<Entry> {
+        let result = self.try_step().expect("the step succeeds");
+        let StepResult::Reschedule(reschedule) = result else {
+            panic!("a takedown step is never done");
+        };
+        assert!(
+            reschedule.due_at_ms > self.now,
+            "the step is rescheduled later"
+        );
+        apply(&reschedule.commit);
+        self.now = reschedule.due_at_ms;
+        self.events.extend(reschedule.commit.audit.iter().cloned());
+        self.phases.push(self.status().phase);
+        reschedule.commit.audit
+    }
+
+    /// Steps until the phase is `phase`; panics after `limit` steps.
+    pub fn until(&mut self, phase: &str, limit: usize) {
+        for _ in 0..limit {
+            if self.status().phase == phase {
+                return;
+            }
+            self.step();
+        }
+        assert_eq!(self.status().phase, phase, "after {limit} steps");
+    }
+
+    /// Steps until an event named `event` is committed.
+    pub fn until_event(&mut self, event: &str, limit: usize) -> Entry {
+        for _ in 0..limit {
+            if let Some(entry) = self.step().into_iter().find(|e| e.event == event) {
+                return entry;
+            }
+        }
+        panic!("no {event} within {limit} steps");
+    }
+
+    pub fn status(&self) -> RequestStatus {
+        testing::set_now(self.now);
+        Policy::status(self.id.to_vec()).expect("the request exists")
+    }
+
+    /// Names of every event so far, in order.
+    pub fn event_names(&self) -> Vec<String> {
+        self.events.iter().map(|e| e.event.clone()).collect()
+    }
+
+    /// The phases passed through, without repeats.
+    pub fn phase_sequence(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for phase in &self.phases {
+            if out.last() != Some(phase) {
+                out.push(phase.clone());
+            }
+        }
+        out
+    }
+
+    /// Rows of partition `takedown` for this request with `tag`.
+    pub fn rows(&self, tag: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut prefix = tag.as_bytes().to_vec();
+        prefix.push(0);
+        prefix.extend_from_slice(&self.id);
+        testing::partition("takedown")
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .collect()
+    }
+
+    /// The preserved store's keys for this request.
+    pub fn preserved_keys(&self) -> Vec<String> {
+        let page = objects::list(
+            "preserved",
+            &format!("pieces/{}/", hex(&self.id)),
+            None,
+            1000,
+        )
+        .unwrap();
+        page.objects.into_iter().map(|o| o.key).collect()
+    }
+
+    /// `object`'s preserved bytes, reassembled from its pieces.
+    pub fn preserved(&self, object: &Id) -> Vec<u8> {
+        let prefix = format!(
+            "pieces/{}/{}/{}/",
+            hex(&self.id),
+            &hex(object)[..2],
+            hex(object)
+        );
+        let page = objects::list("preserved", &prefix, None, 1000).unwrap();
+        page.objects
+            .iter()
+            .flat_map(|o| objects::get("preserved", &o.key, None).unwrap().1)
+            .collect()
+    }
+
+    /// Applies a `plan-hold` commit.
+    pub fn hold(&mut self, enabled: bool) -> Result<(), Error> {
+        testing::set_now(self.now);
+        let commit = Policy::plan_hold(self.id.to_vec(), enabled, self.now)?;
+        apply(&commit);
+        self.events.extend(commit.audit);
+        Ok(())
+    }
+}
+
+/// The state row's key of request `id`.
+pub fn state_key(id: &Id) -> Vec<u8> {
+    let mut key = b"state\0".to_vec();
+    key.extend_from_slice(id);
+    key
+}
+
+/// Overwrites a `takedown` row.
+pub fn put_row(key: Vec<u8>, value: Vec<u8>) {
+    let outcome = Batch::new().put("takedown", key, value).apply().unwrap();
+    assert_eq!(outcome, Outcome::Committed);
+}
+
+pub fn get_row(key: &[u8]) -> Option<Vec<u8>> {
+    kv::get("takedown", key).unwrap()
+}

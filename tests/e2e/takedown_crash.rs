@@ -1,0 +1,227 @@
+//! Crash safety of a takedown: `custodian tick` killed with SIGKILL at
+//! random moments, over and over, through acquisition and then through
+//! purging. No piece may be lost or written twice, no transition audited
+//! twice, and the request must complete after the restarts.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::{Rng, custodian};
+use crate::takedown::{
+    DAY, HOUR, MINUTE, RETENTION, T0, assert_preserved_equals_serving, objects, ok, policy_events,
+    push, site, status, store,
+};
+
+/// Launches per phase that may be killed; later ones run to completion.
+const KILLED_LAUNCHES: u32 = 40;
+const MAX_LAUNCHES: u32 = 200;
+/// Requests filed over the same content.
+const REQUESTS: u64 = 4;
+/// Small files besides the shared tree, so each request has work to do.
+const BULK_FILES: usize = 24;
+
+/// Steps the request's timer has committed.
+fn steps(data: &str) -> u64 {
+    let text = ok(&["timer", "list", "--data", data, "--json"]);
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|t| t["steps"].as_u64().unwrap())
+        .sum()
+}
+
+/// Launches `tick` from `T0` to `until` until `done` holds, killing the
+/// first launches at random moments; returns (launches, killed mid-work).
+fn crash_until(rng: &mut Rng, data: &str, until: u64, done: impl Fn() -> bool) -> (u32, u32) {
+    let mut typical_run = Duration::from_millis(100);
+    let (mut launches, mut killed_mid_work) = (0u32, 0u32);
+    let mut progress = steps(data);
+    while !done() {
+        assert!(launches < MAX_LAUNCHES, "the takedown never finished");
+        let mut child = custodian()
+            .args(["tick", "--data", data, "--until-idle", "--json"])
+            .args([
+                "--now",
+                &T0.to_string(),
+                "--fast-forward-to",
+                &until.to_string(),
+            ])
+            .args(["--retention-ms", RETENTION])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        if launches < KILLED_LAUNCHES {
+            // Uniform over a whole run, so kills land in start-up, between
+            // steps, between a piece's intent and its write, and in commits.
+            let span = typical_run.as_micros().max(1_000) as u64;
+            let deadline = started + Duration::from_micros(rng.below(span));
+            while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap();
+            }
+        }
+        let exit = child.wait().unwrap();
+        if exit.success() {
+            typical_run = typical_run.max(started.elapsed());
+        }
+        assert!(
+            exit.success() || exit.code().is_none(),
+            "a tick failed: {exit}"
+        );
+        let now_done = steps(data);
+        if exit.code().is_none() && now_done > progress {
+            killed_mid_work += 1;
+        } else if exit.code().is_none() {
+            // Killed before its first commit (start-up takes a while):
+            // widen the window so later kills land among the steps.
+            typical_run = (typical_run * 5 / 4).min(Duration::from_secs(10));
+        }
+        progress = now_done;
+        launches += 1;
+    }
+    (launches, killed_mid_work)
+}
+
+fn count(events: &[(String, Vec<String>, Option<String>)], name: &str) -> usize {
+    events.iter().filter(|(e, _, _)| e == name).count()
+}
+
+#[test]
+fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_completes() {
+    let mut rng = Rng::from_env();
+    let dir = tempfile::tempdir().unwrap();
+    let data_path = dir.path().join("data");
+    let data = data_path.to_str().unwrap();
+    let site = site(dir.path());
+    let bulk = site.join("bulk");
+    std::fs::create_dir_all(&bulk).unwrap();
+    for i in 0..BULK_FILES {
+        std::fs::write(
+            bulk.join(format!("f{i:02}")),
+            crate::takedown::noise(1000 + i * 37, i as u64),
+        )
+        .unwrap();
+    }
+    let alpha = push(data, "alpha/one", &[&site]);
+    push(data, "beta/two", &[&site.join("docs/a.txt")]);
+    let pack = alpha["site/"]["id"].as_str().unwrap();
+    // Several requests over the same content, so a run has enough steps
+    // for kills to land among them.
+    let ids: Vec<String> = (0..REQUESTS)
+        .map(|i| {
+            ok(&[
+                "takedown",
+                "create",
+                "alpha/one",
+                "--pack",
+                pack,
+                "--data",
+                data,
+                "--now",
+                &(T0 + i).to_string(),
+            ])
+            .trim()
+            .to_owned()
+        })
+        .collect();
+    let objects_per_request = 6 + BULK_FILES as u64;
+
+    // Acquisition, closure, discovery.
+    let (launches, mid_work) = crash_until(&mut rng, data, T0 + 30 * MINUTE, || {
+        ids.iter().all(|id| status(data, id)["phase"] == "retain")
+    });
+    eprintln!("acquisition: {launches} launches, {mid_work} killed after committing steps");
+    let mut pieces = 0;
+    for id in &ids {
+        let s = status(data, id);
+        assert_eq!(s["verification"], "verified", "{s}");
+        assert_eq!(s["counts"]["verified"], objects_per_request, "{s}");
+        assert_eq!(
+            assert_preserved_equals_serving(&data_path, id) as u64,
+            objects_per_request,
+            "no piece lost"
+        );
+        let preserved = objects(
+            store(&data_path, "preserved").as_ref(),
+            &format!("pieces/{id}/"),
+        );
+        assert_eq!(
+            preserved.len() as u64,
+            s["counts"]["pieces"].as_u64().unwrap(),
+            "one preserved object per recorded piece: none written twice"
+        );
+        pieces += preserved.len();
+    }
+
+    // Retention ends; purge and the first hourly re-sweep.
+    let end = T0 + DAY + 2 * HOUR + MINUTE;
+    let (launches, more) = crash_until(&mut rng, data, end, || {
+        ids.iter().all(|id| {
+            let s = status(data, id);
+            s["phase"] == "purged" && s["next_purge_ms"].as_u64().unwrap_or(0) > T0 + DAY + 2 * HOUR
+        })
+    });
+    eprintln!("purge: {launches} launches, {more} killed after committing steps");
+    assert!(
+        mid_work + more >= 10,
+        "too few kills landed mid-work; the test proved little"
+    );
+    let preserved = store(&data_path, "preserved");
+    assert!(objects(preserved.as_ref(), "pieces/").is_empty());
+    assert!(
+        crate::takedown::versions(preserved.as_ref(), "pieces/").is_empty(),
+        "no version kept"
+    );
+
+    let events = policy_events(data);
+    for once in [
+        "PreservationClosurePending",
+        "PreservationVerified",
+        "PreservationDiscoveryComplete",
+    ] {
+        assert_eq!(
+            count(&events, once),
+            ids.len(),
+            "{once} audited once per request"
+        );
+    }
+    let mut selected: BTreeMap<Vec<String>, u32> = BTreeMap::new();
+    let mut purged: BTreeMap<Vec<String>, (usize, u32)> = BTreeMap::new();
+    let mut passes: BTreeMap<String, usize> = BTreeMap::new();
+    for (event, targets, detail) in &events {
+        match event.as_str() {
+            "PreservationSourceSelected" => *selected.entry(targets.clone()).or_default() += 1,
+            "PreservationPiecePurged" => {
+                let seen = purged.entry(targets.clone()).or_default();
+                seen.0 += 1;
+                // A step killed between its DELETE and its commit finds the
+                // piece absent when it runs again: deleted at most once.
+                seen.1 += u32::from(detail.as_deref() == Some("deleted"));
+            }
+            "PreservationPurgeStarted" => *passes.entry(targets[0].clone()).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(selected.len() as u64, objects_per_request * REQUESTS);
+    assert!(selected.values().all(|n| *n == 1), "{selected:?}");
+    assert_eq!(purged.len(), pieces, "every piece purged");
+    for (targets, (events, deleted)) in &purged {
+        assert_eq!(
+            *events, passes[&targets[0]],
+            "one event per piece per pass: {targets:?}"
+        );
+        assert!(*deleted <= 1, "{targets:?} deleted twice");
+    }
+    assert_eq!(
+        count(&events, "PreservationPurgeStarted"),
+        count(&events, "PreservationPurgeComplete")
+    );
+    assert!(
+        passes.values().all(|n| *n >= 2),
+        "the purge and a re-sweep ran: {passes:?}"
+    );
+}

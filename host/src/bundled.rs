@@ -8,7 +8,8 @@ pub fn plugin(world: World) -> Option<&'static [u8]> {
     match world {
         World::Retention => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_RETENTION"))),
         World::Takedown => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_TAKEDOWN"))),
-        World::Purge | World::Archive => None,
+        World::Archive => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_ARCHIVE"))),
+        World::Purge => None,
     }
 }
 

@@ -26,3 +26,4 @@ pub mod object;
 pub mod policy;
 pub mod runtime;
 pub mod timers;
+pub mod versions;

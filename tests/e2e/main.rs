@@ -1,6 +1,7 @@
 //! End-to-end tests: real `.wasm` plugins and guests, the real runtime and
 //! the real `custodian` binary.
 
+mod archive;
 mod cli;
 mod crc64;
 mod limits;
@@ -13,3 +14,4 @@ mod takedown;
 mod takedown_crash;
 mod tick;
 mod tick_crash;
+mod versions;

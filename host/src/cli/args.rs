@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use custodian::runtime::World;
 
 use super::repo::RepoCommand;
+use super::versions::VersionsCommand;
 
 /// Custodian: a storage host whose policies are WebAssembly components.
 ///
@@ -186,6 +187,11 @@ pub enum Command {
     /// targets, detail. --json prints one JSON object a line.
     #[command(verbatim_doc_comment)]
     Audit(AuditArgs),
+    /// Verify and fetch pinned object versions (DVC `.dvc` files or
+    /// Custodian's JSON pins) on a versioned store, following archived
+    /// versions through archive registries.
+    #[command(subcommand)]
+    Versions(VersionsCommand),
 }
 
 /// Where the host keeps its durable state.

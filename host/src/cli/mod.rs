@@ -12,6 +12,7 @@ mod stores;
 mod takedown;
 mod tick;
 mod timer;
+mod versions;
 
 use std::process::ExitCode;
 
@@ -64,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Takedown(command) => takedown::run(&cli.global, command),
         Command::Timer(command) => timer::run(command),
         Command::Audit(args) => audit::run(&args),
+        Command::Versions(command) => versions::run(&cli.global, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -113,7 +113,10 @@ pub(super) fn run(global: &Global, command: ObjectCommand) -> Outcome {
 
 /// The store `args` names: a URL, or (without `://`) a store of the
 /// configuration file; flags override the file's endpoint and region.
-async fn open(config: Option<&Config>, args: &StoreArgs) -> Result<Arc<dyn ObjectStore>, Failure> {
+pub(super) async fn open(
+    config: Option<&Config>,
+    args: &StoreArgs,
+) -> Result<Arc<dyn ObjectStore>, Failure> {
     let url: StoreUrl = if args.url.contains("://") {
         args.url
             .parse()

@@ -1,6 +1,7 @@
 //! Host-side drivers of the policy worlds: typed calls into a loaded
 //! plugin, with host types on this side of the boundary.
 
+pub mod archive;
 pub mod requests;
 pub mod retention;
 pub mod takedown;

@@ -1,0 +1,309 @@
+//! `custodian versions …`: verify pinned object versions against a
+//! versioned store, and fetch their bytes into a content-addressed cache.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+use custodian::clock::{Clock, SystemClock};
+use custodian::config::Config;
+use custodian::kv::memory::MemoryKv;
+use custodian::object::ObjectStore;
+use custodian::policy::archive::ArchivePolicy;
+use custodian::runtime::{Limits, Services};
+use custodian::versions::aliases::Aliases;
+use custodian::versions::hops::HopPolicy;
+use custodian::versions::pins::{ManifestOptions, Pin, read_manifest};
+use custodian::versions::verify::{Problem, require_versioned};
+use custodian::versions::{VersionsError, fetch, verify};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::args::{Global, StoreArgs};
+use super::{Failure, Outcome, io_runtime};
+
+/// `custodian versions` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum VersionsCommand {
+    /// Check that every pinned version exists in the store as pinned.
+    ///
+    /// Each pin names an exact version of a key (see --pins for the
+    /// manifest formats). A pin passes when that version exists, is not a
+    /// delete marker, and has the pinned size and etag (etags compare
+    /// without quotes; a plain S3 etag, as DVC records, matches the S3
+    /// backend's "<s3-etag>:<version>" of that same version); a
+    /// crc64nvme pin must also match the CRC the store recorded. No bytes
+    /// are read: MD5 digests are checked by `fetch`.
+    ///
+    /// A version the store does not have is looked up in the archive
+    /// registry (`PREFIX/.custodian-archive.json`) of the nearest
+    /// ancestor prefix of its key, and followed where the archive plugin
+    /// says it moved: at most 32 hops, never in a cycle. With --receipts,
+    /// a pin on the destination of a planned (not yet copied) archive task
+    /// is checked at its source.
+    ///
+    /// Pins under one prefix (8 or more) are checked from version
+    /// listings (two pages at most) rather than one HEAD each; a store
+    /// that refuses listing is asked by HEAD.
+    ///
+    /// Output: one line per pin, `ok KEY@VERSION` (with where it was
+    /// found, if elsewhere) or `FAIL KEY@VERSION: why`; every failing pin
+    /// is reported. --json prints one object instead:
+    ///   {"ok": bool, "checked": [{"pin", "manifest", "found", "hops",
+    ///    "via"}], "problems": [{"pin", "manifest", "kind", "error"}],
+    ///    "requests": {"list_versions": N, "head_version": N}}
+    ///
+    /// Exit 0 when every pin passed; 1 when a pin failed, the store does
+    /// not have versioning enabled, or cannot be reached; 2 for bad usage,
+    /// an unreadable or invalid manifest or receipt, or an archive plugin
+    /// that cannot be loaded.
+    #[command(verbatim_doc_comment)]
+    Verify {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        pins: PinArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download pinned versions into a content-addressed cache.
+    ///
+    /// The cache is laid out as DVC's: the bytes with digest D live at
+    /// CACHE/D[0..2]/D[2..]. A pin already there (size and digest match)
+    /// downloads nothing, but is still verified against the store as
+    /// `verify` does. Every other pin is read by exact version (following
+    /// pending aliases and archive hops as `verify` does; 16 at a time;
+    /// retried twice when the store is unavailable), checked (version,
+    /// size, etag and content digest: a mismatch fails naming the object)
+    /// and installed atomically: written to a temporary file in CACHE,
+    /// fsynced, renamed into place.
+    ///
+    /// Output: a summary, `downloaded N (B bytes), cached M (B bytes)`,
+    /// and a `FAIL KEY@VERSION: why` line per failing pin; --json prints
+    ///   {"ok": bool, "downloaded": N, "downloaded_bytes": B, "cached": M,
+    ///    "cached_bytes": B, "fetched": [...], "problems": [...]}
+    /// A progress bar shows on stderr when it is a terminal.
+    ///
+    /// Exit codes as for `verify`.
+    #[command(verbatim_doc_comment)]
+    Fetch {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        pins: PinArgs,
+        /// The cache directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        cache: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the pins come from, and how missing versions are followed.
+#[derive(Debug, Args)]
+pub struct PinArgs {
+    /// Pin manifests (repeatable). `*.dvc` files are DVC pointer files:
+    /// each `outs:` row pins its `path` at the version-aware remote's
+    /// `cloud: {REMOTE: {version_id, etag}}`, with its `md5` and `size`
+    /// (`hash: md5`; rows without `hash` are DVC 2's md5-dos2unix, and
+    /// `.dir` outputs are refused). Other files are Custodian's JSON:
+    ///   {"pins": [{"key": "data/a.csv", "version_id": "…", "etag": "…",
+    ///     "size": 3, "md5": "<32 hex>", "hash": "md5"},
+    ///    {"key": "…", "version_id": "…", "crc64nvme": "<16 hex>"}]}
+    /// with `hash` one of md5, md5-dos2unix (MD5 after CRLF→LF for text
+    /// files, as DVC 2 hashes) or crc64nvme; etag and size optional. A pin
+    /// without an exact version id (missing, "" or "null") is an error.
+    #[arg(long = "pins", required = true, num_args = 1.., value_name = "FILE", verbatim_doc_comment)]
+    pub manifests: Vec<PathBuf>,
+    /// The directory DVC keys are relative to: a `.dvc` file's outputs get
+    /// keys `DIR-OF-THE-DVC-FILE-RELATIVE-TO-ROOT/PATH` [default: each
+    /// `.dvc` file's own directory, so the key is the `path` alone].
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The DVC remote whose `cloud:` entry to use, when rows name several.
+    #[arg(long, value_name = "NAME")]
+    pub dvc_remote: Option<String>,
+    /// Receipts of archive tasks (a JSON array): pins on the destination
+    /// of a `planned` task are checked at its source. Each receipt has
+    /// {"schema_version": 1, "status": "planned"|"copied", "store":
+    /// "<the --store value>", "source": "P", "destination": "Q",
+    /// "versions": [{"source_object", "source_version_id", "source_etag",
+    /// "destination_object", "size", "delete_marker"}]}.
+    #[arg(long, value_name = "FILE")]
+    pub receipts: Option<PathBuf>,
+    /// The archive plugin that chooses where a missing version moved: a
+    /// `.wasm` file or `builtin:archive`.
+    #[arg(long, default_value = "builtin:archive", value_name = "PATH")]
+    pub archive_plugin: String,
+}
+
+pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
+    let config = super::config(global)?;
+    let io = io_runtime()?;
+    match command {
+        VersionsCommand::Verify { store, pins, json } => {
+            let (pins_read, aliases) = inputs(&pins, &store)?;
+            let policy = archive_policy(global, &pins.archive_plugin, &io)?;
+            io.block_on(async {
+                let opened = open(config.as_ref(), &store).await?;
+                let report = verify::verify(opened.as_ref(), &pins_read, &aliases, policy.as_ref())
+                    .await
+                    .map_err(|e| Failure::Failed(e.into()))?;
+                if json {
+                    println!("{}", report.to_json());
+                } else {
+                    for checked in &report.checked {
+                        if checked.found == checked.pin {
+                            println!("ok    {}", checked.pin);
+                        } else {
+                            println!(
+                                "ok    {} (found as {}, {} hops)",
+                                checked.pin, checked.found, checked.hops
+                            );
+                        }
+                    }
+                    print_problems(&report.problems);
+                }
+                conclude(report.problems.len(), pins_read.len())
+            })
+        }
+        VersionsCommand::Fetch {
+            store,
+            pins,
+            cache,
+            json,
+        } => {
+            let (pins_read, aliases) = inputs(&pins, &store)?;
+            let policy = archive_policy(global, &pins.archive_plugin, &io)?;
+            io.block_on(async {
+                let opened = open(config.as_ref(), &store).await?;
+                let bar = std::io::stderr().is_terminal().then(|| {
+                    let bar = ProgressBar::new(0);
+                    if let Ok(style) = ProgressStyle::with_template(
+                        "{spinner} fetching [{bar:40}] {pos}/{len} objects {elapsed}",
+                    ) {
+                        bar.set_style(style.progress_chars("=> "));
+                    }
+                    bar
+                });
+                let report = fetch::fetch(
+                    opened.as_ref(),
+                    &pins_read,
+                    &aliases,
+                    policy.as_ref(),
+                    &cache,
+                    bar.as_ref(),
+                )
+                .await
+                .map_err(|e| Failure::Failed(e.into()))?;
+                if let Some(bar) = bar {
+                    bar.finish_and_clear();
+                }
+                if json {
+                    println!("{}", report.to_json());
+                } else {
+                    println!(
+                        "downloaded {} ({} bytes), cached {} ({} bytes)",
+                        report.downloaded.len(),
+                        report.downloaded_bytes,
+                        report.cached.len(),
+                        report.cached_bytes
+                    );
+                    print_problems(&report.problems);
+                }
+                conclude(report.problems.len(), pins_read.len())
+            })
+        }
+    }
+}
+
+fn print_problems(problems: &[Problem]) {
+    for problem in problems {
+        println!("FAIL  {}: {}", problem.pin, problem.error);
+    }
+}
+
+fn conclude(failed: usize, total: usize) -> Outcome {
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Failed(anyhow!("{failed} of {total} pins failed")))
+    }
+}
+
+/// The pins of every manifest and the aliases of the receipts; bad input
+/// is a usage error (exit 2).
+fn inputs(args: &PinArgs, store: &StoreArgs) -> Result<(Vec<Pin>, Aliases), Failure> {
+    let options = ManifestOptions {
+        root: args.root.clone(),
+        remote: args.dvc_remote.clone(),
+    };
+    let mut pins = Vec::new();
+    for manifest in &args.manifests {
+        pins.extend(read_manifest(manifest, &options).map_err(|e| Failure::Usage(e.into()))?);
+    }
+    let aliases = match &args.receipts {
+        Some(path) => Aliases::read(path, &store.url).map_err(|e| Failure::Usage(e.into()))?,
+        None => Aliases::none(),
+    };
+    Ok((pins, aliases))
+}
+
+/// The hop policy: the archive plugin `spec` (a `.wasm` path or
+/// `builtin:archive`), granted nothing.
+fn archive_policy(
+    global: &Global,
+    spec: &str,
+    io: &tokio::runtime::Runtime,
+) -> Result<Arc<dyn HopPolicy>, Failure> {
+    let runtime = super::runtime(global)?;
+    let plugin = Arc::new(super::plugin::load(&runtime, spec)?);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let services = Arc::new(Services {
+        kv: Arc::new(MemoryKv::new(clock.clone())),
+        stores: Default::default(),
+        clock,
+        io: io.handle().clone(),
+        retention: None,
+    });
+    let policy = ArchivePolicy::new(plugin, services, Limits::default()).map_err(|e| {
+        Failure::Usage(anyhow!(e).context(format!("cannot use {spec} as the archive plugin")))
+    })?;
+    Ok(Arc::new(LoadedArchive {
+        policy,
+        _runtime: runtime,
+    }))
+}
+
+/// The archive plugin with the runtime it was loaded on: the runtime's
+/// epoch ticker is what stops a plugin call at its deadline, so it must
+/// live as long as the policy is asked.
+struct LoadedArchive {
+    policy: ArchivePolicy,
+    _runtime: custodian::runtime::Runtime,
+}
+
+#[async_trait::async_trait]
+impl HopPolicy for LoadedArchive {
+    async fn next_hop(
+        &self,
+        wanted: &custodian::versions::hops::VersionRef,
+        size: Option<u64>,
+        etag: Option<&str>,
+        rows: &[custodian::versions::hops::RegistryRow],
+    ) -> Result<custodian::versions::hops::Hop, custodian::policy::PolicyError> {
+        self.policy.next_hop(wanted, size, etag, rows).await
+    }
+}
+
+/// The store `args` names (a URL, or a store of the configuration file),
+/// which must keep versions.
+async fn open(config: Option<&Config>, args: &StoreArgs) -> Result<Arc<dyn ObjectStore>, Failure> {
+    let store = super::object::open(config, args).await?;
+    require_versioned(store.as_ref(), &args.url)
+        .map_err(|e: VersionsError| Failure::Failed(e.into()))?;
+    Ok(store)
+}

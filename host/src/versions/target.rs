@@ -1,0 +1,106 @@
+//! Where a pinned version is looked for, and how what the store reports is
+//! compared with it.
+//!
+//! Etags are compared without surrounding quotes. The S3 backend hands
+//! out `"<s3-etag>:<version-id>"` (see `object::s3::etag`), while DVC and
+//! other S3 tools record the plain S3 etag. A pinned etag therefore
+//! matches when it equals the store's etag, or when the store's etag is
+//! exactly the pinned one followed by `:` and the version id the store
+//! reports for this very object. That is sound: the version id is
+//! checked on its own, and the S3 part is S3's own etag of that version,
+//! which is what the tool recorded.
+
+use super::error::object_name;
+
+/// A version being looked for: the pin's, or where archive hops led.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The key.
+    pub key: String,
+    /// The exact version.
+    pub version_id: String,
+    /// The etag it must have, if known.
+    pub etag: Option<String>,
+    /// Its size, if known.
+    pub size: Option<u64>,
+}
+
+impl Target {
+    /// `key@version`.
+    pub fn name(&self) -> String {
+        object_name(&self.key, &self.version_id)
+    }
+
+    /// The fields of a found version that differ from this target: its
+    /// version id, size and etag as the store reports them.
+    pub fn mismatches(&self, version_id: Option<&str>, size: u64, etag: &str) -> Vec<&'static str> {
+        let mut fields = Vec::new();
+        if version_id != Some(self.version_id.as_str()) {
+            fields.push("version id");
+        }
+        if self.size.is_some_and(|want| want != size) {
+            fields.push("size");
+        }
+        if self
+            .etag
+            .as_deref()
+            .is_some_and(|want| !etag_matches(want, etag, &self.version_id))
+        {
+            fields.push("etag");
+        }
+        fields
+    }
+}
+
+/// Whether the pinned etag `expected` names the store's `actual` etag of
+/// version `version_id` (see the module doc).
+pub fn etag_matches(expected: &str, actual: &str, version_id: &str) -> bool {
+    let expected = unquote(expected);
+    let actual = unquote(actual);
+    expected == actual
+        || actual
+            .strip_suffix(version_id)
+            .and_then(|rest| rest.strip_suffix(':'))
+            .is_some_and(|s3_etag| s3_etag == expected)
+}
+
+/// An etag without its surrounding quotes.
+pub fn unquote(etag: &str) -> &str {
+    etag.trim_matches('"')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etags_match_with_or_without_quotes() {
+        assert!(etag_matches("\"abc\"", "abc", "v1"));
+        assert!(etag_matches("abc", "\"abc\"", "v1"));
+        assert!(!etag_matches("abc", "\"abd\"", "v1"));
+    }
+
+    #[test]
+    fn a_plain_s3_etag_matches_the_s3_backends_etag_of_that_version_only() {
+        assert!(etag_matches("9e10", "\"9e10:v1\"", "v1"));
+        assert!(etag_matches("\"9e10:v1\"", "\"9e10:v1\"", "v1"));
+        assert!(!etag_matches("9e10", "\"9e10:v2\"", "v1"));
+        assert!(!etag_matches("9e1", "\"9e10:v1\"", "v1"));
+        assert!(!etag_matches("9e10:v1", "\"9e10\"", "v1"));
+    }
+
+    #[test]
+    fn every_differing_field_is_named() {
+        let target = Target {
+            key: "k".into(),
+            version_id: "v1".into(),
+            etag: Some("e".into()),
+            size: Some(3),
+        };
+        assert!(target.mismatches(Some("v1"), 3, "\"e\"").is_empty());
+        assert_eq!(
+            target.mismatches(Some("v2"), 4, "f"),
+            vec!["version id", "size", "etag"]
+        );
+    }
+}

@@ -9,7 +9,7 @@ pub fn plugin(world: World) -> Option<&'static [u8]> {
         World::Retention => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_RETENTION"))),
         World::Takedown => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_TAKEDOWN"))),
         World::Archive => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_ARCHIVE"))),
-        World::Purge => None,
+        World::Purge => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_PURGE"))),
     }
 }
 

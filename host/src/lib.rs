@@ -24,6 +24,7 @@ pub mod fence;
 pub mod kv;
 pub mod object;
 pub mod policy;
+pub mod purge;
 pub mod runtime;
 pub mod timers;
 pub mod versions;

@@ -25,7 +25,7 @@ pub mod takedown {
 /// The purge world: [`PurgeRules`] judges which exact versions may go.
 pub mod purge {
     pub use crate::bindings::purge::exports::custodian::policy::purge_rules::{
-        Candidate, Guest as PurgeRules, Mapping, Verdict,
+        Candidate, Governance, Guest as PurgeRules, Mapping, Verdict,
     };
 }
 

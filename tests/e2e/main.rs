@@ -7,6 +7,8 @@ mod crc64;
 mod limits;
 mod loading;
 mod object_cli;
+mod purge;
+mod purge_policy;
 mod repo;
 mod retention_table;
 mod support;

@@ -457,3 +457,106 @@ fn a_request_for_an_object_the_repository_does_not_hold_is_refused() {
     ]));
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn on_moto_a_takedown_preserves_to_and_purges_from_an_s3_preserved_store() {
+    use custodian::object::s3::local_server::{self, Kind};
+    let Some(server) = local_server::server(Kind::Moto) else {
+        return;
+    };
+    let Some(bucket_store) = block(local_server::store(Kind::Moto)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data_path = dir.path().join("data");
+    let data = data_path.to_str().unwrap();
+    let config = dir.path().join("custodian.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[stores.preserved]\nurl = \"s3://{}/preserved\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n",
+            bucket_store.bucket(),
+            server.endpoint
+        ),
+    )
+    .unwrap();
+    let credentials = local_server::credentials();
+    let env = [
+        ("CUSTODIAN_CONFIG", config.display().to_string()),
+        ("AWS_ACCESS_KEY_ID", credentials.access_key_id().to_owned()),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            credentials.secret_access_key().to_owned(),
+        ),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_owned()),
+    ];
+    let custodian = |args: &[&str]| {
+        let output = crate::support::custodian()
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        let (code, stdout, stderr) = outcome(&output);
+        assert_eq!(code, 0, "custodian {args:?}: {stderr}");
+        stdout
+    };
+    let file = dir.path().join("big.bin");
+    std::fs::write(&file, noise(5 * 1024 * 1024, 3)).unwrap();
+    let entries = push(data, "alpha/one", &[&file]);
+    let manifest = entries["big.bin"]["id"].as_str().unwrap().to_owned();
+    let id = custodian(&[
+        "takedown",
+        "create",
+        "alpha/one",
+        "--object",
+        &manifest,
+        "--data",
+        data,
+        "--now",
+        &T0.to_string(),
+    ])
+    .trim()
+    .to_owned();
+    let tick = |from: u64, to: u64| {
+        custodian(&[
+            "tick",
+            "--data",
+            data,
+            "--now",
+            &from.to_string(),
+            "--fast-forward-to",
+            &to.to_string(),
+            "--until-idle",
+            "--retention-ms",
+            RETENTION,
+        ]);
+    };
+    tick(T0, T0 + 30 * MINUTE);
+    let s: Value = serde_json::from_str(&custodian(&[
+        "takedown", "status", &id, "--data", data, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(s["phase"], "retain", "{s}");
+    assert_eq!(s["verification"], "verified", "{s}");
+    let preserved = objects(&bucket_store, "preserved/pieces/");
+    assert_eq!(
+        preserved.len() as u64,
+        s["counts"]["pieces"].as_u64().unwrap()
+    );
+    assert_eq!(
+        preserved.values().map(Vec::len).sum::<usize>() as u64,
+        s["counts"]["bytes"].as_u64().unwrap()
+    );
+
+    tick(T0 + DAY, T0 + DAY + 30 * MINUTE);
+    let s: Value = serde_json::from_str(&custodian(&[
+        "takedown", "status", &id, "--data", data, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(s["phase"], "purged", "{s}");
+    assert!(objects(&bucket_store, "preserved/pieces/").is_empty());
+    assert_eq!(
+        versions(&bucket_store, "preserved/pieces/"),
+        Vec::<String>::new()
+    );
+}

@@ -9,11 +9,15 @@ use custodian::object::open::StoreUrl;
 use custodian::object::{Metadata, ObjectMeta, ObjectStore, PutCondition};
 use serde_json::{Value, json};
 
-use crate::support::{outcome, run};
+use crate::support::outcome;
 
 struct Fixture {
     dir: tempfile::TempDir,
     url: String,
+    /// Arguments after `--store URL` (an S3 server's endpoint, region).
+    store_args: Vec<String>,
+    /// Environment for the binary (an S3 server's credentials).
+    env: Vec<(&'static str, String)>,
     store: Arc<dyn ObjectStore>,
     io: tokio::runtime::Runtime,
 }
@@ -31,9 +35,58 @@ impl Fixture {
         Self {
             dir,
             url,
+            store_args: Vec::new(),
+            env: Vec::new(),
             store,
             io,
         }
+    }
+
+    /// A fresh versioned bucket on the local moto server; `None` (having
+    /// said why) when moto cannot run here, which `CI=true` forbids.
+    fn on_moto() -> Option<Self> {
+        use custodian::object::s3::local_server::{self, Kind};
+        let io = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = local_server::server(Kind::Moto)?;
+        let store = io.block_on(local_server::store(Kind::Moto))?;
+        let url = format!("s3://{}", store.bucket());
+        let credentials = local_server::credentials();
+        Some(Self {
+            dir: tempfile::tempdir().unwrap(),
+            url,
+            store_args: vec![
+                "--endpoint".into(),
+                server.endpoint.clone(),
+                "--region".into(),
+                "us-east-1".into(),
+            ],
+            env: vec![
+                ("AWS_ACCESS_KEY_ID", credentials.access_key_id().to_owned()),
+                (
+                    "AWS_SECRET_ACCESS_KEY",
+                    credentials.secret_access_key().to_owned(),
+                ),
+                ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ],
+            store: Arc::new(store),
+            io,
+        })
+    }
+
+    /// `custodian versions VERB --store URL … ARGS` with the store's
+    /// arguments and environment.
+    fn command(&self, verb: &str, manifest: &str, args: &[&str]) -> std::process::Output {
+        crate::support::custodian()
+            .args(["versions", verb, "--store", &self.url])
+            .args(&self.store_args)
+            .args(["--pins", manifest])
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("custodian runs")
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> ObjectMeta {
@@ -57,11 +110,9 @@ impl Fixture {
 
     /// `custodian versions VERB --store URL --pins MANIFEST ARGS… --json`.
     fn versions(&self, verb: &str, manifest: &str, args: &[&str]) -> (i32, Value, String) {
-        let mut all = vec![
-            "versions", verb, "--store", &self.url, "--pins", manifest, "--json",
-        ];
+        let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let (code, stdout, stderr) = outcome(&run(&all));
+        let (code, stdout, stderr) = outcome(&self.command(verb, manifest, &all));
         let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
         (code, report, stderr)
     }
@@ -132,7 +183,17 @@ fn manifest(pins: &[Value]) -> String {
 
 #[test]
 fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
-    let fixture = Fixture::new("");
+    pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(&Fixture::new(""));
+}
+
+#[test]
+fn on_moto_pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
+    if let Some(fixture) = Fixture::on_moto() {
+        pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(&fixture);
+    }
+}
+
+fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(fixture: &Fixture) {
     let mut pins = Vec::new();
     for i in 0..10 {
         let bytes = format!("row {i}");
@@ -161,14 +222,7 @@ fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
     assert!(problems[0]["error"].as_str().unwrap().contains("size"));
     assert_eq!(problems[1]["kind"], "missing-version");
 
-    let (code, stdout, stderr) = outcome(&run(&[
-        "versions",
-        "verify",
-        "--store",
-        &fixture.url,
-        "--pins",
-        &bad,
-    ]));
+    let (code, stdout, stderr) = outcome(&fixture.command("verify", &bad, &[]));
     assert_eq!(code, 1);
     assert!(stdout.contains("FAIL  data/3.csv@"), "{stdout}");
     assert!(stderr.contains("error: 2 of 10 pins failed"), "{stderr}");
@@ -176,7 +230,17 @@ fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
 
 #[test]
 fn a_version_moved_through_three_archive_registries_is_found() {
-    let fixture = Fixture::new("");
+    a_version_moved_through_three_archive_registries_is_found_on(&Fixture::new(""));
+}
+
+#[test]
+fn on_moto_a_version_moved_through_three_archive_registries_is_found() {
+    if let Some(fixture) = Fixture::on_moto() {
+        a_version_moved_through_three_archive_registries_is_found_on(&fixture);
+    }
+}
+
+fn a_version_moved_through_three_archive_registries_is_found_on(fixture: &Fixture) {
     let pin = fixture.chain(3);
     let path = fixture.file("pins.json", &manifest(&[pin]));
     let (code, report, stderr) = fixture.versions("verify", &path, &[]);
@@ -239,7 +303,17 @@ fn a_chain_of_33_archive_hops_is_refused_clearly() {
 
 #[test]
 fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
-    let fixture = Fixture::new("");
+    fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(&Fixture::new(""));
+}
+
+#[test]
+fn on_moto_fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
+    if let Some(fixture) = Fixture::on_moto() {
+        fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(&fixture);
+    }
+}
+
+fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(fixture: &Fixture) {
     let mut pins = Vec::new();
     for i in 0..9 {
         let bytes = format!("sample {i}\r\n");
@@ -269,7 +343,17 @@ fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
 
 #[test]
 fn a_dvc_pointer_file_works_as_a_pin_manifest() {
-    let fixture = Fixture::new("");
+    a_dvc_pointer_file_works_as_a_pin_manifest_on(&Fixture::new(""));
+}
+
+#[test]
+fn on_moto_a_dvc_pointer_file_works_as_a_pin_manifest() {
+    if let Some(fixture) = Fixture::on_moto() {
+        a_dvc_pointer_file_works_as_a_pin_manifest_on(&fixture);
+    }
+}
+
+fn a_dvc_pointer_file_works_as_a_pin_manifest_on(fixture: &Fixture) {
     let bytes = b"a,b\r\n1,2\r\n";
     let meta = fixture.put("data/train.csv", bytes);
     fixture.put("data/train.csv", b"a newer version");

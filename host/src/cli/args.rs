@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use custodian::runtime::World;
 
+use super::purge::PurgeCommand;
 use super::repo::RepoCommand;
 use super::versions::VersionsCommand;
 
@@ -192,6 +193,12 @@ pub enum Command {
     /// versions through archive registries.
     #[command(subcommand)]
     Versions(VersionsCommand),
+    /// Permanently retire exact object versions on a versioned store:
+    /// list the history candidates of pin manifests, and delete what a
+    /// plan names once the archive registry, the purge plugin and the
+    /// retention plugin allow it.
+    #[command(subcommand)]
+    Purge(PurgeCommand),
 }
 
 /// Where the host keeps its durable state.

@@ -6,6 +6,7 @@ mod audit;
 mod crc64;
 mod object;
 mod plugin;
+mod purge;
 mod repo;
 mod run;
 mod stores;
@@ -66,6 +67,7 @@ pub fn main() -> ExitCode {
         Command::Timer(command) => timer::run(command),
         Command::Audit(args) => audit::run(&args),
         Command::Versions(command) => versions::run(&cli.global, command),
+        Command::Purge(command) => purge::run(&cli.global, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! plugin, with host types on this side of the boundary.
 
 pub mod archive;
+pub mod purge;
 pub mod requests;
 pub mod retention;
 pub mod takedown;

@@ -32,6 +32,13 @@ pub(crate) mod policy {
             with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
         });
     }
+    pub(crate) mod purge {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "custodian:policy/purge@0.1.0",
+            with: { "custodian:host": crate::runtime::bindings::host::custodian::host },
+        });
+    }
     pub(crate) mod takedown {
         wasmtime::component::bindgen!({
             path: "../wit",

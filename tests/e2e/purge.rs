@@ -1,101 +1,25 @@
 //! `custodian purge …` against a real filesystem store, with the bundled
 //! purge and retention plugins deciding.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use custodian::clock::SystemClock;
-use custodian::object::open::StoreUrl;
-use custodian::object::{Metadata, ObjectMeta, ObjectStore, PutCondition};
+use custodian::object::ObjectMeta;
 use serde_json::{Value, json};
 
-use crate::support::{outcome, run};
+use crate::support::{StoreFixture, outcome, run};
 
 /// Far after every version written here: retention has ended for all.
 const LATER: &str = "4102444800000";
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    url: String,
-    /// Arguments after `--store URL` (an S3 server's endpoint, region).
-    store_args: Vec<String>,
-    /// Environment for the binary (an S3 server's credentials).
-    env: Vec<(&'static str, String)>,
-    store: Arc<dyn ObjectStore>,
-    io: tokio::runtime::Runtime,
+/// The shared store fixture, with this module's helpers.
+struct Fixture(StoreFixture);
+
+impl std::ops::Deref for Fixture {
+    type Target = StoreFixture;
+    fn deref(&self) -> &StoreFixture {
+        &self.0
+    }
 }
 
 impl Fixture {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}", dir.path().join("store").display());
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let parsed: StoreUrl = url.parse().unwrap();
-        let store = io.block_on(parsed.open(Arc::new(SystemClock))).unwrap();
-        Self {
-            dir,
-            url,
-            store_args: Vec::new(),
-            env: Vec::new(),
-            store,
-            io,
-        }
-    }
-
-    /// A fresh versioned bucket on the local moto server; `None` (having
-    /// said why) when moto cannot run here, which `CI=true` forbids.
-    fn on_moto() -> Option<Self> {
-        use custodian::object::s3::local_server::{self, Kind};
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = local_server::server(Kind::Moto)?;
-        let store = io.block_on(local_server::store(Kind::Moto))?;
-        let credentials = local_server::credentials();
-        Some(Self {
-            dir: tempfile::tempdir().unwrap(),
-            url: format!("s3://{}", store.bucket()),
-            store_args: vec![
-                "--endpoint".into(),
-                server.endpoint.clone(),
-                "--region".into(),
-                "us-east-1".into(),
-            ],
-            env: vec![
-                ("AWS_ACCESS_KEY_ID", credentials.access_key_id().to_owned()),
-                (
-                    "AWS_SECRET_ACCESS_KEY",
-                    credentials.secret_access_key().to_owned(),
-                ),
-                ("AWS_EC2_METADATA_DISABLED", "true".into()),
-            ],
-            store: Arc::new(store),
-            io,
-        })
-    }
-
-    fn put(&self, key: &str, bytes: &[u8]) -> ObjectMeta {
-        self.io
-            .block_on(self.store.put_whole(
-                key,
-                Bytes::copy_from_slice(bytes),
-                &PutCondition::Unconditional,
-                &Metadata::new(),
-                custodian::checksum::crc64_nvme(bytes),
-            ))
-            .unwrap()
-    }
-
-    fn file(&self, name: &str, text: &str) -> String {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-
     /// Every `(key, version)` under `prefix`.
     fn versions(&self, prefix: &str) -> Vec<(String, String)> {
         let page = self
@@ -136,22 +60,17 @@ impl Fixture {
     /// when retention has ended; its exit code, report and stderr.
     fn delete(&self, plan: &Value, extra: &[&str]) -> (i32, Value, String) {
         let plan = self.file("plan.json", &plan.to_string());
-        let output = crate::support::custodian()
-            .args(["purge", "delete", "--store", &self.url])
-            .args(&self.store_args)
-            .args([
-                "--plan",
-                &plan,
-                "--retention-ms",
-                "1",
-                "--now",
-                LATER,
-                "--json",
-            ])
-            .args(extra)
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .output()
-            .expect("custodian runs");
+        let mut args = vec![
+            "--plan",
+            &plan,
+            "--retention-ms",
+            "1",
+            "--now",
+            LATER,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let output = self.run(&["purge", "delete"], &args);
         let (code, stdout, stderr) = outcome(&output);
         (
             code,
@@ -168,7 +87,7 @@ fn archived(source: &str, meta: &ObjectMeta) -> Value {
 
 #[test]
 fn purge_list_prints_every_pinned_version_as_a_candidate() {
-    let fixture = Fixture::new();
+    let fixture = Fixture(StoreFixture::fs(""));
     let manifest = fixture.file(
         "pins.json",
         r#"{"pins": [{"key": "data/a.csv", "version_id": "v1", "md5": "900150983cd24fb0d6963f7d28e17f72"},
@@ -189,14 +108,14 @@ fn purge_list_prints_every_pinned_version_as_a_candidate() {
 
 #[test]
 fn an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_registry() {
-    an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_registry_on(
-        &Fixture::new(),
-    );
+    an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_registry_on(&Fixture(
+        StoreFixture::fs(""),
+    ));
 }
 
 #[test]
 fn on_moto_an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_registry() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_registry_on(
             &fixture,
         );
@@ -240,14 +159,14 @@ fn an_archive_prefix_is_retired_through_the_plugins_and_cleaned_keeping_its_regi
 
 #[test]
 fn a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_deleted() {
-    a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_deleted_on(
-        &Fixture::new(),
-    );
+    a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_deleted_on(&Fixture(
+        StoreFixture::fs(""),
+    ));
 }
 
 #[test]
 fn on_moto_a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_deleted() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_deleted_on(
             &fixture,
         );
@@ -275,7 +194,7 @@ fn a_registry_republished_since_its_proof_is_refused_with_exit_1_and_nothing_del
 
 #[test]
 fn a_version_still_retained_is_reported_and_kept() {
-    let fixture = Fixture::new();
+    let fixture = Fixture(StoreFixture::fs(""));
     let old = fixture.put("m/key", b"old");
     let plan = json!([{"pointer": "p", "object": "m/key", "version_id": old.version_id}]);
     let plan_file = fixture.file("plan.json", &plan.to_string());
@@ -304,7 +223,7 @@ fn a_version_still_retained_is_reported_and_kept() {
 
 #[test]
 fn a_bad_plan_exits_2_and_a_zero_retention_is_the_retention_plugins_refusal() {
-    let fixture = Fixture::new();
+    let fixture = Fixture(StoreFixture::fs(""));
     let meta = fixture.put("m/key", b"bytes");
     let (code, _, stderr) = fixture.delete(
         &json!([{"pointer": "p", "object": "m/../key", "version_id": "v"}]),

@@ -166,3 +166,115 @@ impl Rng {
         self.0 % n
     }
 }
+
+/// A versioned object store for end-to-end tests of commands that take
+/// `--store`: a filesystem store in a temporary directory, or a fresh
+/// bucket on the local moto server; with what the binary needs to reach
+/// it and a handle to write and read it directly.
+pub struct StoreFixture {
+    /// Scratch space for manifests, plans and caches.
+    pub dir: tempfile::TempDir,
+    /// `--store`'s value.
+    pub url: String,
+    /// Arguments after `--store URL` (an S3 server's endpoint, region).
+    args: Vec<String>,
+    /// Environment for the binary (an S3 server's credentials).
+    env: Vec<(&'static str, String)>,
+    /// The store itself.
+    pub store: Arc<dyn ObjectStore>,
+    /// Drives `store`.
+    pub io: tokio::runtime::Runtime,
+}
+
+impl StoreFixture {
+    fn io() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A filesystem store; `query` is appended to its URL
+    /// (`?versioned=false`).
+    pub fn fs(query: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}{query}", dir.path().join("store").display());
+        let io = Self::io();
+        let parsed: custodian::object::open::StoreUrl = url.parse().unwrap();
+        let store = io
+            .block_on(parsed.open(Arc::new(custodian::clock::SystemClock)))
+            .unwrap();
+        Self {
+            dir,
+            url,
+            args: Vec::new(),
+            env: Vec::new(),
+            store,
+            io,
+        }
+    }
+
+    /// A fresh versioned bucket on the local moto server; `None` (having
+    /// said why) when moto cannot run here, which `CI=true` forbids.
+    pub fn moto() -> Option<Self> {
+        use custodian::object::s3::local_server::{self, Kind};
+        let io = Self::io();
+        let server = local_server::server(Kind::Moto)?;
+        let store = io.block_on(local_server::store(Kind::Moto))?;
+        let credentials = local_server::credentials();
+        Some(Self {
+            dir: tempfile::tempdir().unwrap(),
+            url: format!("s3://{}", store.bucket()),
+            args: vec![
+                "--endpoint".into(),
+                server.endpoint.clone(),
+                "--region".into(),
+                "us-east-1".into(),
+            ],
+            env: vec![
+                ("AWS_ACCESS_KEY_ID", credentials.access_key_id().to_owned()),
+                (
+                    "AWS_SECRET_ACCESS_KEY",
+                    credentials.secret_access_key().to_owned(),
+                ),
+                ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ],
+            store: Arc::new(store),
+            io,
+        })
+    }
+
+    /// `custodian COMMAND… --store URL [endpoint, region] ARGS…` with the
+    /// store's environment.
+    pub fn run(&self, command: &[&str], args: &[&str]) -> Output {
+        custodian()
+            .args(command)
+            .args(["--store", &self.url])
+            .args(&self.args)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("custodian runs")
+    }
+
+    /// Publishes `bytes` at `key` unconditionally.
+    pub fn put(&self, key: &str, bytes: &[u8]) -> custodian::object::ObjectMeta {
+        self.io
+            .block_on(self.store.put_whole(
+                key,
+                bytes::Bytes::copy_from_slice(bytes),
+                &custodian::object::PutCondition::Unconditional,
+                &custodian::object::Metadata::new(),
+                custodian::checksum::crc64_nvme(bytes),
+            ))
+            .unwrap()
+    }
+
+    /// Writes `text` to `name` in the scratch directory; its path.
+    pub fn file(&self, name: &str, text: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+}

@@ -1,111 +1,27 @@
 //! `custodian versions …` against a real filesystem store, with the
 //! bundled archive plugin choosing archive hops.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use custodian::clock::SystemClock;
-use custodian::object::open::StoreUrl;
-use custodian::object::{Metadata, ObjectMeta, ObjectStore, PutCondition};
+use custodian::object::ObjectMeta;
 use serde_json::{Value, json};
 
-use crate::support::outcome;
+use crate::support::{StoreFixture, outcome};
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    url: String,
-    /// Arguments after `--store URL` (an S3 server's endpoint, region).
-    store_args: Vec<String>,
-    /// Environment for the binary (an S3 server's credentials).
-    env: Vec<(&'static str, String)>,
-    store: Arc<dyn ObjectStore>,
-    io: tokio::runtime::Runtime,
+/// The shared store fixture, with this module's helpers.
+struct Fixture(StoreFixture);
+
+impl std::ops::Deref for Fixture {
+    type Target = StoreFixture;
+    fn deref(&self) -> &StoreFixture {
+        &self.0
+    }
 }
 
 impl Fixture {
-    fn new(query: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("file://{}{query}", dir.path().join("store").display());
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let parsed: StoreUrl = url.parse().unwrap();
-        let store = io.block_on(parsed.open(Arc::new(SystemClock))).unwrap();
-        Self {
-            dir,
-            url,
-            store_args: Vec::new(),
-            env: Vec::new(),
-            store,
-            io,
-        }
-    }
-
-    /// A fresh versioned bucket on the local moto server; `None` (having
-    /// said why) when moto cannot run here, which `CI=true` forbids.
-    fn on_moto() -> Option<Self> {
-        use custodian::object::s3::local_server::{self, Kind};
-        let io = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = local_server::server(Kind::Moto)?;
-        let store = io.block_on(local_server::store(Kind::Moto))?;
-        let url = format!("s3://{}", store.bucket());
-        let credentials = local_server::credentials();
-        Some(Self {
-            dir: tempfile::tempdir().unwrap(),
-            url,
-            store_args: vec![
-                "--endpoint".into(),
-                server.endpoint.clone(),
-                "--region".into(),
-                "us-east-1".into(),
-            ],
-            env: vec![
-                ("AWS_ACCESS_KEY_ID", credentials.access_key_id().to_owned()),
-                (
-                    "AWS_SECRET_ACCESS_KEY",
-                    credentials.secret_access_key().to_owned(),
-                ),
-                ("AWS_EC2_METADATA_DISABLED", "true".into()),
-            ],
-            store: Arc::new(store),
-            io,
-        })
-    }
-
-    /// `custodian versions VERB --store URL … ARGS` with the store's
-    /// arguments and environment.
+    /// `custodian versions VERB --store URL … --pins MANIFEST ARGS`.
     fn command(&self, verb: &str, manifest: &str, args: &[&str]) -> std::process::Output {
-        crate::support::custodian()
-            .args(["versions", verb, "--store", &self.url])
-            .args(&self.store_args)
-            .args(["--pins", manifest])
-            .args(args)
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .output()
-            .expect("custodian runs")
-    }
-
-    fn put(&self, key: &str, bytes: &[u8]) -> ObjectMeta {
-        self.io
-            .block_on(self.store.put_whole(
-                key,
-                Bytes::copy_from_slice(bytes),
-                &PutCondition::Unconditional,
-                &Metadata::new(),
-                custodian::checksum::crc64_nvme(bytes),
-            ))
-            .unwrap()
-    }
-
-    fn file(&self, name: &str, text: &str) -> String {
-        let path = self.dir.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
+        let mut all = vec!["--pins", manifest];
+        all.extend_from_slice(args);
+        self.run(&["versions", verb], &all)
     }
 
     /// `custodian versions VERB --store URL --pins MANIFEST ARGS… --json`.
@@ -183,12 +99,14 @@ fn manifest(pins: &[Value]) -> String {
 
 #[test]
 fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
-    pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(&Fixture::new(""));
+    pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(&Fixture(StoreFixture::fs(
+        "",
+    )));
 }
 
 #[test]
 fn on_moto_pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(&fixture);
     }
 }
@@ -230,12 +148,12 @@ fn pinned_versions_are_verified_and_a_wrong_pin_fails_with_exit_1_on(fixture: &F
 
 #[test]
 fn a_version_moved_through_three_archive_registries_is_found() {
-    a_version_moved_through_three_archive_registries_is_found_on(&Fixture::new(""));
+    a_version_moved_through_three_archive_registries_is_found_on(&Fixture(StoreFixture::fs("")));
 }
 
 #[test]
 fn on_moto_a_version_moved_through_three_archive_registries_is_found() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         a_version_moved_through_three_archive_registries_is_found_on(&fixture);
     }
 }
@@ -256,7 +174,7 @@ fn a_version_moved_through_three_archive_registries_is_found_on(fixture: &Fixtur
 
 #[test]
 fn a_cycle_of_archive_hops_is_refused_clearly() {
-    let fixture = Fixture::new("");
+    let fixture = Fixture(StoreFixture::fs(""));
     let s = |v: &str| v.to_owned();
     fixture.registry(
         "h0/task",
@@ -288,7 +206,7 @@ fn a_cycle_of_archive_hops_is_refused_clearly() {
 
 #[test]
 fn a_chain_of_33_archive_hops_is_refused_clearly() {
-    let fixture = Fixture::new("");
+    let fixture = Fixture(StoreFixture::fs(""));
     let pin = fixture.chain(33);
     let path = fixture.file("pins.json", &manifest(&[pin]));
     let (code, report, _) = fixture.versions("verify", &path, &[]);
@@ -303,12 +221,12 @@ fn a_chain_of_33_archive_hops_is_refused_clearly() {
 
 #[test]
 fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
-    fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(&Fixture::new(""));
+    fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(&Fixture(StoreFixture::fs("")));
 }
 
 #[test]
 fn on_moto_fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(&fixture);
     }
 }
@@ -343,12 +261,12 @@ fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing_on(fixture: &Fixtu
 
 #[test]
 fn a_dvc_pointer_file_works_as_a_pin_manifest() {
-    a_dvc_pointer_file_works_as_a_pin_manifest_on(&Fixture::new(""));
+    a_dvc_pointer_file_works_as_a_pin_manifest_on(&Fixture(StoreFixture::fs("")));
 }
 
 #[test]
 fn on_moto_a_dvc_pointer_file_works_as_a_pin_manifest() {
-    if let Some(fixture) = Fixture::on_moto() {
+    if let Some(fixture) = StoreFixture::moto().map(Fixture) {
         a_dvc_pointer_file_works_as_a_pin_manifest_on(&fixture);
     }
 }
@@ -390,7 +308,7 @@ fn a_dvc_pointer_file_works_as_a_pin_manifest_on(fixture: &Fixture) {
 
 #[test]
 fn an_unversioned_store_is_refused() {
-    let fixture = Fixture::new("?versioned=false");
+    let fixture = Fixture(StoreFixture::fs("?versioned=false"));
     let meta = fixture.put("k", b"x");
     let path = fixture.file(
         "pins.json",
@@ -406,7 +324,7 @@ fn an_unversioned_store_is_refused() {
 
 #[test]
 fn a_pin_without_an_exact_version_is_a_usage_error_naming_it() {
-    let fixture = Fixture::new("");
+    let fixture = Fixture(StoreFixture::fs(""));
     let path = fixture.file(
         "pins.json",
         &manifest(&[json!({"key": "data/x", "version_id": "null", "md5": md5(b"x")})]),
@@ -421,7 +339,7 @@ fn a_pin_without_an_exact_version_is_a_usage_error_naming_it() {
 
 #[test]
 fn a_pin_on_a_pending_archive_destination_is_checked_at_its_source() {
-    let fixture = Fixture::new("");
+    let fixture = Fixture(StoreFixture::fs(""));
     let meta = fixture.put("live/data/x", b"abc");
     let receipts = json!([{"schema_version": 1, "status": "planned", "store": fixture.url,
         "source": "live/data", "destination": "archive/data",

@@ -32,6 +32,8 @@ pub mod epoch;
 /// directory fsync).
 #[cfg(unix)]
 pub mod fs;
+#[cfg(test)]
+pub(crate) mod intercept;
 /// The in-memory backend.
 pub mod memory;
 #[cfg(unix)]

@@ -1,7 +1,6 @@
 //! The runner on the memory and filesystem stores (and moto's S3): what
 //! is deleted, what is kept, what is refused.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -16,11 +15,9 @@ use super::report::PurgeReport;
 use super::run::{PURGE_WORKERS, purge};
 use crate::clock::SystemClock;
 use crate::object::fs::FsStore;
+use crate::object::intercept::{Call, Intercepted};
 use crate::object::memory::MemoryStore;
-use crate::object::{
-    BootstrapReport, ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta,
-    ObjectStore, PendingUpload, PutCondition,
-};
+use crate::object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
 use crate::policy::PolicyError;
 use crate::policy::retention::{Assessment, Item, RetentionOracle, Verdict as Allowed};
 
@@ -526,12 +523,6 @@ async fn an_unversioned_store_is_refused() {
 }
 
 /// A store whose `delete_version` of one key fails, counting deletions.
-struct FailingDelete {
-    inner: Arc<dyn ObjectStore>,
-    failing: String,
-    deletes: AtomicUsize,
-}
-
 #[tokio::test]
 async fn workers_stop_after_the_first_error() {
     let inner: Arc<dyn ObjectStore> = Arc::new(MemoryStore::versioned(Arc::new(SystemClock)));
@@ -541,11 +532,19 @@ async fn workers_stop_after_the_first_error() {
         let meta = put(inner.as_ref(), &key, b"bytes").await;
         candidates.push(generic(&key, &version(&meta)));
     }
-    let store = FailingDelete {
-        inner: inner.clone(),
-        failing: "k/00".into(),
-        deletes: AtomicUsize::new(0),
-    };
+    // Counts deletions; the one of `k/00` fails.
+    let deletes = Arc::new(AtomicUsize::new(0));
+    let seen = deletes.clone();
+    let store = Intercepted::new(inner.clone(), move |call| match call {
+        Call::DeleteVersion { key, .. } => {
+            seen.fetch_add(1, Ordering::SeqCst);
+            if *key == "k/00" {
+                return Err(ObjectError::Unavailable("injected".into()));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    });
     let plan = Plan::new(candidates, vec![], vec![]).unwrap();
     let failure = run(&store, &plan, &ALLOW).await.unwrap_err();
     assert!(
@@ -558,7 +557,7 @@ async fn workers_stop_after_the_first_error() {
         "{}",
         failure.error
     );
-    let attempted = store.deletes.load(Ordering::SeqCst);
+    let attempted = deletes.load(Ordering::SeqCst);
     assert!(
         attempted <= PURGE_WORKERS,
         "{attempted} deletions attempted"
@@ -601,154 +600,5 @@ mod s3 {
             .map(|(k, _)| k)
             .collect();
         assert_eq!(left, [registry_key("old/task")]);
-    }
-}
-
-#[async_trait]
-impl ObjectStore for FailingDelete {
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
-    }
-    fn min_part_size(&self) -> u64 {
-        self.inner.min_part_size()
-    }
-    fn max_parts(&self) -> u32 {
-        self.inner.max_parts()
-    }
-    async fn put_whole(
-        &self,
-        key: &str,
-        body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .put_whole(key, body, condition, metadata, crc64)
-            .await
-    }
-    async fn copy_object(
-        &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .copy_object(source, source_if_match, destination, condition, metadata)
-            .await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        self.inner.head(key).await
-    }
-    async fn get_whole(
-        &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.inner.get_whole(key, if_match).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        self.inner.get_range(key, range, if_match).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.inner.delete(key).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedObject>, ObjectError> {
-        self.inner.list(prefix, cursor, limit).await
-    }
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.inner.head_version(key, version_id).await
-    }
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.inner.get_version(key, version_id).await
-    }
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.inner.get_version_range(key, version_id, range).await
-    }
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.deletes.fetch_add(1, Ordering::SeqCst);
-        if key == self.failing {
-            return Err(ObjectError::Unavailable("injected".into()));
-        }
-        self.inner.delete_version(key, version_id).await
-    }
-    async fn list_versions(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedVersion>, ObjectError> {
-        self.inner.list_versions(prefix, cursor, limit).await
-    }
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        self.inner.create_upload(key).await
-    }
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        self.inner
-            .upload_part(key, upload_id, part, body, crc64)
-            .await
-    }
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
-    ) -> Result<u64, ObjectError> {
-        self.inner
-            .upload_part_copy(key, upload_id, part, source, source_if_match, range)
-            .await
-    }
-    async fn complete_upload(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .complete_upload(key, upload_id, parts, condition, metadata, crc64)
-            .await
-    }
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
-        self.inner.abort_upload(key, upload_id).await
-    }
-    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
-        self.inner.list_uploads(prefix).await
-    }
-    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
-        self.inner.bootstrap(prefix).await
     }
 }

@@ -1,11 +1,9 @@
 //! The mechanism end to end on real backends: the in-memory store, and
 //! moto's S3 for listing batching and exact-version reads over the wire.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::json;
 
@@ -18,180 +16,38 @@ use super::hops::MAX_ARCHIVE_HOPS;
 use super::pins::Pin;
 use super::verify::{Via, verify};
 use crate::clock::SystemClock;
+use crate::object::intercept::{Call, Intercepted};
 use crate::object::memory::MemoryStore;
-use crate::object::{
-    BootstrapReport, ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta,
-    ObjectStore, PendingUpload, PutCondition,
-};
+use crate::object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
 
-/// A store that counts version listings and HEADs, and can refuse
-/// listing.
-struct Counting {
-    inner: Arc<dyn ObjectStore>,
+/// Calls a [`counting`] store has seen.
+#[derive(Default)]
+struct Counts {
     lists: AtomicUsize,
     heads: AtomicUsize,
-    refuse_listing: bool,
 }
 
-impl Counting {
-    fn new(inner: Arc<dyn ObjectStore>, refuse_listing: bool) -> Self {
-        Self {
-            inner,
-            lists: AtomicUsize::new(0),
-            heads: AtomicUsize::new(0),
-            refuse_listing,
+/// `inner`, counting version listings and HEADs, and refusing listing
+/// when asked to.
+fn counting(inner: Arc<dyn ObjectStore>, refuse_listing: bool) -> (Intercepted, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let seen = counts.clone();
+    let store = Intercepted::new(inner, move |call| {
+        match call {
+            Call::ListVersions => {
+                seen.lists.fetch_add(1, Ordering::Relaxed);
+                if refuse_listing {
+                    return Err(ObjectError::Auth("ListObjectVersions denied".into()));
+                }
+            }
+            Call::HeadVersion => {
+                seen.heads.fetch_add(1, Ordering::Relaxed);
+            }
+            Call::DeleteVersion { .. } => {}
         }
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Counting {
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
-    }
-    fn min_part_size(&self) -> u64 {
-        self.inner.min_part_size()
-    }
-    fn max_parts(&self) -> u32 {
-        self.inner.max_parts()
-    }
-    async fn put_whole(
-        &self,
-        key: &str,
-        body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .put_whole(key, body, condition, metadata, crc64)
-            .await
-    }
-    async fn copy_object(
-        &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .copy_object(source, source_if_match, destination, condition, metadata)
-            .await
-    }
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        self.inner.head(key).await
-    }
-    async fn get_whole(
-        &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.inner.get_whole(key, if_match).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        self.inner.get_range(key, range, if_match).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.inner.delete(key).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedObject>, ObjectError> {
-        self.inner.list(prefix, cursor, limit).await
-    }
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.heads.fetch_add(1, Ordering::Relaxed);
-        self.inner.head_version(key, version_id).await
-    }
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.inner.get_version(key, version_id).await
-    }
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.inner.get_version_range(key, version_id, range).await
-    }
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.inner.delete_version(key, version_id).await
-    }
-    async fn list_versions(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedVersion>, ObjectError> {
-        self.lists.fetch_add(1, Ordering::Relaxed);
-        if self.refuse_listing {
-            return Err(ObjectError::Auth("ListObjectVersions denied".into()));
-        }
-        self.inner.list_versions(prefix, cursor, limit).await
-    }
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        self.inner.create_upload(key).await
-    }
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        self.inner
-            .upload_part(key, upload_id, part, body, crc64)
-            .await
-    }
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
-    ) -> Result<u64, ObjectError> {
-        self.inner
-            .upload_part_copy(key, upload_id, part, source, source_if_match, range)
-            .await
-    }
-    async fn complete_upload(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.inner
-            .complete_upload(key, upload_id, parts, condition, metadata, crc64)
-            .await
-    }
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
-        self.inner.abort_upload(key, upload_id).await
-    }
-    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
-        self.inner.list_uploads(prefix).await
-    }
-    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
-        self.inner.bootstrap(prefix).await
-    }
+        Ok(())
+    });
+    (store, counts)
 }
 
 fn memory() -> Arc<dyn ObjectStore> {
@@ -236,7 +92,7 @@ async fn pinned(store: &dyn ObjectStore, dir: &str, n: usize) -> Vec<Pin> {
 
 #[tokio::test]
 async fn pins_under_one_prefix_are_checked_from_a_listing_not_one_head_each() {
-    let store = Counting::new(memory(), false);
+    let (store, counts) = counting(memory(), false);
     let pins = pinned(&store, "data/set", 10).await;
     let report = verify(&store, &pins, &Aliases::none(), &ExactRowPolicy)
         .await
@@ -244,27 +100,27 @@ async fn pins_under_one_prefix_are_checked_from_a_listing_not_one_head_each() {
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.checked.len(), 10);
     assert!(report.checked.iter().all(|c| c.via == Via::Listing));
-    assert_eq!(store.lists.load(Ordering::Relaxed), 1);
-    assert_eq!(store.heads.load(Ordering::Relaxed), 0);
+    assert_eq!(counts.lists.load(Ordering::Relaxed), 1);
+    assert_eq!(counts.heads.load(Ordering::Relaxed), 0);
     assert_eq!((report.list_calls, report.head_calls), (1, 0));
 }
 
 #[tokio::test]
 async fn a_refused_listing_falls_back_to_one_head_per_pin() {
-    let store = Counting::new(memory(), true);
+    let (store, counts) = counting(memory(), true);
     let pins = pinned(&store, "data/set", 10).await;
     let report = verify(&store, &pins, &Aliases::none(), &ExactRowPolicy)
         .await
         .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     assert!(report.checked.iter().all(|c| c.via == Via::Head));
-    assert_eq!(store.lists.load(Ordering::Relaxed), 1);
-    assert_eq!(store.heads.load(Ordering::Relaxed), 10);
+    assert_eq!(counts.lists.load(Ordering::Relaxed), 1);
+    assert_eq!(counts.heads.load(Ordering::Relaxed), 10);
 }
 
 #[tokio::test]
 async fn small_groups_and_top_level_keys_are_checked_by_head() {
-    let store = Counting::new(memory(), false);
+    let (store, counts) = counting(memory(), false);
     let mut pins = pinned(&store, "small", 7).await;
     let bytes = b"top";
     pins.push(pin(&put(&store, "top-level", bytes).await, bytes));
@@ -272,13 +128,13 @@ async fn small_groups_and_top_level_keys_are_checked_by_head() {
         .await
         .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
-    assert_eq!(store.lists.load(Ordering::Relaxed), 0);
-    assert_eq!(store.heads.load(Ordering::Relaxed), 8);
+    assert_eq!(counts.lists.load(Ordering::Relaxed), 0);
+    assert_eq!(counts.heads.load(Ordering::Relaxed), 8);
 }
 
 #[tokio::test]
 async fn listing_stops_after_two_pages_and_what_it_did_not_reach_is_headed() {
-    let store = Counting::new(memory(), false);
+    let (store, counts) = counting(memory(), false);
     // 2,500 versions under the prefix: two pages of 1,000 reach the
     // first 2,000; pins on the last keys are left for HEADs.
     let mut pins = Vec::new();
@@ -293,10 +149,10 @@ async fn listing_stops_after_two_pages_and_what_it_did_not_reach_is_headed() {
         .await
         .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
-    assert_eq!(store.lists.load(Ordering::Relaxed), 2);
+    assert_eq!(counts.lists.load(Ordering::Relaxed), 2);
     let headed = report.checked.iter().filter(|c| c.via == Via::Head).count();
     assert_eq!(headed, 12, "2250 and the last ten");
-    assert_eq!(store.heads.load(Ordering::Relaxed), 12);
+    assert_eq!(counts.heads.load(Ordering::Relaxed), 12);
 }
 
 #[tokio::test]
@@ -647,7 +503,7 @@ mod s3 {
         let Some(store) = local_server::store(Kind::Moto).await else {
             return;
         };
-        let store = Counting::new(Arc::new(store), false);
+        let (store, counts) = counting(Arc::new(store), false);
         let mut pins = pinned(&store, "data/set", 12).await;
         // A newer version of one key: its pin still names the old one.
         put(&store, "data/set/00000", b"newer bytes").await;
@@ -663,8 +519,8 @@ mod s3 {
             .unwrap();
         assert!(report.ok(), "{:?}", report.problems);
         assert!(report.checked.iter().all(|c| c.via == Via::Listing));
-        assert_eq!(store.lists.load(Ordering::Relaxed), 1);
-        assert_eq!(store.heads.load(Ordering::Relaxed), 0);
+        assert_eq!(counts.lists.load(Ordering::Relaxed), 1);
+        assert_eq!(counts.heads.load(Ordering::Relaxed), 0);
 
         let mut wrong = pins[7].clone();
         wrong.etag = Some("0123456789abcdef0123456789abcdef".into());

@@ -205,6 +205,18 @@ impl Runner<'_> {
         for source in plan.coordination.keys() {
             self.coordination.verified(source).await?;
         }
+        // A generic key whose candidates its registry maps needs that
+        // registry's proof: find a missing one now, not when a worker
+        // reaches the key after other deletions.
+        for (object, candidates) in generic_keys(plan) {
+            if let Some(published) = self.coordination.nearest(object).await?
+                && candidates
+                    .iter()
+                    .any(|c| published.mapping(object, &c.version_id).is_some())
+            {
+                self.coordination.verified(&published.source).await?;
+            }
+        }
         Ok(prepared)
     }
 
@@ -446,6 +458,17 @@ struct Prepared {
     present: HashMap<(String, String), Found>,
 }
 
+/// The plan's generic keys that are not under an archive prefix it
+/// retires (those are the prefix's, as in the seed).
+fn generic_keys(plan: &Plan) -> impl Iterator<Item = (&String, &Vec<CandidateRef>)> {
+    plan.generic.iter().filter(|(object, _)| {
+        !plan
+            .archives
+            .keys()
+            .any(|source| object.starts_with(&format!("{source}/")))
+    })
+}
+
 /// Permanently deletes the versions `plan` names on `store` (see the
 /// module doc), at `now_ms`.
 ///
@@ -480,17 +503,8 @@ pub async fn purge(
             });
         }
     }
-    let generic: Vec<(usize, (&String, &Vec<CandidateRef>))> = plan
-        .generic
-        .iter()
-        .filter(|(object, _)| {
-            !plan
-                .archives
-                .keys()
-                .any(|source| object.starts_with(&format!("{source}/")))
-        })
-        .enumerate()
-        .collect();
+    let generic: Vec<(usize, (&String, &Vec<CandidateRef>))> =
+        generic_keys(plan).enumerate().collect();
     let stop = AtomicBool::new(false);
     let runner = &runner;
     let stop = &stop;

@@ -471,6 +471,39 @@ async fn a_generic_key_under_a_registry_loses_its_mapped_versions_only_with_a_pr
     }
 }
 
+#[tokio::test]
+async fn a_generic_keys_missing_proof_refuses_the_plan_before_any_prefix_is_retired() {
+    for (store, _dir) in stores() {
+        let store = store.as_ref();
+        let x = put(store, "old/task/x", b"x bytes").await;
+        let document = registry("old/task", &[&x]);
+        let archive_proof = publish(store, "old/task", &document).await;
+        let mapped = put(store, "proj/set/k", b"moved").await;
+        publish(store, "proj/set", &registry("proj/set", &[&mapped])).await;
+        let plan = Plan::new(
+            vec![
+                archived("old/task", "old/task/x", &version(&x)),
+                generic("proj/set/k", &version(&mapped)),
+            ],
+            vec![document],
+            vec![archive_proof],
+        )
+        .unwrap();
+        let failure = run(store, &plan, &ALLOW).await.unwrap_err();
+        assert!(
+            failure.error.to_string().contains("coordination proof"),
+            "{}",
+            failure.error
+        );
+        assert!(failure.partial.deleted.is_empty());
+        assert_eq!(
+            versions_of(store, "old/task/x").await.len(),
+            1,
+            "nothing deleted"
+        );
+    }
+}
+
 #[test]
 fn task_prefixes_and_objects_must_be_clean_and_candidates_exact() {
     let bad_objects = ["../x", "a/../b", "a//b", "/a", "a/./b", "", "a/"];

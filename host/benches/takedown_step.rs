@@ -30,7 +30,7 @@ use custodian::object::memory::MemoryStore;
 use custodian::object::{ObjectStore, PutCondition};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::policy::takedown::{Request, TakedownPolicy};
-use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
+use custodian::runtime::{CallContext, Limits, Runtime, RuntimeConfig, Services};
 use custodian::timers::{DueTimer, Fired};
 use custodian_sdk::retention::RetentionRules;
 use custodian_sdk::takedown::TakedownSteps;
@@ -291,13 +291,7 @@ impl Wasm {
             clock: base.clock.clone(),
             io: base.io.clone(),
         });
-        let grants = Grants::none()
-            .partition("takedown")
-            .unwrap()
-            .read_partition("content")
-            .unwrap()
-            .read_store("serving")
-            .store("preserved");
+        let grants = custodian::policy::takedown::grants();
         let call = || {
             Arc::new(CallContext {
                 services: services.clone(),

@@ -8,13 +8,12 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use clap::Subcommand;
 use custodian::clock::{Clock, SystemClock};
-use custodian::kv::memory::MemoryKv;
 use custodian::policy::purge::PurgePolicy;
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::purge::plan::{self, Plan};
 use custodian::purge::run::purge;
 use custodian::purge::{PurgeError, PurgeFailure};
-use custodian::runtime::{Limits, Runtime, Services};
+use custodian::runtime::Limits;
 use custodian::versions::pins::ManifestOptions;
 use serde_json::{Value, json};
 
@@ -211,13 +210,10 @@ fn print(outcome: &Result<custodian::purge::report::PurgeReport, PurgeFailure>, 
     }
 }
 
-/// The purge and retention plugins, with the runtime they were loaded
-/// on: its epoch ticker stops a plugin call at its deadline, so it must
-/// live as long as they are asked.
+/// The purge and retention plugins.
 struct Policies {
     judge: PurgePolicy,
     retention: RetentionRoute,
-    _runtime: Runtime,
 }
 
 impl Policies {
@@ -228,14 +224,7 @@ impl Policies {
         io: &tokio::runtime::Runtime,
     ) -> Result<Self, Failure> {
         let runtime = super::runtime(global)?;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let services = Arc::new(Services {
-            kv: Arc::new(MemoryKv::new(clock.clone())),
-            stores: Default::default(),
-            clock,
-            io: io.handle().clone(),
-            retention: None,
-        });
+        let services = super::plugin::isolated_services(io);
         let plugin = Arc::new(super::plugin::load(&runtime, purge_spec)?);
         let judge = PurgePolicy::new(plugin, services.clone(), Limits::default()).map_err(|e| {
             Failure::Usage(
@@ -257,10 +246,6 @@ impl Policies {
         };
         let retention =
             RetentionRoute::new(Arc::new(policy), settings, services, Limits::default());
-        Ok(Self {
-            judge,
-            retention,
-            _runtime: runtime,
-        })
+        Ok(Self { judge, retention })
     }
 }

@@ -6,29 +6,19 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use custodian::clock::Clock;
+use custodian::content::ObjectId;
 use custodian::kv::Kv;
 use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, RequestError};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
-use custodian::runtime::{CallContext, Grants, Limits, Runtime, Services};
+use custodian::runtime::{CallContext, Limits, Runtime, Services};
 use custodian::timers;
 use serde_json::json;
 
 use super::args::{DataArgs, Global, RetentionArgs, TakedownCommand};
 use super::plugin::load;
 use super::{Failure, Outcome, io_runtime, open_data, runtime};
-
-/// What a takedown plugin reaches: its own partition, the content index
-/// and serving copies to read, and the preserved store to write.
-pub(super) fn grants() -> Grants {
-    Grants::none()
-        .partition(takedown::PARTITION)
-        .and_then(|g| g.read_partition(takedown::CONTENT_PARTITION))
-        .expect("the takedown partitions are valid, grantable names")
-        .read_store(takedown::SERVING_STORE)
-        .store(takedown::PRESERVED_STORE)
-}
 
 /// A data directory opened for policy calls: the KV, the stores, the
 /// retention route, and the runtime that must outlive every call.
@@ -118,7 +108,7 @@ impl Environment {
     pub(super) fn call(&self, policy: &TakedownPolicy, limits: &Limits) -> Arc<CallContext> {
         Arc::new(CallContext {
             services: self.services.clone(),
-            grants: grants(),
+            grants: takedown::grants(),
             limits: limits.clone(),
             actor: policy.plugin().info().actor(),
         })
@@ -131,18 +121,17 @@ impl Environment {
     }
 }
 
-/// A request id: 64 hex digits.
+/// An id given on the command line: 64 hex digits. Request ids are
+/// 32-byte BLAKE3 digests like object ids, and are written the same way.
 fn parse_id(text: &str, what: &str) -> Result<[u8; 32], Failure> {
-    let bytes = (text.len() == 64)
-        .then(|| {
-            (0..32)
-                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
-                .collect::<Option<Vec<u8>>>()
-        })
-        .flatten();
-    bytes
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| Failure::Usage(anyhow!("{what} {text:?} is not 64 hex digits")))
+    ObjectId::from_hex(text)
+        .map(|id| id.0)
+        .map_err(|_| Failure::Usage(anyhow!("{what} {text:?} is not 64 hex digits")))
+}
+
+/// An id as it is printed.
+fn hex(id: &[u8; 32]) -> String {
+    ObjectId(*id).to_hex()
 }
 
 fn request_failure(error: RequestError) -> Failure {
@@ -186,7 +175,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 clock.now_ms(),
             )
             .map_err(request_failure)?;
-            let id = requests::hex(&request.id);
+            let id = hex(&request.id);
             if json {
                 println!("{}", json!({ "id": id }));
             } else {
@@ -203,10 +192,9 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 .status(environment.call(&plugin, &limits), &id)
                 .map_err(|e| Failure::Failed(e.into()))?
                 .map_err(|e| match e {
-                    PolicyError::NotFound(_) => Failure::Failed(anyhow!(
-                        "there is no takedown request {}",
-                        requests::hex(&id)
-                    )),
+                    PolicyError::NotFound(_) => {
+                        Failure::Failed(anyhow!("there is no takedown request {}", hex(&id)))
+                    }
                     other => Failure::Failed(anyhow!(other).context("the takedown policy failed")),
                 })?;
             let timer = environment
@@ -220,7 +208,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let next_step_ms = timer.map(|t| t.due_ms);
             if json {
                 let mut value = serde_json::to_value(&status).expect("a status serializes");
-                value["id"] = json!(requests::hex(&id));
+                value["id"] = json!(hex(&id));
                 value["next_step_ms"] = json!(next_step_ms);
                 println!("{value}");
             } else {
@@ -254,7 +242,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             eprintln!(
                 "legal hold {} for {}",
                 if enabled { "set" } else { "cleared" },
-                requests::hex(&id)
+                hex(&id)
             );
             Ok(())
         }
@@ -270,7 +258,7 @@ fn clock(now: Option<u64>) -> Arc<dyn Clock> {
 
 fn print_status(id: &[u8; 32], s: &takedown::RequestStatus, next_step_ms: Option<u64>) {
     let c = &s.counts;
-    println!("request       {}", requests::hex(id));
+    println!("request       {}", hex(id));
     println!("repository    {}", s.repository);
     println!("created       {}", s.created_ms);
     println!("phase         {}", s.phase);

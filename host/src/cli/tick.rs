@@ -6,14 +6,14 @@ use std::time::Duration;
 use anyhow::anyhow;
 use custodian::clock::{Clock, FixedClock, SystemClock};
 use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
-use custodian::policy::takedown::{TakedownHandler, TakedownPolicy};
+use custodian::policy::takedown::{self, TakedownHandler, TakedownPolicy};
 use custodian::runtime::{Limits, World};
 use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
 use serde_json::json;
 
 use super::args::{Global, TickArgs};
 use super::plugin::load;
-use super::takedown::{Environment, grants};
+use super::takedown::Environment;
 use super::{Failure, Outcome};
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
@@ -82,7 +82,7 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         worker.register(Arc::new(TakedownHandler::new(
             policy,
             environment.services.clone(),
-            grants(),
+            takedown::grants(),
             limits.clone(),
         )));
     }

@@ -7,12 +7,10 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::{Args, Subcommand};
-use custodian::clock::{Clock, SystemClock};
 use custodian::config::Config;
-use custodian::kv::memory::MemoryKv;
 use custodian::object::ObjectStore;
 use custodian::policy::archive::ArchivePolicy;
-use custodian::runtime::{Limits, Services};
+use custodian::runtime::Limits;
 use custodian::versions::aliases::Aliases;
 use custodian::versions::hops::HopPolicy;
 use custodian::versions::pins::{ManifestOptions, Pin, read_manifest};
@@ -261,42 +259,15 @@ fn archive_policy(
 ) -> Result<Arc<dyn HopPolicy>, Failure> {
     let runtime = super::runtime(global)?;
     let plugin = Arc::new(super::plugin::load(&runtime, spec)?);
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let services = Arc::new(Services {
-        kv: Arc::new(MemoryKv::new(clock.clone())),
-        stores: Default::default(),
-        clock,
-        io: io.handle().clone(),
-        retention: None,
-    });
-    let policy = ArchivePolicy::new(plugin, services, Limits::default()).map_err(|e| {
+    let policy = ArchivePolicy::new(
+        plugin,
+        super::plugin::isolated_services(io),
+        Limits::default(),
+    )
+    .map_err(|e| {
         Failure::Usage(anyhow!(e).context(format!("cannot use {spec} as the archive plugin")))
     })?;
-    Ok(Arc::new(LoadedArchive {
-        policy,
-        _runtime: runtime,
-    }))
-}
-
-/// The archive plugin with the runtime it was loaded on: the runtime's
-/// epoch ticker is what stops a plugin call at its deadline, so it must
-/// live as long as the policy is asked.
-struct LoadedArchive {
-    policy: ArchivePolicy,
-    _runtime: custodian::runtime::Runtime,
-}
-
-#[async_trait::async_trait]
-impl HopPolicy for LoadedArchive {
-    async fn next_hop(
-        &self,
-        wanted: &custodian::versions::hops::VersionRef,
-        size: Option<u64>,
-        etag: Option<&str>,
-        rows: &[custodian::versions::hops::RegistryRow],
-    ) -> Result<custodian::versions::hops::Hop, custodian::policy::PolicyError> {
-        self.policy.next_hop(wanted, size, etag, rows).await
-    }
+    Ok(Arc::new(policy))
 }
 
 /// The store `args` names (a URL, or a store of the configuration file),

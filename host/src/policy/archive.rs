@@ -10,7 +10,7 @@ use super::PolicyError;
 use crate::runtime::host::CallState;
 use crate::runtime::policy::archive::exports::custodian::policy::archive_map as wit;
 use crate::runtime::policy::archive::{Archive, ArchivePre};
-use crate::runtime::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
+use crate::runtime::{CallContext, CallError, Limits, LoadError, Plugin, Services, World};
 use crate::versions::hops::{Hop, HopPolicy, RegistryRow, VersionRef};
 
 /// A loaded archive plugin. It is granted nothing: the host reads the
@@ -35,17 +35,8 @@ impl ArchivePolicy {
         limits: Limits,
     ) -> Result<Self, LoadError> {
         let pre = super::link(&plugin, World::Archive, ArchivePre::new)?;
-        let actor = plugin.info().actor();
-        Ok(Self {
-            plugin,
-            pre,
-            call: Arc::new(CallContext {
-                services,
-                grants: Grants::none(),
-                limits,
-                actor,
-            }),
-        })
+        let call = super::isolated_call(&plugin, services, limits);
+        Ok(Self { plugin, pre, call })
     }
 
     /// The plugin.
@@ -96,17 +87,7 @@ impl HopPolicy for ArchivePolicy {
         etag: Option<&str>,
         rows: &[RegistryRow],
     ) -> Result<Hop, PolicyError> {
-        // A plugin call is synchronous: on a multi-threaded runtime, let
-        // the other workers take this one's tasks while it runs. The
-        // plugin is granted nothing, so it makes no host call that would
-        // need the runtime itself.
-        let choose = || self.choose(wanted, size, etag, rows);
-        let answer = match tokio::runtime::Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(choose)
-            }
-            _ => choose(),
-        };
+        let answer = super::blocking(|| self.choose(wanted, size, etag, rows));
         answer.map_err(|e| PolicyError::Unavailable(format!("the archive plugin failed: {e}")))?
     }
 }

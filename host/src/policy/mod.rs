@@ -14,7 +14,7 @@ use wasmtime::component::InstancePre;
 
 use crate::runtime::bindings_error::WitError;
 use crate::runtime::host::CallState;
-use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
+use crate::runtime::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
 
 /// Links `plugin` to a world's generated bindings (`make` is the world's
 /// `*Pre::new`), after checking it implements `world`.
@@ -41,6 +41,30 @@ fn instantiate<T>(
     let instance = instantiate(&mut store)
         .map_err(|e| crate::runtime::classify_instantiate(e, store.data()))?;
     Ok((store, instance))
+}
+
+/// A call context for `plugin` granting nothing: for policies that decide
+/// from what the host hands them (`services` supplies only the clock and
+/// the I/O runtime).
+fn isolated_call(plugin: &Plugin, services: Arc<Services>, limits: Limits) -> Arc<CallContext> {
+    Arc::new(CallContext {
+        services,
+        grants: Grants::none(),
+        limits,
+        actor: plugin.info().actor(),
+    })
+}
+
+/// Runs a synchronous plugin call from async code: on a multi-threaded
+/// runtime the other workers take this one's tasks while it runs. Only for
+/// plugins granted nothing, which make no host call needing the runtime.
+fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(call)
+        }
+        _ => call(),
+    }
 }
 
 /// A policy's own error answer (the WIT `error` it returned), as opposed to

@@ -11,7 +11,7 @@ use crate::purge::judge::{Candidate, Governance, Mapping, PurgeJudge, Verdict};
 use crate::runtime::host::CallState;
 use crate::runtime::policy::purge::exports::custodian::policy::purge_rules as wit;
 use crate::runtime::policy::purge::{Purge, PurgePre};
-use crate::runtime::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
+use crate::runtime::{CallContext, CallError, Limits, LoadError, Plugin, Services, World};
 
 /// A loaded purge plugin. It is granted nothing: the host hands it the
 /// facts.
@@ -35,17 +35,8 @@ impl PurgePolicy {
         limits: Limits,
     ) -> Result<Self, LoadError> {
         let pre = super::link(&plugin, World::Purge, PurgePre::new)?;
-        let actor = plugin.info().actor();
-        Ok(Self {
-            plugin,
-            pre,
-            call: Arc::new(CallContext {
-                services,
-                grants: Grants::none(),
-                limits,
-                actor,
-            }),
-        })
+        let call = super::isolated_call(&plugin, services, limits);
+        Ok(Self { plugin, pre, call })
     }
 
     /// The plugin.
@@ -94,15 +85,7 @@ impl PurgeJudge for PurgePolicy {
         governance: &Governance,
         now_ms: u64,
     ) -> Result<Verdict, PolicyError> {
-        // As the archive driver: a synchronous call, off the async workers
-        // when the runtime has others; the plugin makes no host calls.
-        let verdict = || self.verdict(candidate, governance, now_ms);
-        let answer = match tokio::runtime::Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(verdict)
-            }
-            _ => verdict(),
-        };
+        let answer = super::blocking(|| self.verdict(candidate, governance, now_ms));
         answer.map_err(|e| PolicyError::Unavailable(format!("the purge plugin failed: {e}")))?
     }
 }

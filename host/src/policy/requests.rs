@@ -189,7 +189,7 @@ pub fn hold(
     Err(RequestError::Contention)
 }
 
-/// Lowercase hex, as ids are shown.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A 32-byte id as it is shown.
+fn hex(id: &[u8; 32]) -> String {
+    crate::content::ObjectId(*id).to_hex()
 }

@@ -8,7 +8,7 @@ use crate::runtime::host::CallState;
 use crate::runtime::policy::retention::exports::custodian::policy::retention_rules as wit;
 use crate::runtime::policy::retention::{Retention, RetentionPre};
 use crate::runtime::{CallContext, CallError, LoadError, Plugin, World};
-use crate::runtime::{Grants, Limits, Services};
+use crate::runtime::{Limits, Services};
 
 /// The deployer's configured retention for a class of items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,16 +177,11 @@ impl RetentionRoute {
         services: Arc<Services>,
         limits: Limits,
     ) -> Self {
-        let actor = policy.plugin().info().actor();
+        let call = super::isolated_call(policy.plugin(), services, limits);
         Self {
             policy,
             settings,
-            call: Arc::new(CallContext {
-                services,
-                grants: Grants::none(),
-                limits,
-                actor,
-            }),
+            call,
         }
     }
 }

@@ -27,9 +27,9 @@ pub const KIND: &str = "takedown";
 /// The KV partition a takedown plugin owns (read and write).
 pub const PARTITION: &str = "takedown";
 /// The host's content index, which a takedown plugin reads.
-pub const CONTENT_PARTITION: &str = "content";
+pub const CONTENT_PARTITION: &str = crate::content::PARTITION;
 /// The store users' content is served from, which a takedown plugin reads.
-pub const SERVING_STORE: &str = "serving";
+pub const SERVING_STORE: &str = crate::content::SERVING_STORE;
 /// The separately provisioned store only the takedown policy writes to.
 pub const PRESERVED_STORE: &str = "preserved";
 
@@ -97,6 +97,17 @@ pub struct Counts {
     pub holders: u64,
     /// Preserved pieces deleted by purge passes.
     pub purged_pieces: u64,
+}
+
+/// What a takedown plugin reaches: its own partition, the content index
+/// and serving copies to read, and the preserved store to write.
+pub fn grants() -> Grants {
+    Grants::none()
+        .partition(PARTITION)
+        .and_then(|g| g.read_partition(CONTENT_PARTITION))
+        .expect("the takedown partitions are valid, grantable names")
+        .read_store(SERVING_STORE)
+        .store(PRESERVED_STORE)
 }
 
 /// A request's state as an operator sees it.

@@ -225,6 +225,9 @@ pub struct Plugin {
     pub(crate) info: PluginInfo,
     pub(crate) component: Component,
     pub(crate) pre: InstancePre<CallState>,
+    /// Keeps the runtime's epoch ticker running while the plugin can be
+    /// called, even after the [`Runtime`] itself is dropped.
+    _ticker: std::sync::Arc<super::engine::EpochTicker>,
 }
 
 impl Plugin {
@@ -361,6 +364,7 @@ impl Runtime {
                 reason: format!("{e:#}"),
             })?;
         Ok(Plugin {
+            _ticker: self.ticker.clone(),
             info: PluginInfo {
                 source: source_name,
                 size: bytes.len() as u64,

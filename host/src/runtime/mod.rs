@@ -23,6 +23,7 @@ mod limits;
 mod load;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use wasmtime::Engine;
 use wasmtime::component::Linker;
@@ -94,7 +95,9 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<CallState>,
     cache: Option<cache::DiskCache>,
-    _ticker: engine::EpochTicker,
+    /// Shared with every plugin loaded here: a plugin's calls are stopped
+    /// at their deadline by this ticker, so it lives as long as any of them.
+    ticker: Arc<engine::EpochTicker>,
 }
 
 impl Runtime {
@@ -122,7 +125,7 @@ impl Runtime {
             engine,
             linker,
             cache,
-            _ticker: ticker,
+            ticker: Arc::new(ticker),
         })
     }
 }

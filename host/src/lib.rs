@@ -26,5 +26,6 @@ pub mod object;
 pub mod policy;
 pub mod purge;
 pub mod runtime;
+pub mod serve;
 pub mod timers;
 pub mod versions;

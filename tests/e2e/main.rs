@@ -11,6 +11,7 @@ mod purge;
 mod purge_policy;
 mod repo;
 mod retention_table;
+mod serve;
 mod support;
 mod takedown;
 mod takedown_crash;

@@ -27,6 +27,7 @@ fn guests() -> &'static [PathBuf] {
                 "custodian-guest-probe",
                 "custodian-guest-future",
                 "custodian-guest-stepper",
+                "custodian-guest-trapper",
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"))
@@ -47,6 +48,12 @@ pub fn future_contract() -> &'static Path {
 /// fails on request.
 pub fn stepper() -> &'static Path {
     &guests()[2]
+}
+
+/// `tests/guests/trapper`: a takedown-world guest that traps on every
+/// call.
+pub fn trapper() -> &'static Path {
+    &guests()[3]
 }
 
 /// The bundled retention plugin, as built from `plugins/retention`.

@@ -53,6 +53,19 @@ pub struct Global {
     /// Log more (-v: plugin logs and info; -vv: debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// How log lines look on stderr: `text` for people, `json` (one
+    /// object a line) for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -199,6 +212,62 @@ pub enum Command {
     /// retention plugin allow it.
     #[command(subcommand)]
     Purge(PurgeCommand),
+    /// Run the long-running host: the HTTP API, the timer workers, and
+    /// hot swap of policy plugins.
+    ///
+    /// With no configuration file it runs on the embedded default: one
+    /// data directory (the durable KV, the `serving` and `preserved`
+    /// filesystem stores) and the bundled plugins. `custodian config
+    /// example` prints a commented configuration with every setting.
+    ///
+    /// The API needs a bearer token on every mutating and admin route:
+    /// $CUSTODIAN_TOKEN, else the file `[server] token_file` names, else
+    /// DATA/token (written with a fresh random token on first start, owner
+    /// read-only). The token is never logged.
+    ///
+    /// Once listening it prints one line on stdout:
+    ///   listening on http://127.0.0.1:7420
+    ///
+    /// Signals: SIGTERM or SIGINT shut down gracefully (stop accepting,
+    /// finish requests and steps in flight within the drain period, exit
+    /// 0); SIGHUP re-reads the configuration and hot-swaps every plugin
+    /// whose file changed.
+    ///
+    /// Exit codes: 0 after a graceful shutdown; 2 bad configuration or a
+    /// plugin that cannot serve; 3 the data directory is held by another
+    /// process; 1 anything else.
+    #[command(verbatim_doc_comment)]
+    Serve(ServeArgs),
+    /// Print an example configuration file, or check one.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The data directory [default: `[server] data`, else
+    /// $XDG_DATA_HOME/custodian, else ~/.local/share/custodian].
+    #[arg(long, env = "CUSTODIAN_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// The address to listen on [default: `[server] listen`, else
+    /// 127.0.0.1:7420]. Port 0 picks a free port (printed on stdout).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Timer worker loops [default: `[server] workers`, else 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: Option<u32>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print a commented configuration file with every setting.
+    Example,
+    /// Check a configuration file: exit 0 if `custodian serve` would
+    /// accept it, 2 with the reason if not.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
 }
 
 /// Where the host keeps its durable state.
@@ -579,6 +648,40 @@ pub enum PluginCommand {
         /// Where to write it.
         #[arg(long, short)]
         output: PathBuf,
+    },
+    /// Replace a running server's plugin of a world, without a restart.
+    ///
+    /// The server checks the plugin (a component of that world, built
+    /// against a compatible contract, answering a smoke call), then swaps
+    /// it: calls already running finish on the old plugin, and once the
+    /// command reports success no step of the old plugin can commit. A
+    /// refused plugin leaves the old one serving; the reason is printed
+    /// and the exit code is 1.
+    ///
+    /// The token comes from $CUSTODIAN_TOKEN or --token-file.
+    #[command(verbatim_doc_comment)]
+    Swap {
+        /// The world to swap.
+        #[arg(long)]
+        world: World,
+        /// The new `.wasm` file.
+        plugin: PathBuf,
+        /// The server's base URL.
+        #[arg(
+            long,
+            env = "CUSTODIAN_SERVER",
+            default_value = "http://127.0.0.1:7420"
+        )]
+        server: String,
+        /// A file holding the API token (when $CUSTODIAN_TOKEN is unset).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Who is swapping, for the audit log.
+        #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
+        operator: String,
+        /// Print the server's JSON report.
+        #[arg(long)]
+        json: bool,
     },
 }
 

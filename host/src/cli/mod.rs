@@ -9,6 +9,7 @@ mod plugin;
 mod purge;
 mod repo;
 mod run;
+mod serve;
 mod stores;
 mod takedown;
 mod tick;
@@ -55,7 +56,10 @@ pub type Outcome = Result<(), Failure>;
 /// Runs the command line.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    // A server's log is its record of operation; a command's stderr is
+    // for its errors.
+    let server = matches!(cli.command, Command::Serve(_));
+    init_logging(cli.global.verbose, cli.global.log_format, server);
     let result = match cli.command {
         Command::Plugin(command) => plugin::run(&cli.global, command),
         Command::Run(args) => run::run(&cli.global, &args),
@@ -68,6 +72,8 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(&args),
         Command::Versions(command) => versions::run(&cli.global, command),
         Command::Purge(command) => purge::run(&cli.global, command),
+        Command::Serve(args) => serve::run(&cli.global, &args),
+        Command::Config(command) => serve::config_command(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,21 +93,26 @@ fn report(error: &anyhow::Error) {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, format: args::LogFormat, server: bool) {
     // `tick` prints every failed step itself; the worker's own warning
     // about it (meant for a server's log) would repeat it at this level.
-    let default = match verbose {
-        0 => "warn,custodian::timers::worker=error",
-        1 => "info",
+    let default = match (verbose, server) {
+        (0, false) => "warn,custodian::timers::worker=error",
+        (0, true) | (1, _) => "info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(true)
-        .init();
+        // Colour codes only for a person at a terminal, never in files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(true);
+    match format {
+        args::LogFormat::Text => builder.init(),
+        args::LogFormat::Json => builder.json().init(),
+    }
 }
 
 /// The runtime the global options describe.

@@ -50,6 +50,21 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
         PluginCommand::Check { plugin, world } => check(global, &plugin, world),
         PluginCommand::List { json } => list(json),
         PluginCommand::Export { world, output } => export(world, &output),
+        PluginCommand::Swap {
+            world,
+            plugin,
+            server,
+            token_file,
+            operator,
+            json,
+        } => swap(
+            world,
+            &plugin,
+            &server,
+            token_file.as_deref(),
+            &operator,
+            json,
+        ),
     }
 }
 
@@ -166,5 +181,89 @@ fn export(world: World, output: &Path) -> Outcome {
         .with_context(|| format!("cannot write {}", output.display()))
         .map_err(Failure::Failed)?;
     println!("wrote {} ({} bytes)", output.display(), bytes.len());
+    Ok(())
+}
+
+/// The API token: `$CUSTODIAN_TOKEN`, else the file given.
+fn client_token(token_file: Option<&Path>) -> Result<String, Failure> {
+    if let Ok(token) = std::env::var("CUSTODIAN_TOKEN") {
+        return Ok(token.trim().to_owned());
+    }
+    let path = token_file.ok_or_else(|| {
+        Failure::Usage(anyhow!(
+            "no API token: set $CUSTODIAN_TOKEN or pass --token-file (the server writes \
+             DATA/token when it has none configured)"
+        ))
+    })?;
+    std::fs::read_to_string(path)
+        .map(|text| text.trim().to_owned())
+        .with_context(|| format!("cannot read the token file {}", path.display()))
+        .map_err(Failure::Usage)
+}
+
+fn swap(
+    world: World,
+    plugin: &Path,
+    server: &str,
+    token_file: Option<&Path>,
+    operator: &str,
+    as_json: bool,
+) -> Outcome {
+    let token = client_token(token_file)?;
+    let bytes = std::fs::read(plugin)
+        .with_context(|| format!("cannot read {}", plugin.display()))
+        .map_err(Failure::Usage)?;
+    let url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        // Compiling and smoke-testing a large plugin takes a while.
+        .timeout_global(Some(std::time::Duration::from_secs(300)))
+        .build()
+        .into();
+    let mut response = agent
+        .put(&url)
+        .header("authorization", &format!("Bearer {token}"))
+        .header("x-custodian-operator", operator)
+        .header("x-custodian-source", &plugin.display().to_string())
+        .header("content-type", "application/wasm")
+        .send(&bytes[..])
+        .with_context(|| format!("cannot reach the server at {server}"))
+        .map_err(Failure::Failed)?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .body_mut()
+        .read_to_string()
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .ok_or_else(|| {
+            Failure::Failed(anyhow!(
+                "the server at {server} did not answer with JSON ({status})"
+            ))
+        })?;
+    if !status.is_success() {
+        let code = body["error"]["code"].as_str().unwrap_or("unknown");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        let error = anyhow!("the swap was not done ({status}, {code}): {message}");
+        return Err(match code {
+            "unauthorized" | "not_found" => Failure::Usage(error),
+            _ => Failure::Failed(error),
+        });
+    }
+    if as_json {
+        println!("{body}");
+    } else if body["changed"] == serde_json::Value::Bool(false) {
+        println!(
+            "{world}: already serving {}",
+            body["current"]["hash"].as_str().unwrap_or("?")
+        );
+    } else {
+        println!(
+            "{world}: swapped {} -> {} (authority generation {}, {:.0} ms)",
+            body["previous"]["hash"].as_str().unwrap_or("?"),
+            body["current"]["hash"].as_str().unwrap_or("?"),
+            body["authority_generation"],
+            body["elapsed_ms"].as_f64().unwrap_or(0.0),
+        );
+    }
     Ok(())
 }

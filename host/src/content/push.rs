@@ -1,4 +1,6 @@
-//! Pushing local files and directories into a repository.
+//! Pushing local files and directories into a repository ([`push()`]),
+//! or one file's bytes already in memory ([`push_bytes`], for the HTTP
+//! API): both cut files into blobs, chunks and manifests the same way.
 //!
 //! What a push makes of each path given:
 //! - a file of at most 4 MiB becomes one blob; a larger one becomes 4 MiB
@@ -124,7 +126,17 @@ pub async fn push(
     let mut entries = Vec::with_capacity(tree.nodes.len());
     for node in &tree.nodes {
         let (id, kind, size) = match &node.shape {
-            Shape::File => pusher.file(node).await?,
+            Shape::File => {
+                let file = File::open(&node.source).map_err(|e| ContentError::Read {
+                    path: node.source.clone(),
+                    source: e,
+                })?;
+                let source = Source::File {
+                    file: Some(file),
+                    path: &node.source,
+                };
+                pusher.file(&node.path, source).await?
+            }
             Shape::Dir(children) => {
                 let members = children
                     .iter()
@@ -153,6 +165,68 @@ pub async fn push(
     pusher.writer.flush().await?;
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(entries)
+}
+
+/// Pushes one file, given as its `bytes`, into `repo` at the entry `path`
+/// (which may contain `/`, but names a file: it cannot end with one). The
+/// file is cut exactly as [`push()`] cuts a file on disk: a blob up to
+/// [`CHUNK_BYTES`], else chunks and a manifest; so the same bytes get the
+/// same id whichever way they arrive. Returns the entry made (a
+/// manifest's size is the file's length).
+///
+/// Only the entry at `path` is written: no pack is made for the
+/// directories its segments name.
+///
+/// # Errors
+/// [`ContentError::InvalidArgument`] for a path that is not a file's or a
+/// file larger than a manifest describes, before anything is stored;
+/// otherwise as for [`push()`]. A failed push leaves no row naming
+/// missing bytes, and pushing again converges.
+pub async fn push_bytes(
+    kv: &dyn Kv,
+    serving: &dyn ObjectStore,
+    repo: &RepoName,
+    path: &str,
+    bytes: Bytes,
+) -> Result<Entry, ContentError> {
+    if path.ends_with('/') {
+        return Err(ContentError::InvalidArgument(format!(
+            "path {path:?}: a file's path cannot end with '/' (that names a directory)"
+        )));
+    }
+    validate_path(path)?;
+    let len = bytes.len() as u64;
+    if len > MAX_FILE_BYTES {
+        return Err(ContentError::InvalidArgument(format!(
+            "{path}: {len} bytes exceeds the largest file a manifest describes \
+             ({MAX_FILE_BYTES})"
+        )));
+    }
+    let mut quiet = |_: &PushProgress<'_>| {};
+    let mut pusher = Pusher {
+        serving,
+        repo,
+        writer: IndexWriter::new(kv),
+        seen: HashSet::new(),
+        progress: &mut quiet,
+        bytes_done: 0,
+        bytes_total: len,
+        uploaded: 0,
+        present: 0,
+    };
+    let (id, kind, size) = pusher.file(path, Source::Memory(bytes)).await?;
+    let entry = Entry {
+        path: path.to_owned(),
+        id,
+        kind,
+        size,
+    };
+    pusher
+        .writer
+        .replace(index::entry_key(repo, path), entry.encode_value())
+        .await?;
+    pusher.writer.flush().await?;
+    Ok(entry)
 }
 
 /// One file or directory to push.
@@ -330,11 +404,12 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn of(bytes: Vec<u8>) -> Self {
+    fn of(bytes: impl Into<Bytes>) -> Self {
+        let bytes = bytes.into();
         Self {
             id: ObjectId::of(&bytes),
             crc64: crc64_nvme(&bytes),
-            bytes: Bytes::from(bytes),
+            bytes,
         }
     }
 
@@ -368,6 +443,52 @@ async fn read_chunk(file: File, path: &Path) -> Result<(File, Chunk), ContentErr
         path: path.to_owned(),
         source: error,
     })
+}
+
+/// Where a file's bytes come from, one chunk at a time.
+enum Source<'s> {
+    /// A local file, read as it is pushed (`None` only while a read is in
+    /// flight).
+    File { file: Option<File>, path: &'s Path },
+    /// Bytes already in memory; what is left of them.
+    Memory(Bytes),
+}
+
+impl Source<'_> {
+    /// The next chunk (at most [`CHUNK_BYTES`]), hashed off the async
+    /// threads; empty at the end.
+    async fn next(&mut self) -> Result<Chunk, ContentError> {
+        match self {
+            Source::File { file, path } => {
+                let open = file
+                    .take()
+                    .expect("a file source keeps its file between reads");
+                let (open, chunk) = read_chunk(open, path).await?;
+                *file = Some(open);
+                Ok(chunk)
+            }
+            Source::Memory(rest) => {
+                let take = rest.len().min(CHUNK_BYTES as usize);
+                let bytes = rest.split_to(take);
+                match tokio::task::spawn_blocking(move || Chunk::of(bytes)).await {
+                    Ok(chunk) => Ok(chunk),
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    // Cancelled: only when the runtime is shutting down.
+                    Err(e) => Err(ContentError::Conflict(format!(
+                        "hashing was cancelled: {e}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// What the source is called in messages.
+    fn describe(&self, entry_path: &str) -> String {
+        match self {
+            Source::File { path, .. } => path.display().to_string(),
+            Source::Memory(_) => entry_path.to_owned(),
+        }
+    }
 }
 
 /// The state of one push.
@@ -418,21 +539,19 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
             .await
     }
 
-    /// Pushes one file: a blob, or chunks and a manifest. Returns its id,
-    /// kind and length.
-    async fn file(&mut self, node: &Node) -> Result<(ObjectId, ObjectKind, u64), ContentError> {
-        let source = &node.source;
-        let file = File::open(source).map_err(|e| ContentError::Read {
-            path: source.clone(),
-            source: e,
-        })?;
-        let (file, first) = read_chunk(file, source).await?;
+    /// Pushes one file (entered at `path`) from `source`: a blob, or
+    /// chunks and a manifest. Returns its id, kind and length.
+    async fn file(
+        &mut self,
+        path: &str,
+        mut source: Source<'_>,
+    ) -> Result<(ObjectId, ObjectKind, u64), ContentError> {
+        let first = source.next().await?;
         self.bytes_done += first.len();
-        let (mut file, mut next) = if first.len() < CHUNK_BYTES {
-            (file, None)
+        let mut next = if first.len() < CHUNK_BYTES {
+            None
         } else {
-            let (file, next) = read_chunk(file, source).await?;
-            (file, Some(next).filter(|next| !next.is_empty()))
+            Some(source.next().await?).filter(|next| !next.is_empty())
         };
         let Some(mut chunk) = next.take() else {
             // One chunk at most: the file is a blob.
@@ -443,12 +562,12 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
         let mut chunks = vec![first.id];
         let (mut len, mut crc) = (first.len(), first.crc64);
         self.object(first, ObjectKind::Blob).await?;
-        self.report(&node.path);
+        self.report(path);
         loop {
             if chunks.len() >= super::manifest::MAX_CHUNKS as usize {
                 return Err(ContentError::InvalidArgument(format!(
                     "{} grew beyond the largest file a manifest describes ({MAX_FILE_BYTES})",
-                    source.display()
+                    source.describe(path)
                 )));
             }
             chunks.push(chunk.id);
@@ -457,12 +576,11 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
             self.bytes_done += chunk.len();
             let last = chunk.len() < CHUNK_BYTES;
             self.object(chunk, ObjectKind::Blob).await?;
-            self.report(&node.path);
+            self.report(path);
             if last {
                 break;
             }
-            let (rest, read) = read_chunk(file, source).await?;
-            file = rest;
+            let read = source.next().await?;
             if read.is_empty() {
                 break;
             }

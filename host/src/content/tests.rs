@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 
 use super::index::ObjectRow;
+use super::push::push_bytes;
 use super::*;
 use crate::checksum::crc64_nvme;
 use crate::clock::{Clock, FixedClock};
@@ -549,4 +550,82 @@ async fn a_path_given_is_entered_under_its_own_name_even_as_a_link_or_dot() {
     let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["alias.txt", "project/", "project/real.txt"]);
     assert_eq!(entries[0].id, ObjectId::of(b"real"));
+}
+
+#[tokio::test]
+async fn pushing_bytes_makes_the_same_objects_rows_and_entry_as_pushing_the_file_from_disk() {
+    let chunk = CHUNK_BYTES as usize;
+    let small = b"hello".to_vec();
+    let big: Vec<u8> = (0..2 * chunk + 5).map(|i| (i % 253) as u8).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let site = repo("acme/site");
+    for (name, bytes, kind) in [
+        ("small.txt", &small, ObjectKind::Blob),
+        ("big.bin", &big, ObjectKind::Manifest),
+        ("empty", &Vec::new(), ObjectKind::Blob),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let (disk_kv, disk_store) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+        let from_disk = push_quietly(&disk_kv, &disk_store, &site, &[file], NOW)
+            .await
+            .unwrap();
+        let (kv, serving) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+        let entry = push_bytes(&kv, &serving, &site, name, bytes.clone().into())
+            .await
+            .unwrap();
+
+        assert_eq!(from_disk, std::slice::from_ref(&entry), "{name}");
+        assert_eq!(
+            (entry.kind, entry.size),
+            (kind, bytes.len() as u64),
+            "{name}"
+        );
+        assert_eq!(stored(&serving).await, stored(&disk_store).await, "{name}");
+        assert_eq!(rows(&kv).await, rows(&disk_kv).await, "{name}");
+        assert_no_row_without_bytes(&kv, &serving).await;
+    }
+    let (kv, serving) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+    let entry = push_bytes(&kv, &serving, &site, "big.bin", big.clone().into())
+        .await
+        .unwrap();
+    let manifest = Manifest::parse(&read(&serving, &entry.id).await).unwrap();
+    assert_eq!(manifest.chunks().len(), 3);
+    assert_eq!(manifest.file_crc64(), crc64_nvme(&big));
+}
+
+#[tokio::test]
+async fn pushing_bytes_again_or_under_a_nested_path_uploads_nothing_new_and_adds_the_entry() {
+    let (kv, serving) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+    let site = repo("acme/site");
+    let first = push_bytes(&kv, &serving, &site, "a.txt", "same".into())
+        .await
+        .unwrap();
+    let versions = serving.list_versions("", None, 1000).await.unwrap().items;
+    let nested = push_bytes(&kv, &serving, &site, "docs/deep/b.txt", "same".into())
+        .await
+        .unwrap();
+    assert_eq!(nested.id, first.id);
+    assert_eq!(
+        serving.list_versions("", None, 1000).await.unwrap().items,
+        versions,
+        "the bytes are stored once"
+    );
+    let listed = super::entries(&kv, &site, None, 1000).await.unwrap();
+    let paths: Vec<_> = listed.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["a.txt", "docs/deep/b.txt"], "no pack for `docs/`");
+}
+
+#[tokio::test]
+async fn pushing_bytes_to_a_directory_or_a_malformed_path_is_refused_before_anything_is_stored() {
+    let (kv, serving) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+    for path in ["d/", "", "a//b", "../x", "a/./b", "bad\nname"] {
+        let got = push_bytes(&kv, &serving, &repo("acme/bad"), path, "x".into()).await;
+        assert!(
+            matches!(got, Err(ContentError::InvalidArgument(_))),
+            "{path:?}: {got:?}"
+        );
+    }
+    assert!(stored(&serving).await.is_empty());
+    assert!(rows(&kv).await.is_empty());
 }

@@ -32,10 +32,9 @@ pub mod epoch;
 /// directory fsync).
 #[cfg(unix)]
 pub mod fs;
-#[cfg(test)]
-pub(crate) mod intercept;
 /// The in-memory backend.
 pub mod memory;
+pub mod observed;
 #[cfg(unix)]
 pub mod open;
 /// The S3 backend (AWS and S3-compatible servers).

@@ -19,8 +19,12 @@ use crate::runtime::host::kv::convert_batch;
 use crate::runtime::policy::takedown::custodian::policy::steps as steps_wit;
 use crate::runtime::policy::takedown::exports::custodian::policy::takedown_steps as wit;
 use crate::runtime::policy::takedown::{Takedown, TakedownPre};
-use crate::runtime::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
-use crate::timers::{AuditEntry, DueTimer, Fired, StepCommit, StepFailure, TimerHandler};
+use crate::runtime::{
+    CallContext, CallError, Grants, LimitExceeded, Limits, LoadError, Plugin, Services, World,
+};
+use crate::timers::{
+    AuditEntry, DueTimer, FailureCause, Fired, StepCommit, StepFailure, TimerHandler,
+};
 
 /// The timer kind takedown steps run under.
 pub const KIND: &str = "takedown";
@@ -417,8 +421,19 @@ impl TimerHandler for TakedownHandler {
             .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;
         match answer {
             Ok(Ok(fired)) => Ok(fired),
-            Ok(Err(policy)) => Err(StepFailure::new(format!("the policy answered {policy}"))),
-            Err(call) => Err(StepFailure::new(call.to_string())),
+            Ok(Err(policy)) => Err(StepFailure::because(
+                FailureCause::Policy,
+                format!("the policy answered {policy}"),
+            )),
+            Err(call) => {
+                let cause = match &call {
+                    CallError::Trap(_) => FailureCause::Trap,
+                    CallError::Limit(LimitExceeded::Time(_)) => FailureCause::Timeout,
+                    CallError::Limit(_) => FailureCause::Limit,
+                    _ => FailureCause::Other,
+                };
+                Err(StepFailure::because(cause, call.to_string()))
+            }
         }
     }
 }

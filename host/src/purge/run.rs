@@ -38,7 +38,7 @@
 //! policy keeps is reported in `retained` with the reason, never deleted.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 
@@ -483,6 +483,24 @@ pub async fn purge(
     retention: &dyn RetentionOracle,
     now_ms: u64,
 ) -> Result<PurgeReport, PurgeFailure> {
+    purge_observed(store, plan, judge, retention, now_ms, &|_, _| {}).await
+}
+
+/// [`purge`], calling `progress(done, total)` as the plan's archive
+/// prefixes and generic keys are retired (`total` counts both; a run that
+/// carries the plan out ends with `done == total`), so a long run can be
+/// watched from elsewhere.
+///
+/// # Errors
+/// As [`purge`].
+pub async fn purge_observed(
+    store: &dyn ObjectStore,
+    plan: &Plan,
+    judge: &dyn PurgeJudge,
+    retention: &dyn RetentionOracle,
+    now_ms: u64,
+    progress: &(dyn Fn(usize, usize) + Send + Sync),
+) -> Result<PurgeReport, PurgeFailure> {
     if !store.versioned() {
         return Err(PurgeError::Unversioned("being purged".into()).into());
     }
@@ -494,6 +512,9 @@ pub async fn purge(
         coordination: Coordination::new(store, plan),
     };
     let mut report = PurgeReport::default();
+    let total = plan.archives.len() + generic_keys(plan).count();
+    let done = AtomicUsize::new(0);
+    progress(0, total);
     let prepared = runner.prepare(plan).await?;
     for prefix in &prepared {
         if let Err(error) = runner.retire_prefix(plan, prefix, &mut report).await {
@@ -502,15 +523,21 @@ pub async fn purge(
                 partial: report,
             });
         }
+        progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
     }
-    let generic: Vec<(usize, (&String, &Vec<CandidateRef>))> =
-        generic_keys(plan).enumerate().collect();
+    let generic: Vec<(&String, &Vec<CandidateRef>)> = generic_keys(plan).collect();
     let stop = AtomicBool::new(false);
     let runner = &runner;
     let stop = &stop;
+    let done = &done;
+    let generic = &generic;
     let mut outcomes: Vec<(usize, PurgeReport, Result<(), PurgeError>)> =
-        futures::stream::iter(generic)
-            .map(|(index, (object, candidates))| async move {
+        futures::stream::iter(0..generic.len())
+            // Indices, not the borrowed keys: a closure taking references
+            // is generic over their lifetimes, and rustc then cannot prove
+            // the purge's future `Send` for a caller that spawns it.
+            .map(|index| async move {
+                let (object, candidates) = generic[index];
                 let mut item = PurgeReport::default();
                 if stop.load(Ordering::SeqCst) {
                     return (index, item, Ok(()));
@@ -518,6 +545,8 @@ pub async fn purge(
                 let outcome = runner.retire_key(object, candidates, &mut item).await;
                 if outcome.is_err() {
                     stop.store(true, Ordering::SeqCst);
+                } else {
+                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, total);
                 }
                 (index, item, outcome)
             })

@@ -15,8 +15,8 @@ use super::report::PurgeReport;
 use super::run::{PURGE_WORKERS, purge};
 use crate::clock::SystemClock;
 use crate::object::fs::FsStore;
-use crate::object::intercept::{Call, Intercepted};
 use crate::object::memory::MemoryStore;
+use crate::object::observed::{Call, Observed};
 use crate::object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
 use crate::policy::PolicyError;
 use crate::policy::retention::{Assessment, Item, RetentionOracle, Verdict as Allowed};
@@ -568,7 +568,7 @@ async fn workers_stop_after_the_first_error() {
     // Counts deletions; the one of `k/00` fails.
     let deletes = Arc::new(AtomicUsize::new(0));
     let seen = deletes.clone();
-    let store = Intercepted::new(inner.clone(), move |call| match call {
+    let store = Observed::before(inner.clone(), move |call| match call {
         Call::DeleteVersion { key, .. } => {
             seen.fetch_add(1, Ordering::SeqCst);
             if *key == "k/00" {

@@ -29,8 +29,8 @@
 mod worker;
 
 pub use worker::{
-    AuditEntry, DueTimer, FireOutcome, Fired, FiredTimer, MAX_STEP_AUDIT, StepCommit, StepFailure,
-    TickReport, TimerHandler, Worker, WorkerConfig,
+    AuditEntry, DueTimer, FailureCause, FireOutcome, Fired, FiredTimer, Handlers, MAX_STEP_AUDIT,
+    Share, StepCommit, StepFailure, TickReport, TimerHandler, Worker, WorkerConfig,
 };
 
 use serde::{Deserialize, Serialize};

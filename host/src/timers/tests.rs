@@ -130,7 +130,7 @@ impl TimerHandler for Handler {
 }
 
 fn worker(kv: &Arc<dyn Kv>, clock: &Arc<FixedClock>, handlers: Vec<Arc<Handler>>) -> Worker {
-    let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    let worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
     for handler in handlers {
         worker.register(handler);
     }
@@ -249,7 +249,7 @@ async fn a_step_commits_its_batch_audit_and_reschedule_together() {
 async fn a_failed_step_commits_nothing_and_backs_off_exponentially_up_to_a_cap() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
-    let mut worker = Worker::new(
+    let worker = Worker::new(
         kv.clone(),
         clock.clone(),
         WorkerConfig {
@@ -553,7 +553,7 @@ async fn a_reschedule_into_the_past_still_waits_for_the_next_tick() {
     }
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
-    let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    let worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
     worker.register(Arc::new(Past));
     let report = worker.tick().await.unwrap();
     assert_eq!(report.fired.len(), 1);
@@ -635,7 +635,7 @@ async fn a_step_that_spends_its_budget_commits_nothing_even_if_it_returns_a_comm
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "greedy", &[5], START).await.unwrap();
     schedule(kv.as_ref(), "greedy", &[3], START).await.unwrap();
-    let mut worker = Worker::new(
+    let worker = Worker::new(
         kv.clone(),
         clock.clone(),
         WorkerConfig {
@@ -675,7 +675,7 @@ async fn when_the_tick_budget_runs_out_the_step_is_deferred_not_failed() {
             .await
             .unwrap();
     }
-    let mut worker = Worker::new(
+    let worker = Worker::new(
         kv.clone(),
         clock.clone(),
         WorkerConfig {
@@ -692,4 +692,140 @@ async fn when_the_tick_budget_runs_out_the_step_is_deferred_not_failed() {
     let timer = get(kv.as_ref(), "greedy", &[4]).await.unwrap().unwrap();
     assert_eq!(timer.state.failures, 0, "a deferred step is not a failure");
     assert_eq!(timer.due_ms, START);
+}
+
+/// Fires like [`Handler`], but while its first step is in flight it does
+/// what a plugin swap does: registers `successor` for its kind and raises
+/// the authority fence to completion.
+struct SwappedMidStep {
+    coordinator: Arc<Coordinator>,
+    handlers: Arc<Handlers>,
+    successor: Arc<dyn TimerHandler>,
+    inner: Handler,
+}
+
+#[async_trait]
+impl TimerHandler for SwappedMidStep {
+    fn kind(&self) -> &str {
+        "work"
+    }
+    fn actor(&self) -> String {
+        "plugin:old".into()
+    }
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        now_ms: u64,
+        budget: &SliceBudget,
+    ) -> Result<Fired, StepFailure> {
+        self.handlers.register(self.successor.clone());
+        let ns = Namespace::new(FENCE_NAMESPACE).unwrap();
+        self.coordinator
+            .transition_and_revoke(&ns, 1, crate::fence::FenceKind::Authority)
+            .await
+            .expect("the authority bump completes");
+        self.inner.fire(timer, now_ms, budget).await
+    }
+}
+
+struct Successor(Handler);
+
+#[async_trait]
+impl TimerHandler for Successor {
+    fn kind(&self) -> &str {
+        "work"
+    }
+    fn actor(&self) -> String {
+        "plugin:new".into()
+    }
+    async fn fire(&self, t: &DueTimer, now: u64, b: &SliceBudget) -> Result<Fired, StepFailure> {
+        self.0.fire(t, now, b).await
+    }
+}
+
+#[tokio::test]
+async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_successor_runs_under_the_new_authority()
+ {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"a", START).await.unwrap();
+    let coordinator =
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).unwrap());
+    let handlers = Arc::new(Handlers::new());
+    let mut worker = Worker::sharing(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+        handlers.clone(),
+    );
+    handlers.register(Arc::new(SwappedMidStep {
+        coordinator: coordinator.clone(),
+        handlers: handlers.clone(),
+        successor: Arc::new(Successor(Handler::new("work", Mode::Count { steps: 1 }))),
+        inner: Handler::new("work", Mode::Count { steps: 1 }),
+    }));
+    worker.fence(
+        coordinator,
+        Namespace::new(FENCE_NAMESPACE).unwrap(),
+        ShardId::new("local").unwrap(),
+    );
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Fenced);
+    assert_eq!(report.fired[0].actor, "plugin:old");
+    assert!(
+        rows(&kv).await.is_empty(),
+        "the old handler's step wrote nothing"
+    );
+    assert!(audit_events(&kv).await.is_empty());
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(report.fired[0].actor, "plugin:new");
+    assert_eq!(rows(&kv).await.len(), 1);
+    let (records, _) = crate::audit::read(kv.as_ref(), 0, None, 16).await.unwrap();
+    let step = records
+        .iter()
+        .find(|r| r.event == "timer/done")
+        .expect("the step is audited");
+    let detail = step.detail.as_deref().unwrap();
+    assert!(
+        detail.contains("by plugin:new under authority 1"),
+        "{detail}"
+    );
+    assert!(records.iter().all(|r| r.actor != "plugin:old"));
+}
+
+#[tokio::test]
+async fn workers_sharing_the_timers_fire_each_timer_in_exactly_one_share() {
+    let (kv, clock) = setup();
+    let references: Vec<Vec<u8>> = (0..40).map(|i| format!("r{i}").into_bytes()).collect();
+    for reference in &references {
+        schedule(kv.as_ref(), "work", reference, START)
+            .await
+            .unwrap();
+    }
+    let handlers = Arc::new(Handlers::new());
+    handlers.register(Arc::new(Handler::new("work", Mode::Count { steps: 1 })));
+    let mut fired = Vec::new();
+    for index in 0..3 {
+        let worker = Worker::sharing(
+            kv.clone(),
+            clock.clone(),
+            WorkerConfig {
+                share: Share { index, of: 3 },
+                ..WorkerConfig::default()
+            },
+            handlers.clone(),
+        );
+        let report = worker.tick().await.unwrap();
+        assert!(!report.fired.is_empty(), "share {index} fired nothing");
+        fired.extend(report.fired.into_iter().map(|f| f.reference));
+    }
+    fired.sort();
+    let mut expected: Vec<String> = references
+        .iter()
+        .map(|r| String::from_utf8(r.clone()).unwrap())
+        .collect();
+    expected.sort();
+    assert_eq!(fired, expected, "every timer fired once, by one share");
 }

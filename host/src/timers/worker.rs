@@ -82,13 +82,53 @@ pub enum Fired {
 pub struct StepFailure {
     /// What went wrong, for the operator.
     pub message: String,
+    /// Which kind of failure, for metrics and alerts.
+    pub cause: FailureCause,
+}
+
+/// Why a step failed, coarsely: what an operator's alert distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCause {
+    /// The policy answered with its own error.
+    Policy,
+    /// The plugin trapped (a panic, a bad memory access).
+    Trap,
+    /// The plugin hit its time limit.
+    Timeout,
+    /// The plugin hit a limit other than time (memory, host calls).
+    Limit,
+    /// The step used up its budget of store calls.
+    Budget,
+    /// Anything else: a backend, the host, an invalid commit.
+    Other,
+}
+
+impl FailureCause {
+    /// The cause's name, as metrics label it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Policy => "policy",
+            Self::Trap => "trap",
+            Self::Timeout => "timeout",
+            Self::Limit => "limit",
+            Self::Budget => "budget",
+            Self::Other => "other",
+        }
+    }
 }
 
 impl StepFailure {
-    /// A failure with this message.
+    /// A failure with this message, of cause [`FailureCause::Other`].
     pub fn new(message: impl Into<String>) -> Self {
+        Self::because(FailureCause::Other, message)
+    }
+
+    /// A failure with this message and cause.
+    pub fn because(cause: FailureCause, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            cause,
         }
     }
 }
@@ -143,6 +183,35 @@ pub struct WorkerConfig {
     /// Store calls all the steps of one tick may make together: the
     /// parent of every step's budget.
     pub tick_store_calls: u32,
+    /// Which timers this worker fires, when several share the timers.
+    pub share: Share,
+}
+
+/// A worker's share of the timers: those whose reference hashes to
+/// `index` modulo `of`. Workers that split the timers this way do not
+/// race for the same rows (the timer guard would make a race safe, but
+/// every lost race is a wasted plugin call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// This worker's index, below `of`.
+    pub index: u32,
+    /// How many workers share the timers; at least 1.
+    pub of: u32,
+}
+
+impl Share {
+    /// Every timer: a worker alone.
+    pub const ALL: Share = Share { index: 0, of: 1 };
+
+    /// Whether the timer referenced `reference` falls in this share.
+    pub fn owns(self, reference: &[u8]) -> bool {
+        if self.of <= 1 {
+            return true;
+        }
+        let hash = blake3::hash(reference);
+        let head = u64::from_be_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"));
+        head % u64::from(self.of) == u64::from(self.index)
+    }
 }
 
 impl Default for WorkerConfig {
@@ -154,6 +223,7 @@ impl Default for WorkerConfig {
             max_backoff_ms: 3_600_000,
             step_store_calls: 256,
             tick_store_calls: 8_192,
+            share: Share::ALL,
         }
     }
 }
@@ -195,6 +265,12 @@ pub struct FiredTimer {
     pub next_due_ms: Option<u64>,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// The failure's kind, if it failed.
+    pub cause: Option<FailureCause>,
+    /// Who ran the step (the handler's actor when the step began).
+    pub actor: String,
+    /// Time spent in the handler's step, in microseconds.
+    pub step_us: u64,
 }
 
 /// What one tick did.
@@ -210,11 +286,45 @@ pub struct TickReport {
     pub fenced: bool,
 }
 
+/// The handlers of each timer kind, shared by the workers of a host.
+///
+/// Replacing a kind's handler takes effect at the next step: a step holds
+/// the handler it began with until it ends, so its commit and its audit
+/// name the plugin that actually ran it (a hot swap relies on this).
+#[derive(Default)]
+pub struct Handlers {
+    by_kind: std::sync::RwLock<BTreeMap<String, Arc<dyn TimerHandler>>>,
+}
+
+impl Handlers {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the handler for its kind, replacing any earlier one.
+    pub fn register(&self, handler: Arc<dyn TimerHandler>) {
+        self.by_kind
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(handler.kind().to_owned(), handler);
+    }
+
+    /// The handler of `kind`, if one is registered.
+    pub fn get(&self, kind: &str) -> Option<Arc<dyn TimerHandler>> {
+        self.by_kind
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(kind)
+            .cloned()
+    }
+}
+
 /// Fires due timers.
 pub struct Worker {
     kv: Arc<dyn Kv>,
     clock: Arc<dyn Clock>,
-    handlers: BTreeMap<String, Arc<dyn TimerHandler>>,
+    handlers: Arc<Handlers>,
     config: WorkerConfig,
     fencing: Option<Fencing>,
 }
@@ -232,7 +342,10 @@ struct Fencing {
 }
 
 impl Fencing {
-    async fn guard(&self, now: u64) -> Result<Vec<Precondition>, TimerError> {
+    /// The guard for this tick's commits, and the authority generation
+    /// it holds at (recorded with each step, so an audit shows which
+    /// plugin generation a commit was fenced under).
+    async fn guard(&self, now: u64) -> Result<(Vec<Precondition>, u64), TimerError> {
         let mut lease = self.lease.lock().await;
         let ttl = self.coordinator.config().epoch_lease_ms;
         let fresh = lease
@@ -245,7 +358,10 @@ impl Fencing {
                     .await?,
             );
         }
-        Ok(lease.as_ref().map(Fence::guard).unwrap_or_default())
+        Ok(lease
+            .as_ref()
+            .map(|fence| (fence.guard(), fence.authority_generation()))
+            .unwrap_or_default())
     }
 
     async fn forget(&self) {
@@ -262,18 +378,28 @@ struct GuardLayout {
 impl Worker {
     /// A worker over `kv` reading `clock`, with no handlers yet.
     pub fn new(kv: Arc<dyn Kv>, clock: Arc<dyn Clock>, config: WorkerConfig) -> Self {
+        Self::sharing(kv, clock, config, Arc::new(Handlers::new()))
+    }
+
+    /// A worker using `handlers`, which other workers may share.
+    pub fn sharing(
+        kv: Arc<dyn Kv>,
+        clock: Arc<dyn Clock>,
+        config: WorkerConfig,
+        handlers: Arc<Handlers>,
+    ) -> Self {
         Self {
             kv,
             clock,
-            handlers: BTreeMap::new(),
+            handlers,
             config,
             fencing: None,
         }
     }
 
     /// Registers the handler for its kind, replacing any earlier one.
-    pub fn register(&mut self, handler: Arc<dyn TimerHandler>) {
-        self.handlers.insert(handler.kind().to_owned(), handler);
+    pub fn register(&self, handler: Arc<dyn TimerHandler>) {
+        self.handlers.register(handler);
     }
 
     /// Fences this worker: each tick holds (granting or renewing) a lease
@@ -299,11 +425,15 @@ impl Worker {
     pub async fn tick(&self) -> Result<TickReport, TimerError> {
         let now = self.clock.now_ms();
         let fence = match &self.fencing {
-            Some(fencing) => fencing.guard(now).await?,
-            None => Vec::new(),
+            Some(fencing) => Some(fencing.guard(now).await?),
+            None => None,
+        };
+        let (fence, authority) = match &fence {
+            Some((guard, authority)) => (guard.as_slice(), Some(*authority)),
+            None => (&[][..], None),
         };
         let mut report = TickReport::default();
-        let mut per_kind: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut per_kind: BTreeMap<String, u32> = BTreeMap::new();
         let mut steps = 0u32;
         let tick_budget = SliceBudget::new(self.config.tick_store_calls);
         let (start, end) = (due_start(), due_end(now));
@@ -321,11 +451,14 @@ impl Worker {
                 .await?;
             for (key, value) in &page.entries {
                 let timer = parse_due(key, value)?;
-                let Some((kind, handler)) = self.handlers.get_key_value(&timer.kind) else {
+                if !self.config.share.owns(&timer.reference) {
+                    continue;
+                }
+                let Some(handler) = self.handlers.get(&timer.kind) else {
                     report.unhandled += 1;
                     continue;
                 };
-                let fired_of_kind = per_kind.entry(kind.as_str()).or_default();
+                let fired_of_kind = per_kind.entry(timer.kind.clone()).or_default();
                 if handler
                     .max_per_tick()
                     .is_some_and(|max| *fired_of_kind >= max)
@@ -340,7 +473,14 @@ impl Worker {
                 let budget =
                     SliceBudget::with_parent(self.config.step_store_calls, tick_budget.clone());
                 let fired = self
-                    .fire(handler.as_ref(), &fence, timer, key, value, &budget)
+                    .fire(
+                        handler.as_ref(),
+                        (fence, authority),
+                        timer,
+                        key,
+                        value,
+                        &budget,
+                    )
                     .await?;
                 let outcome = fired.outcome;
                 report.fired.push(fired);
@@ -393,7 +533,7 @@ impl Worker {
     async fn fire(
         &self,
         handler: &dyn TimerHandler,
-        fence: &[Precondition],
+        (fence, authority): (&[Precondition], Option<u64>),
         timer: Timer,
         key: &[u8],
         value: &[u8],
@@ -407,30 +547,46 @@ impl Worker {
             failures: timer.state.failures,
         };
         let now = self.clock.now_ms();
+        let actor = handler.actor();
+        let started = std::time::Instant::now();
         let answer = handler.fire(&due, now, budget).await;
+        let ran = Ran {
+            actor,
+            step_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        };
         if budget.exhausted() {
             if budget.remaining() > 0 {
                 // The step's own budget had room: the tick's ran out. Not
                 // the step's fault; leave the timer due for the next tick.
-                return Ok(report(&timer, FireOutcome::Deferred));
+                return Ok(ran.report(&timer, FireOutcome::Deferred));
             }
-            let failure = StepFailure::new(format!(
-                "the step used up its budget of {} store calls; nothing of it was committed",
-                budget.limit()
-            ));
-            return self.record_failure(&timer, key, value, now, failure).await;
+            let failure = StepFailure::because(
+                FailureCause::Budget,
+                format!(
+                    "the step used up its budget of {} store calls; nothing of it was committed",
+                    budget.limit()
+                ),
+            );
+            return self
+                .record_failure(&timer, key, value, now, failure, ran)
+                .await;
         }
         let fired = match answer {
             Ok(fired) => fired,
-            Err(failure) => return self.record_failure(&timer, key, value, now, failure).await,
+            Err(failure) => {
+                return self
+                    .record_failure(&timer, key, value, now, failure, ran)
+                    .await;
+            }
         };
         let (commit, next_due) = match fired {
             Fired::Reschedule { due_ms, commit } => (commit, Some(due_ms.max(now + 1))),
             Fired::Done(commit) => (commit, None),
         };
         let step = PlannedStep {
-            handler,
+            actor: &ran.actor,
             fence,
+            authority,
             timer: &timer,
             key,
             value,
@@ -438,10 +594,14 @@ impl Worker {
         };
         let (batch, layout) = match step.batch(commit, next_due) {
             Ok(planned) => planned,
-            Err(failure) => return self.record_failure(&timer, key, value, now, failure).await,
+            Err(failure) => {
+                return self
+                    .record_failure(&timer, key, value, now, failure, ran)
+                    .await;
+            }
         };
         let outcome = self.kv.apply(&batch).await?;
-        let mut fired = report(&timer, FireOutcome::Failed);
+        let mut fired = ran.report(&timer, FireOutcome::Failed);
         match outcome {
             Outcome::Committed => {
                 fired.outcome = match next_due {
@@ -465,7 +625,8 @@ impl Worker {
                      concurrently",
                     index as usize - layout.host
                 ));
-                self.record_failure(&timer, key, value, now, failure).await
+                self.record_failure(&timer, key, value, now, failure, ran)
+                    .await
             }
             Outcome::DeadlinePassed => {
                 if fence_expired(fence, self.clock.now_ms()) {
@@ -473,7 +634,8 @@ impl Worker {
                     return Ok(fired);
                 }
                 let failure = StepFailure::new("the step's deadline passed before it could commit");
-                self.record_failure(&timer, key, value, now, failure).await
+                self.record_failure(&timer, key, value, now, failure, ran)
+                    .await
             }
         }
     }
@@ -487,6 +649,7 @@ impl Worker {
         value: &[u8],
         now: u64,
         failure: StepFailure,
+        ran: Ran,
     ) -> Result<FiredTimer, TimerError> {
         let failures = timer.state.failures.saturating_add(1);
         let next = now.saturating_add(self.backoff_ms(&timer.reference, failures));
@@ -528,11 +691,12 @@ impl Worker {
                 },
             ],
         };
-        let mut fired = report(timer, FireOutcome::Failed);
+        let mut fired = ran.report(timer, FireOutcome::Failed);
         match self.kv.apply(&batch).await? {
             Outcome::Committed => {
                 fired.next_due_ms = Some(next);
                 fired.error = Some(failure.message);
+                fired.cause = Some(failure.cause);
             }
             Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {
                 fired.outcome = FireOutcome::Lost;
@@ -565,8 +729,11 @@ fn fence_expired(fence: &[Precondition], now: u64) -> bool {
 
 /// One fired timer's step, as the worker commits it.
 struct PlannedStep<'a> {
-    handler: &'a dyn TimerHandler,
+    /// Who ran the step: the handler's actor when the step began.
+    actor: &'a str,
     fence: &'a [Precondition],
+    /// The fence's authority generation, if the worker is fenced.
+    authority: Option<u64>,
     timer: &'a Timer,
     /// The due row as read: the step is guarded on it.
     key: &'a [u8],
@@ -584,8 +751,9 @@ impl PlannedStep<'_> {
         next_due: Option<u64>,
     ) -> Result<(Batch, GuardLayout), StepFailure> {
         let Self {
-            handler,
+            actor,
             fence,
+            authority,
             timer,
             key,
             value,
@@ -615,8 +783,7 @@ impl PlannedStep<'_> {
         batch.writes.extend(commit.batch.writes);
 
         let reference = display_reference(&timer.reference);
-        // Built once: a plugin handler formats its content hash each call.
-        let actor = handler.actor();
+        let fenced = authority.map_or(String::new(), |g| format!(" under authority {g}"));
         let mut records = vec![Record {
             at_ms: now,
             actor: "system:timer".into(),
@@ -629,13 +796,13 @@ impl PlannedStep<'_> {
                 format!("step:{step}"),
             ],
             detail: Some(match next_due {
-                Some(next) => format!("step {step} by {actor}; next due at {next}"),
-                None => format!("step {step} by {actor}; timer finished"),
+                Some(next) => format!("step {step} by {actor}{fenced}; next due at {next}"),
+                None => format!("step {step} by {actor}{fenced}; timer finished"),
             }),
         }];
         records.extend(commit.audit.into_iter().map(|entry| Record {
             at_ms: now,
-            actor: actor.clone(),
+            actor: actor.to_owned(),
             event: entry.event,
             targets: entry.targets,
             detail: entry.detail,
@@ -679,15 +846,26 @@ impl PlannedStep<'_> {
     }
 }
 
-fn report(timer: &Timer, outcome: FireOutcome) -> FiredTimer {
-    FiredTimer {
-        kind: timer.kind.clone(),
-        reference: display_reference(&timer.reference),
-        due_ms: timer.due_ms,
-        step: timer.state.steps + 1,
-        outcome,
-        next_due_ms: None,
-        error: None,
+/// Who ran a step and for how long, for its report.
+struct Ran {
+    actor: String,
+    step_us: u64,
+}
+
+impl Ran {
+    fn report(&self, timer: &Timer, outcome: FireOutcome) -> FiredTimer {
+        FiredTimer {
+            kind: timer.kind.clone(),
+            reference: display_reference(&timer.reference),
+            due_ms: timer.due_ms,
+            step: timer.state.steps + 1,
+            outcome,
+            next_due_ms: None,
+            error: None,
+            cause: None,
+            actor: self.actor.clone(),
+            step_us: self.step_us,
+        }
     }
 }
 

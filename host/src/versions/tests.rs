@@ -16,8 +16,8 @@ use super::hops::MAX_ARCHIVE_HOPS;
 use super::pins::Pin;
 use super::verify::{Via, verify};
 use crate::clock::SystemClock;
-use crate::object::intercept::{Call, Intercepted};
 use crate::object::memory::MemoryStore;
+use crate::object::observed::{Call, Observed};
 use crate::object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
 
 /// Calls a [`counting`] store has seen.
@@ -29,21 +29,21 @@ struct Counts {
 
 /// `inner`, counting version listings and HEADs, and refusing listing
 /// when asked to.
-fn counting(inner: Arc<dyn ObjectStore>, refuse_listing: bool) -> (Intercepted, Arc<Counts>) {
+fn counting(inner: Arc<dyn ObjectStore>, refuse_listing: bool) -> (Observed, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
     let seen = counts.clone();
-    let store = Intercepted::new(inner, move |call| {
+    let store = Observed::before(inner, move |call| {
         match call {
-            Call::ListVersions => {
+            Call::ListVersions { .. } => {
                 seen.lists.fetch_add(1, Ordering::Relaxed);
                 if refuse_listing {
                     return Err(ObjectError::Auth("ListObjectVersions denied".into()));
                 }
             }
-            Call::HeadVersion => {
+            Call::HeadVersion { .. } => {
                 seen.heads.fetch_add(1, Ordering::Relaxed);
             }
-            Call::DeleteVersion { .. } => {}
+            _ => {}
         }
         Ok(())
     });

@@ -189,6 +189,23 @@ pub async fn verify_with(
     hops: &dyn HopPolicy,
     options: VerifyOptions,
 ) -> Result<VerifyReport, VersionsError> {
+    verify_observed(store, pins, aliases, hops, options, &|_, _| {}).await
+}
+
+/// [`verify_with`], calling `progress(done, total)` as pins are decided
+/// (`total` is the number of pins; the last call has `done == total`), so
+/// a long run can be watched from elsewhere.
+///
+/// # Errors
+/// As [`verify`].
+pub async fn verify_observed(
+    store: &dyn ObjectStore,
+    pins: &[Pin],
+    aliases: &Aliases,
+    hops: &dyn HopPolicy,
+    options: VerifyOptions,
+    progress: &(dyn Fn(usize, usize) + Send + Sync),
+) -> Result<VerifyReport, VersionsError> {
     require_versioned(store, "being read")?;
     let registries = Registries::new(store);
     let counters = Counters::default();
@@ -214,6 +231,7 @@ pub async fn verify_with(
             Err(error) => outcomes.push((index, Err(error))),
         }
     }
+    progress(outcomes.len(), pins.len());
     let mut listed = Vec::new();
     for (prefix, jobs) in groups {
         if !options.listing || prefix.is_empty() || jobs.len() < BATCH_FROM {
@@ -228,6 +246,7 @@ pub async fn verify_with(
     while let Some((done, leftover)) = listings.next().await {
         outcomes.extend(done);
         heads.extend(leftover);
+        progress(outcomes.len(), pins.len());
     }
     drop(listings);
     let mut checks = futures::stream::iter(heads)
@@ -235,6 +254,7 @@ pub async fn verify_with(
         .buffer_unordered(WORKERS);
     while let Some(outcome) = checks.next().await {
         outcomes.push(outcome);
+        progress(outcomes.len(), pins.len());
     }
     drop(checks);
     outcomes.sort_by_key(|(index, _)| *index);

@@ -1,6 +1,7 @@
 //! The host's configuration file (TOML): named object stores, so commands
 //! and scripts say `--store preserved` instead of repeating a URL, an
-//! endpoint and a region.
+//! endpoint and a region; and what `custodian serve` runs with (see
+//! [`server`], and `custodian config example` for a commented file).
 //!
 //! ```toml
 //! [stores.serving]
@@ -22,6 +23,17 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::object::open::StoreUrl;
+
+pub mod server;
+
+pub use server::{
+    DEFAULT_LISTEN, GrantsConfig, KvBackend, KvConfig, PluginConfig, PluginsConfig,
+    RetentionConfig, ServerConfig,
+};
+
+/// A commented configuration file with every setting, as `custodian
+/// config example` prints it. A test parses it, so it stays valid.
+pub const EXAMPLE: &str = include_str!("example.toml");
 
 /// Largest configuration file read: a few named stores take a few
 /// hundred bytes; anything near this is not a configuration file.
@@ -64,6 +76,18 @@ pub struct Config {
     /// Object stores by name.
     #[serde(default)]
     pub stores: BTreeMap<String, StoreConfig>,
+    /// What `custodian serve` listens on and how.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The KV backend.
+    #[serde(default)]
+    pub kv: KvConfig,
+    /// Retention settings.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    /// Plugins by world.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
 }
 
 /// One named object store.
@@ -113,6 +137,13 @@ impl Config {
                 .url
                 .parse::<StoreUrl>()
                 .map_err(|e| format!("store {name:?}: {e}"))?;
+        }
+        server::validate_plugins(&config.plugins)?;
+        if config.retention.retention_ms == 0 {
+            return Err("[retention] retention_ms must be positive".into());
+        }
+        if config.server.workers == Some(0) {
+            return Err("[server] workers must be at least 1".into());
         }
         Ok(config)
     }
@@ -185,6 +216,30 @@ mod tests {
             "[store.a]\nurl = \"mem://\"",
             "[stores.a]\nurl = \"ftp://x\"",
             "[stores.a]\nendpoint = \"x\"",
+        ] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_printed_example_is_a_valid_configuration() {
+        let config = Config::parse(super::EXAMPLE).unwrap();
+        assert!(config.stores.contains_key("preserved"));
+        assert!(config.plugins.contains_key("takedown"));
+        assert_eq!(config.server.workers, Some(2));
+    }
+
+    #[test]
+    fn plugin_sections_must_name_a_world_and_keep_limits_in_range() {
+        for bad in [
+            "[plugins.takedwn]",
+            "[plugins.takedown]\ntimeout_ms = 0",
+            "[plugins.takedown]\nmemory_mib = 4096",
+            "[plugins.takedown]\nstep_store_calls = 0",
+            "[plugins.takedown.grants]\npartitions = [\"custodian.timers\"]",
+            "[server]\nworkers = 0",
+            "[server]\nlisten = \"nowhere\"",
+            "[kv]\nbackend = \"sqlite\"",
         ] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }

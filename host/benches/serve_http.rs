@@ -1,0 +1,270 @@
+//! Object PUT and GET with 64 KiB bodies against `custodian serve` on the
+//! embedded default, driven by `wrk` on loopback, steady and during plugin
+//! swaps:
+//!
+//! ```text
+//! cargo bench -p custodian --bench serve_http [-- SECONDS]
+//! ```
+//!
+//! Needs `wrk` on the PATH (Debian: `apt-get install wrk`). It starts the
+//! real binary on a free port with a fresh data directory, then runs, each
+//! for SECONDS (default 10) with 2 threads and 16 connections:
+//! 1. `GET /healthz` (the HTTP stack's ceiling: the reference);
+//! 2. `PUT` of distinct keys with `If-None-Match: *` (each a durable,
+//!    fsynced publish to the filesystem store);
+//! 3. `GET` of those keys;
+//! 4. the same PUT and GET while the takedown plugin is swapped back and
+//!    forth between two builds every second (each swap: compile, smoke
+//!    call, authority fence raised and revoked, audited).
+//!
+//! It prints requests per second, p50 and p99 latency, and the ratios of
+//! the swap runs to the steady ones. The load generator shares the
+//! machine's cores with the server; compare ratios, not absolutes.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+/// wrk's script for PUTs: a distinct key per request per thread.
+const PUT_LUA: &str = r#"
+local counter = 0
+local thread_id = 0
+local threads = {}
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+function init(args)
+  body = string.rep("x", 65536)
+end
+request = function()
+  counter = counter + 1
+  local path = "/v1/stores/serving/objects/bench/" .. RUN .. "/" .. id .. "/" .. counter
+  return wrk.format("PUT", path, {
+    ["Authorization"] = "Bearer TOKEN",
+    ["If-None-Match"] = "*",
+  }, body)
+end
+"#;
+
+/// wrk's script for GETs of the keys the PUT run wrote. It starts at key
+/// 2: wrk calls `request` once per thread before the run to check the
+/// script, so the PUT run never sends its key 1.
+const GET_LUA: &str = r#"
+local threads = {}
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+local counter = 0
+request = function()
+  counter = (counter % LIMIT) + 2
+  local path = "/v1/stores/serving/objects/bench/" .. RUN .. "/" .. id .. "/" .. counter
+  return wrk.format("GET", path, { ["Authorization"] = "Bearer TOKEN" })
+end
+"#;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Requests per second, p50 and p99 in ms, non-2xx answers.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+}
+
+fn millis(text: &str) -> f64 {
+    let text = text.trim();
+    for (unit, factor) in [("us", 1e-3), ("ms", 1.0), ("s", 1e3)] {
+        if let Some(number) = text.strip_suffix(unit)
+            && let Ok(value) = number.parse::<f64>()
+        {
+            return value * factor;
+        }
+    }
+    panic!("not a wrk latency: {text:?}")
+}
+
+fn wrk(base: &str, seconds: u64, script: Option<&Path>, path: &str) -> Figures {
+    let mut command = Command::new("wrk");
+    command.args(["-t2", "-c16", "--latency", &format!("-d{seconds}s")]);
+    if let Some(script) = script {
+        command.arg("-s").arg(script);
+    }
+    let output = command
+        .arg(format!("{base}{path}"))
+        .output()
+        .expect("wrk runs (apt-get install wrk)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{text}");
+    let field = |prefix: &str| -> Option<String> {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .map(|l| l.trim_start()[prefix.len()..].trim().to_owned())
+    };
+    let rps: f64 = field("Requests/sec:")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no requests/sec in {text}"));
+    let p50 = millis(&field("50%").unwrap_or_else(|| panic!("no p50 in {text}")));
+    let p99 = millis(&field("99%").unwrap_or_else(|| panic!("no p99 in {text}")));
+    // Both refused answers and broken connections count as failures.
+    let mut errors = field("Non-2xx or 3xx responses:")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if let Some(socket) = field("Socket errors:") {
+        errors += socket
+            .split(',')
+            .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Figures {
+        rps,
+        p50_ms: p50,
+        p99_ms: p99,
+        errors,
+    }
+}
+
+fn script(dir: &Path, name: &str, template: &str, run: &str, limit: u64) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let text = template
+        .replace("TOKEN", TOKEN)
+        .replace("RUN", &format!("\"{run}\""))
+        .replace("LIMIT", &limit.to_string());
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn print(label: &str, f: &Figures) {
+    println!(
+        "{label:<28} {:>9.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   non-2xx {}",
+        f.rps, f.p50_ms, f.p99_ms, f.errors
+    );
+}
+
+fn main() {
+    let seconds: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(10);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .env("CUSTODIAN_TOKEN", TOKEN)
+        .env("CUSTODIAN_CACHE_DIR", &cache)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the server starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Server(child);
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+
+    // Two builds of the takedown policy to swap between.
+    let original = std::fs::read(env!("CUSTODIAN_BUNDLED_TAKEDOWN")).unwrap();
+    let mut rebuilt = original.clone();
+    let name = b"custodian-bench-build";
+    rebuilt.extend_from_slice(&[0, (name.len() + 1) as u8, name.len() as u8]);
+    rebuilt.extend_from_slice(name);
+    let builds = [dir.path().join("a.wasm"), dir.path().join("b.wasm")];
+    std::fs::write(&builds[0], &original).unwrap();
+    std::fs::write(&builds[1], &rebuilt).unwrap();
+    let swap = |to: &Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_custodian"))
+            .args(["plugin", "swap", "--world", "takedown", "--server", &base])
+            .arg(to)
+            .env("CUSTODIAN_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    // Warm the compiled-plugin cache, so a swap measures the swap.
+    swap(&builds[1]);
+    swap(&builds[0]);
+
+    println!("custodian serve, 64 KiB objects, wrk -t2 -c16, {seconds} s per run");
+    let health = wrk(&base, seconds, None, "/healthz");
+    print("GET /healthz (reference)", &health);
+
+    let put = script(dir.path(), "put.lua", PUT_LUA, "steady", 0);
+    let steady_put = wrk(&base, seconds, Some(&put), "/");
+    print("PUT 64 KiB", &steady_put);
+    // GETs cycle through the first keys every thread wrote.
+    let written = ((steady_put.rps * seconds as f64) / 2.0 / 2.0) as u64;
+    let get = script(
+        dir.path(),
+        "get.lua",
+        GET_LUA,
+        "steady",
+        written.clamp(1, 10_000),
+    );
+    let steady_get = wrk(&base, seconds, Some(&get), "/");
+    print("GET 64 KiB", &steady_get);
+
+    // The same under swaps, one a second, alternating builds.
+    let swaps = AtomicU32::new(0);
+    let during = |path: &Path| {
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let swapper = scope.spawn(|| {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1000));
+                    swap(&builds[(i + 1) % 2]);
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            });
+            let figures = wrk(&base, seconds, Some(path), "/");
+            stop.store(true, Ordering::Relaxed);
+            swapper.join().unwrap();
+            figures
+        })
+    };
+    let put = script(dir.path(), "put-swap.lua", PUT_LUA, "swap", 0);
+    let swap_put = during(&put);
+    print("PUT 64 KiB during swaps", &swap_put);
+    let swap_get = during(&get);
+    print("GET 64 KiB during swaps", &swap_get);
+    println!(
+        "swaps completed during the runs: {}",
+        swaps.load(Ordering::Relaxed)
+    );
+    println!(
+        "ratios: PUT during swaps / steady {:.2} (p99 {:.2}x); GET during swaps / steady {:.2} (p99 {:.2}x); steady GET / healthz {:.2}",
+        swap_put.rps / steady_put.rps,
+        swap_put.p99_ms / steady_put.p99_ms,
+        swap_get.rps / steady_get.rps,
+        swap_get.p99_ms / steady_get.p99_ms,
+        steady_get.rps / health.rps,
+    );
+    let errors = steady_put.errors + steady_get.errors + swap_put.errors + swap_get.errors;
+    assert_eq!(errors, 0, "requests failed");
+}

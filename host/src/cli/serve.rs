@@ -1,0 +1,398 @@
+//! `custodian serve` (the long-running host) and `custodian config`.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use custodian::clock::{Clock, SystemClock};
+use custodian::config::{Config, DEFAULT_LISTEN};
+use custodian::data_dir::DataDir;
+use custodian::fence::{Coordinator, FenceConfig};
+use custodian::kv::KvError;
+use custodian::object::ObjectStore;
+use custodian::policy::retention::Settings;
+use custodian::policy::takedown;
+use custodian::runtime::{Runtime, RuntimeConfig, World};
+use custodian::serve::jobs::Jobs;
+use custodian::serve::metrics::Metrics;
+use custodian::serve::plugins::{
+    PluginSet, PluginSetParts, Source, SwapError, WorldSettings, default_grants, read_source,
+};
+use custodian::serve::workers::{WorkerParts, WorkerSettings, Workers};
+use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http, metered};
+use custodian::timers::Handlers;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::args::{ConfigCommand, Global, ServeArgs};
+use super::{Failure, Outcome};
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure::Usage(error.into())
+}
+
+fn failed(error: impl Into<anyhow::Error>) -> Failure {
+    Failure::Failed(error.into())
+}
+
+pub(super) fn config_command(command: ConfigCommand) -> Outcome {
+    match command {
+        ConfigCommand::Example => {
+            print!("{}", custodian::config::EXAMPLE);
+            Ok(())
+        }
+        ConfigCommand::Check { file } => {
+            Config::load(&file).map_err(usage)?;
+            eprintln!("{}: valid", file.display());
+            Ok(())
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/custodian`, else `~/.local/share/custodian`.
+fn default_data_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".local/share")))
+        .map(|base| base.join("custodian"))
+}
+
+/// Everything `serve` resolved from its flags and the configuration.
+struct Plan {
+    config: Config,
+    config_path: Option<PathBuf>,
+    data: PathBuf,
+    listen: std::net::SocketAddr,
+    workers: u32,
+    drain: Duration,
+    limits: RequestLimits,
+}
+
+fn plan(global: &Global, args: &ServeArgs) -> Result<Plan, Failure> {
+    let config = super::config(global)?.unwrap_or_default();
+    let data = args
+        .data
+        .clone()
+        .or_else(|| config.server.data.clone())
+        .or_else(default_data_dir)
+        .ok_or_else(|| usage(anyhow!("no data directory: pass --data DIR")))?;
+    let listen = args.listen.or(config.server.listen).unwrap_or_else(|| {
+        DEFAULT_LISTEN
+            .parse()
+            .expect("the default listen address parses")
+    });
+    let max_object_bytes = config.server.max_object_mib.map_or(
+        Ok(RequestLimits::default().max_object_bytes),
+        |mib| {
+            mib.checked_mul(1 << 20)
+                .filter(|bytes| (1..=1 << 32).contains(bytes))
+                .ok_or_else(|| usage(anyhow!("[server] max_object_mib {mib} is out of range")))
+        },
+    )?;
+    Ok(Plan {
+        workers: args.workers.or(config.server.workers).unwrap_or(2),
+        drain: Duration::from_millis(config.server.drain_ms.unwrap_or(10_000)),
+        limits: RequestLimits {
+            max_object_bytes,
+            ..RequestLimits::default()
+        },
+        config_path: global.config.clone(),
+        config,
+        data,
+        listen,
+    })
+}
+
+/// The token: `$CUSTODIAN_TOKEN`, else the configured file, else
+/// `DATA/token` (created with a fresh token, owner read-only).
+fn token(config: &Config, data: &Path) -> Result<Token, Failure> {
+    if let Ok(text) = std::env::var("CUSTODIAN_TOKEN") {
+        return Token::new(&text)
+            .map_err(|e| usage(anyhow!("$CUSTODIAN_TOKEN is not a usable token: {e}")));
+    }
+    let configured = config.server.token_file.is_some();
+    let path = config
+        .server
+        .token_file
+        .clone()
+        .unwrap_or_else(|| data.join("token"));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Token::new(&text).map_err(|e| {
+            usage(anyhow!(
+                "the token in {} is not usable: {e}",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !configured => {
+            let token = Token::generate().map_err(|e| failed(anyhow!("no randomness: {e}")))?;
+            write_secret(&path, token.expose())
+                .with_context(|| format!("cannot write the token to {}", path.display()))
+                .map_err(failed)?;
+            tracing::info!(path = %path.display(), "wrote a new API token");
+            Ok(token)
+        }
+        Err(e) => Err(usage(
+            anyhow!(e).context(format!("cannot read the token file {}", path.display())),
+        )),
+    }
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+/// Where each world's plugin comes from, and how each runs.
+type PluginPlan = (BTreeMap<World, Source>, BTreeMap<World, WorldSettings>);
+
+/// Where each world's plugin comes from, and how it runs.
+fn plugin_plan(config: &Config) -> Result<PluginPlan, Failure> {
+    let mut sources = BTreeMap::new();
+    let mut settings = BTreeMap::new();
+    for world in World::ALL {
+        let section = config
+            .plugins
+            .get(world.name())
+            .cloned()
+            .unwrap_or_default();
+        sources.insert(
+            world,
+            section.path.clone().map_or(Source::Bundled, Source::File),
+        );
+        settings.insert(
+            world,
+            WorldSettings {
+                limits: section.limits().map_err(|e| usage(anyhow!(e)))?,
+                grants: section
+                    .grants(default_grants(world))
+                    .map_err(|e| usage(anyhow!(e)))?,
+            },
+        );
+    }
+    Ok((sources, settings))
+}
+
+pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
+    let plan = plan(global, args)?;
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map_or(2, usize::from)
+                .max(2),
+        )
+        .enable_all()
+        .thread_name("custodian-serve")
+        .build()
+        .context("cannot start the server's runtime")
+        .map_err(failed)?;
+    io.block_on(serve(global, plan))
+}
+
+async fn serve(global: &Global, plan: Plan) -> Outcome {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dir = DataDir::create(&plan.data)
+        .with_context(|| format!("cannot use the data directory {}", plan.data.display()))
+        .map_err(failed)?;
+    let kv = dir.open_kv(clock.clone()).map_err(|e| match e {
+        KvError::InUse(_) => Failure::Busy(e.into()),
+        other => {
+            failed(anyhow!(other).context(format!("cannot open the KV in {}", plan.data.display())))
+        }
+    })?;
+    let token = token(&plan.config, &plan.data)?;
+    let metrics = Arc::new(Metrics::new());
+    let mut names: Vec<String> = plan.config.stores.keys().cloned().collect();
+    for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
+    for name in names {
+        let store =
+            super::stores::open_named(Some(&plan.config), &plan.data, &name, clock.clone()).await?;
+        stores.insert(
+            name.clone(),
+            metered::metered(&name, store, metrics.clone()),
+        );
+    }
+
+    let mut runtime_config = RuntimeConfig::default();
+    if global.no_cache {
+        runtime_config.cache_dir = None;
+    } else if let Some(dir) = &global.cache_dir {
+        runtime_config.cache_dir = Some(dir.clone());
+    }
+    let runtime = Arc::new(Runtime::new(&runtime_config).map_err(failed)?);
+    let coordinator = Arc::new(
+        Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).map_err(failed)?,
+    );
+    let handlers = Arc::new(Handlers::new());
+    let (sources, settings) = plugin_plan(&plan.config)?;
+    let step_store_calls = plan
+        .config
+        .plugins
+        .get(World::Takedown.name())
+        .and_then(|p| p.step_store_calls)
+        .unwrap_or(256);
+    let plugins = PluginSet::load(
+        PluginSetParts {
+            runtime,
+            kv: kv.clone(),
+            clock: clock.clone(),
+            stores: stores.clone(),
+            io: tokio::runtime::Handle::current(),
+            handlers: handlers.clone(),
+            coordinator: coordinator.clone(),
+            metrics: metrics.clone(),
+            retention: Settings {
+                retention_ms: plan.config.retention.retention_ms,
+                noncurrent_retention_ms: plan.config.retention.noncurrent_retention_ms,
+            },
+            settings,
+        },
+        &sources,
+    )
+    .await
+    .map_err(usage)?;
+
+    let workers = Workers::start(
+        WorkerParts {
+            kv: kv.clone(),
+            clock: clock.clone(),
+            handlers,
+            coordinator,
+            metrics: metrics.clone(),
+        },
+        &WorkerSettings {
+            count: plan.workers,
+            step_store_calls,
+            drain: plan.drain,
+        },
+    );
+    let host = Arc::new(Host {
+        kv,
+        clock,
+        stores,
+        plugins,
+        metrics,
+        jobs: Arc::new(Jobs::new()),
+        auth: Auth {
+            token,
+            read_access: plan.config.server.read_access,
+        },
+        limits: plan.limits,
+        readiness: Readiness::default(),
+        wake_workers: workers.waker(),
+    });
+
+    let listener = tokio::net::TcpListener::bind(plan.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", plan.listen))
+        .map_err(usage)?;
+    let address = listener.local_addr().map_err(failed)?;
+    // The one line on stdout: scripts and tests read the address from it.
+    println!("listening on http://{address}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(%address, data = %plan.data.display(), "serving");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(signals(host.clone(), plan.config_path.clone(), stop_tx));
+    let mut stopped = stop_rx.clone();
+    let server =
+        axum::serve(listener, http::router(host.clone())).with_graceful_shutdown(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        });
+    // The server drains requests while the workers drain steps.
+    let drain = plan.drain;
+    let serving = tokio::spawn(async move { server.await });
+    let mut stopped = stop_rx;
+    let _ = stopped.wait_for(|stop| *stop).await;
+    let (_, served) = tokio::join!(workers.stop(), async {
+        tokio::time::timeout(drain, serving).await
+    });
+    match served {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => return Err(failed(anyhow!(e).context("the HTTP server failed"))),
+        Ok(Err(e)) => return Err(failed(anyhow!(e).context("the HTTP server panicked"))),
+        Err(_) => tracing::warn!("requests were still in flight after the drain period"),
+    }
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// Waits for signals: SIGTERM/SIGINT stop the server; SIGHUP reloads.
+async fn signals(
+    host: Arc<Host>,
+    config_path: Option<PathBuf>,
+    stop: tokio::sync::watch::Sender<bool>,
+) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop the server with SIGKILL");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => reload(&host, config_path.as_deref()).await,
+        }
+    }
+    tracing::info!("shutting down");
+    host.readiness.begin_shutdown();
+    let _ = stop.send(true);
+}
+
+/// SIGHUP: re-reads the configuration and swaps every plugin whose file
+/// changed, each as `PUT /v1/plugins/WORLD` would. Limits, grants,
+/// stores and the listen address are fixed at start (a restart applies
+/// them).
+async fn reload(host: &Host, config_path: Option<&Path>) {
+    let config = match config_path.map(Config::load).transpose() {
+        Ok(config) => config.unwrap_or_default(),
+        Err(e) => {
+            tracing::error!("SIGHUP: the configuration is not valid; nothing changed: {e}");
+            return;
+        }
+    };
+    let sources = match plugin_plan(&config) {
+        Ok((sources, _)) => sources,
+        Err(failure) => {
+            let (Failure::Usage(e) | Failure::Failed(e) | Failure::Busy(e)) = failure;
+            tracing::error!("SIGHUP: the plugin settings are not valid; nothing changed: {e:#}");
+            return;
+        }
+    };
+    for (world, source) in sources {
+        let swapped = match read_source(world, &source) {
+            Ok((bytes, name)) => host.plugins.swap(world, bytes, name, "sighup").await,
+            Err(e) => Err(e),
+        };
+        match swapped {
+            Ok(report) if report.changed => tracing::info!(
+                %world,
+                to = %report.current.hash,
+                "SIGHUP: plugin swapped"
+            ),
+            Ok(_) => {}
+            Err(SwapError::Refused(reason)) => {
+                tracing::error!(%world, "SIGHUP: the new plugin was refused; the old one serves: {reason}");
+            }
+            Err(e) => tracing::error!(%world, "SIGHUP: the swap did not finish: {e}"),
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The `[server]`, `[kv]`, `[retention]` and `[plugins.WORLD]` sections:
+//! what `custodian serve` runs with.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::runtime::{Limits, World};
+use crate::serve::ReadAccess;
+
+/// The address `custodian serve` listens on when nothing says otherwise:
+/// loopback only, so a fresh install is not reachable from the network.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The address to listen on (`--listen` overrides).
+    pub listen: Option<SocketAddr>,
+    /// The data directory (`--data` overrides).
+    pub data: Option<PathBuf>,
+    /// Timer worker loops; each fires its share of the timers.
+    pub workers: Option<u32>,
+    /// A file holding the bearer token (`$CUSTODIAN_TOKEN` overrides).
+    /// Without either, the server writes a fresh token to `DATA/token`.
+    pub token_file: Option<PathBuf>,
+    /// Whether reads need the token: `token` (the default) or `open`.
+    #[serde(default)]
+    pub read_access: ReadAccess,
+    /// How long shutdown waits for requests and steps in flight, in ms.
+    pub drain_ms: Option<u64>,
+    /// Largest object body a `PUT` may send, in MiB.
+    pub max_object_mib: Option<u64>,
+}
+
+/// `[kv]`: the durable key-value store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct KvConfig {
+    /// The backend.
+    #[serde(default)]
+    pub backend: KvBackend,
+}
+
+/// The KV backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum KvBackend {
+    /// redb in the data directory, fsync on every commit: the embedded
+    /// default.
+    #[default]
+    Redb,
+}
+
+/// `[retention]`: the deployer's retention settings, handed to the
+/// retention plugin with every question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// How long preserved content is kept after its request was filed.
+    #[serde(default = "default_retention_ms")]
+    pub retention_ms: u64,
+    /// How long a version is kept after it stopped being current.
+    #[serde(default)]
+    pub noncurrent_retention_ms: u64,
+}
+
+fn default_retention_ms() -> u64 {
+    30 * 24 * 3_600_000
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            retention_ms: default_retention_ms(),
+            noncurrent_retention_ms: 0,
+        }
+    }
+}
+
+/// `[plugins.WORLD]`: which plugin runs a world, and its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The `.wasm` file; omitted, the bundled plugin of the world.
+    pub path: Option<PathBuf>,
+    /// Wall-clock limit of one call, in ms.
+    pub timeout_ms: Option<u64>,
+    /// Memory limit of one call, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Host calls one call may make.
+    pub host_calls: Option<u32>,
+    /// Store calls one timer step may make (timer-driven worlds).
+    pub step_store_calls: Option<u32>,
+    /// What the plugin may reach; omitted, the world's default grants.
+    pub grants: Option<GrantsConfig>,
+}
+
+/// A plugin's capability grants.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsConfig {
+    /// KV partitions it may read and write.
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// KV partitions it may only read.
+    #[serde(default)]
+    pub read_partitions: Vec<String>,
+    /// Object stores it may read and write.
+    #[serde(default)]
+    pub stores: Vec<String>,
+    /// Object stores it may only read.
+    #[serde(default)]
+    pub read_stores: Vec<String>,
+}
+
+impl PluginConfig {
+    /// The call limits, from the defaults with this section's overrides.
+    ///
+    /// # Errors
+    /// A limit outside the host's ceilings.
+    pub fn limits(&self) -> Result<Limits, String> {
+        let mut limits = Limits::default();
+        if let Some(ms) = self.timeout_ms {
+            limits.timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(mib) = self.memory_mib {
+            limits.memory_bytes = usize::try_from(mib)
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+                .ok_or_else(|| format!("memory_mib {mib} is out of range"))?;
+        }
+        if let Some(calls) = self.host_calls {
+            limits.host_calls = calls;
+        }
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    /// The grants, from `default` unless this section names its own.
+    ///
+    /// # Errors
+    /// A partition name that is invalid or reserved for the host.
+    pub fn grants(
+        &self,
+        default: crate::runtime::Grants,
+    ) -> Result<crate::runtime::Grants, String> {
+        let Some(config) = &self.grants else {
+            return Ok(default);
+        };
+        let mut grants = crate::runtime::Grants::none();
+        for name in &config.partitions {
+            grants = grants.partition(name).map_err(|e| e.to_string())?;
+        }
+        for name in &config.read_partitions {
+            grants = grants.read_partition(name).map_err(|e| e.to_string())?;
+        }
+        for name in &config.stores {
+            grants = grants.store(name);
+        }
+        for name in &config.read_stores {
+            grants = grants.read_store(name);
+        }
+        Ok(grants)
+    }
+}
+
+/// The `[plugins.*]` sections by world; a key that names no world is
+/// refused when the file is parsed.
+pub type PluginsConfig = BTreeMap<String, PluginConfig>;
+
+/// Checks every `[plugins.*]` key names a world and every limit is in
+/// range.
+pub(super) fn validate_plugins(plugins: &PluginsConfig) -> Result<(), String> {
+    for (name, plugin) in plugins {
+        name.parse::<World>()
+            .map_err(|e| format!("[plugins.{name}]: {e}"))?;
+        plugin
+            .limits()
+            .map_err(|e| format!("[plugins.{name}]: {e}"))?;
+        plugin
+            .grants(crate::runtime::Grants::none())
+            .map_err(|e| format!("[plugins.{name}.grants]: {e}"))?;
+        if plugin.step_store_calls == Some(0) {
+            return Err(format!(
+                "[plugins.{name}]: step_store_calls must be at least 1"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! The HTTP API: JSON in and out, errors as [`ApiError`] bodies with a
+//! stable code, a bearer token on every mutating and admin route.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /healthz` | the process is up |
+//! | `GET /readyz` | it takes work (503 while shutting down) |
+//! | `GET /metrics` | Prometheus text |
+//! | `PUT/GET/HEAD/DELETE /v1/stores/{store}/objects/{key…}` | one object; see [`objects`] |
+//! | `GET /v1/stores/{store}/objects?prefix=` | current objects |
+//! | `GET /v1/stores/{store}/versions?prefix=` | every version |
+//! | `PUT /v1/repos/{ns}/{name}/files/{path…}` | push one file into a repository |
+//! | `GET /v1/repos/{ns}/{name}/files` | a repository's entries |
+//! | `POST /v1/takedowns` | file a takedown request |
+//! | `GET /v1/takedowns/{id}` | its status |
+//! | `PUT /v1/takedowns/{id}/hold` | set or clear its legal hold |
+//! | `POST /v1/jobs/verify`, `POST /v1/jobs/purge` | start a job |
+//! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |
+//! | `GET /v1/audit?since_ms=&cursor=&limit=` | the audit log, paged |
+//! | `GET /v1/plugins` | the loaded plugins, with hashes and versions |
+//! | `PUT /v1/plugins/{world}` | hot-swap a world's plugin (body: the `.wasm`) |
+
+mod audit;
+pub mod auth;
+mod content;
+mod error;
+mod extract;
+mod health;
+mod jobs;
+mod objects;
+mod plugins;
+#[cfg(test)]
+mod test_client;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+
+pub use error::ApiError;
+
+use super::Host;
+
+/// The whole API over `host`.
+pub fn router(host: Arc<Host>) -> Router {
+    Router::new()
+        .merge(health::routes())
+        .merge(objects::routes())
+        .merge(content::routes())
+        .merge(jobs::routes())
+        .merge(plugins::routes())
+        .merge(audit::routes())
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(middleware::from_fn_with_state(
+            host.clone(),
+            auth::require_token,
+        ))
+        .layer(middleware::from_fn_with_state(host.clone(), observe))
+        .with_state(host)
+}
+
+/// Counts every request by route and status, and times it.
+async fn observe(State(host): State<Arc<Host>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let response = next.run(request).await;
+    host.metrics
+        .http_request(&method, &route, response.status(), started.elapsed());
+    response
+}

@@ -1,0 +1,184 @@
+//! The timer worker loops: each fires its share of the due timers, under
+//! its own fence lease, until shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use super::metrics::Metrics;
+use crate::clock::Clock;
+use crate::fence::{Coordinator, Namespace, ShardId};
+use crate::kv::Kv;
+use crate::timers::{self, Handlers, Share, Worker, WorkerConfig};
+
+/// Longest idle sleep between scans for due timers: a timer scheduled by
+/// another process (a `custodian takedown create` against the same data
+/// is impossible while the server holds it, but a timer rescheduled for
+/// "now" is not) is picked up within this.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Pause after a tick failed (the KV unavailable, a corrupt timer row):
+/// long enough not to spin on a persistent fault.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// How the workers run.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Worker loops; each fires the timers whose reference hashes to it.
+    pub count: u32,
+    /// Store calls one step may make.
+    pub step_store_calls: u32,
+    /// How long shutdown waits for a tick in flight before abandoning it.
+    pub drain: Duration,
+}
+
+/// The running workers.
+pub struct Workers {
+    handles: Vec<JoinHandle<()>>,
+    wake: Arc<Notify>,
+    stop: watch::Sender<bool>,
+}
+
+/// What the workers share.
+pub struct WorkerParts {
+    /// The durable KV.
+    pub kv: Arc<dyn Kv>,
+    /// "Now".
+    pub clock: Arc<dyn Clock>,
+    /// The handlers by kind (swapped by the plugin set).
+    pub handlers: Arc<Handlers>,
+    /// The fence coordinator.
+    pub coordinator: Arc<Coordinator>,
+    /// Where fired steps are counted.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Workers {
+    /// Starts `settings.count` worker loops on the current runtime.
+    pub fn start(parts: WorkerParts, settings: &WorkerSettings) -> Self {
+        let wake = Arc::new(Notify::new());
+        let (stop, stopped) = watch::channel(false);
+        let count = settings.count.max(1);
+        let handles = (0..count)
+            .map(|index| {
+                let mut worker = Worker::sharing(
+                    parts.kv.clone(),
+                    parts.clock.clone(),
+                    WorkerConfig {
+                        step_store_calls: settings.step_store_calls,
+                        share: Share { index, of: count },
+                        ..WorkerConfig::default()
+                    },
+                    parts.handlers.clone(),
+                );
+                worker.fence(
+                    parts.coordinator.clone(),
+                    Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
+                    ShardId::new(format!("serve-{index}-of-{count}")).expect("a valid name"),
+                );
+                tokio::spawn(run(
+                    worker,
+                    Loop {
+                        kv: parts.kv.clone(),
+                        clock: parts.clock.clone(),
+                        metrics: parts.metrics.clone(),
+                        wake: wake.clone(),
+                        stopped: stopped.clone(),
+                        drain: settings.drain,
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            handles,
+            wake,
+            stop,
+        }
+    }
+
+    /// Wakes idle workers: a timer was just scheduled.
+    pub fn wake(&self) {
+        self.wake.notify_waiters();
+    }
+
+    /// A handle that wakes the workers, for the API.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Stops the workers: each finishes the tick in flight within the
+    /// drain period or abandons it (an abandoned step commits nothing).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for handle in self.handles {
+            let _ = handle.await;
+        }
+    }
+}
+
+struct Loop {
+    kv: Arc<dyn Kv>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
+    stopped: watch::Receiver<bool>,
+    drain: Duration,
+}
+
+async fn run(worker: Worker, mut lp: Loop) {
+    loop {
+        if *lp.stopped.borrow() {
+            return;
+        }
+        let tick = worker.tick();
+        tokio::pin!(tick);
+        let result = tokio::select! {
+            result = &mut tick => result,
+            _ = lp.stopped.changed() => match tokio::time::timeout(lp.drain, &mut tick).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!(
+                        "a timer step was still running after the drain period; abandoned \
+                         (it commits nothing and fires again later)"
+                    );
+                    return;
+                }
+            },
+        };
+        let report = match result {
+            Ok(report) => report,
+            Err(error) => {
+                tracing::error!("the timer tick failed: {error}");
+                pause(&mut lp, ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let now = lp.clock.now_ms();
+        for fired in &report.fired {
+            lp.metrics.step(fired, now);
+        }
+        if !report.fired.is_empty() || report.more_due {
+            continue;
+        }
+        // Idle: sleep until the next timer is due, a wake-up, or the poll.
+        let wait = match timers::next_due_after(lp.kv.as_ref(), now).await {
+            Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)).min(IDLE_POLL),
+            Ok(None) => IDLE_POLL,
+            Err(error) => {
+                tracing::error!("cannot read the next due timer: {error}");
+                ERROR_PAUSE
+            }
+        };
+        pause(&mut lp, wait).await;
+    }
+}
+
+async fn pause(lp: &mut Loop, wait: Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(wait) => {}
+        () = lp.wake.notified() => {}
+        _ = lp.stopped.changed() => {}
+    }
+}

@@ -1,0 +1,687 @@
+//! `custodian serve` end to end: the real binary on a free port, real
+//! plugins, HTTP load while a plugin is hot-swapped.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Rng, custodian, future_contract, run, trapper};
+
+const TOKEN: &str = "e2e-token-0123456789abcdef";
+
+/// A running `custodian serve`, killed if a test ends without stopping it.
+struct Server {
+    child: Child,
+    base: String,
+    data: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts the server with `config` (TOML) on a free loopback port.
+    fn start(config: &str) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    /// The configuration file the server was started with.
+    fn config_path(&self) -> PathBuf {
+        self._dir.path().join("custodian.toml")
+    }
+
+    /// [`Server::start`] with extra arguments.
+    fn start_with(config: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let config_path = dir.path().join("custodian.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let mut child = custodian()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .arg("--config")
+            .arg(&config_path)
+            .args(extra)
+            .env("CUSTODIAN_TOKEN", TOKEN)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("the server starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the server says where it listens");
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Self {
+            child,
+            base,
+            data,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(&mut self) -> ExitStatus {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// Status and JSON body of a response.
+fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
+    let mut response = response.expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn json_body(value: Value) -> Vec<u8> {
+    value.to_string().into_bytes()
+}
+
+fn bearer() -> String {
+    format!("Bearer {TOKEN}")
+}
+
+/// The bundled takedown plugin with a custom section appended: another
+/// build of the same policy, with its own content hash.
+fn rebuilt_takedown(dir: &Path) -> PathBuf {
+    let mut bytes = std::fs::read(env!("CUSTODIAN_BUNDLED_TAKEDOWN")).unwrap();
+    let name = b"custodian-e2e-build";
+    let payload = b"rebuilt";
+    let mut content = vec![name.len() as u8];
+    content.extend_from_slice(name);
+    content.extend_from_slice(payload);
+    // Section id 0 (custom), then the size as one LEB128 byte.
+    assert!(content.len() < 128);
+    bytes.push(0);
+    bytes.push(content.len() as u8);
+    bytes.extend_from_slice(&content);
+    let path = dir.join("takedown-rebuilt.wasm");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn plugin_hash(server: &Server, world: &str) -> String {
+    let (status, body) = answer(
+        agent()
+            .get(&server.url("/v1/plugins"))
+            .header("authorization", &bearer())
+            .call(),
+    );
+    assert_eq!(status, 200, "{body}");
+    body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["world"] == world)
+        .unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The content hash a plugin file is known by.
+fn plugin_hash_of(path: &Path) -> String {
+    blake3::hash(&std::fs::read(path).unwrap())
+        .to_hex()
+        .to_string()
+}
+
+fn metric(server: &Server, series: &str) -> u64 {
+    let (status, body) = answer(agent().get(&server.url("/metrics")).call());
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap().to_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Pushes `bytes` as `path` of `repo`; returns the object id.
+fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
+    let (status, body) = answer(
+        agent()
+            .put(&server.url(&format!("/v1/repos/{repo}/files/{path}")))
+            .header("authorization", &bearer())
+            .send(bytes),
+    );
+    assert_eq!(status, 200, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+fn takedown_status(server: &Server, id: &str) -> Value {
+    let (status, body) = answer(
+        agent()
+            .get(&server.url(&format!("/v1/takedowns/{id}")))
+            .header("authorization", &bearer())
+            .call(),
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// PUT-then-GET load on 64 KiB objects, counting every request and every
+/// failure (a non-2xx answer, an error, or bytes that differ).
+struct Load {
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    failures: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Load {
+    fn start(server: &Server, threads: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(AtomicU64::new(0));
+        let threads = (0..threads)
+            .map(|t| {
+                let (stop, requests, failures) = (stop.clone(), requests.clone(), failures.clone());
+                let base = server.base.clone();
+                std::thread::spawn(move || {
+                    let agent = agent();
+                    let mut errors = Vec::new();
+                    let mut body = vec![0u8; 64 << 10];
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        body[..8].copy_from_slice(&i.to_le_bytes());
+                        body[8..12].copy_from_slice(&t.to_le_bytes());
+                        let url = format!("{base}/v1/stores/serving/objects/load/{t}/{i}");
+                        let put = agent
+                            .put(&url)
+                            .header("authorization", &bearer())
+                            .header("if-none-match", "*")
+                            .send(&body[..]);
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        match put {
+                            Ok(r) if r.status().is_success() => {}
+                            other => {
+                                failures.fetch_add(1, Ordering::Relaxed);
+                                errors.push(format!("PUT {url}: {:?}", other.map(|r| r.status())));
+                            }
+                        }
+                        let got = agent.get(&url).header("authorization", &bearer()).call();
+                        requests.fetch_add(1, Ordering::Relaxed);
+                        match got {
+                            Ok(mut r) if r.status().is_success() => {
+                                let read = r.body_mut().with_config().limit(1 << 20).read_to_vec();
+                                if read.ok().as_deref() != Some(&body[..]) {
+                                    failures.fetch_add(1, Ordering::Relaxed);
+                                    errors.push(format!("GET {url}: bytes differ"));
+                                }
+                            }
+                            other => {
+                                failures.fetch_add(1, Ordering::Relaxed);
+                                errors.push(format!("GET {url}: {:?}", other.map(|r| r.status())));
+                            }
+                        }
+                        i += 1;
+                    }
+                    errors
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            requests,
+            failures,
+            threads,
+        }
+    }
+
+    /// Stops the load; returns (requests, failures, first errors).
+    fn finish(self) -> (u64, u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut errors = Vec::new();
+        for thread in self.threads {
+            errors.extend(thread.join().unwrap());
+        }
+        errors.truncate(10);
+        (
+            self.requests.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+            errors,
+        )
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The audit log of a stopped server's data directory, one JSON record a
+/// line.
+fn audit(data: &Path) -> Vec<Value> {
+    let output = run(&["audit", "--data", data.to_str().unwrap(), "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// `under authority N` in a step's audit detail.
+fn authority_of(detail: &str) -> u64 {
+    let rest = detail
+        .split("under authority ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no authority in {detail:?}"));
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_old_plugin() {
+    let mut server = Server::start("[server]\nworkers = 2\n\n[retention]\nretention_ms = 3000\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let rebuilt = rebuilt_takedown(scratch.path());
+    let old_hash = plugin_hash(&server, "takedown");
+
+    // Content, and a takedown of part of it.
+    let mut rng = Rng::from_env();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let bytes: Vec<u8> = (0..200_000 + i * 1000)
+            .map(|_| rng.below(256) as u8)
+            .collect();
+        ids.push(push(
+            &server,
+            "acme/site",
+            &format!("assets/file-{i}.bin"),
+            &bytes,
+        ));
+    }
+    let load = Load::start(&server, 4);
+    let (status, created) = answer(
+        agent()
+            .post(&server.url("/v1/takedowns"))
+            .header("authorization", &bearer())
+            .header("content-type", "application/json")
+            .send(&json_body(
+                json!({"repository": "acme/site", "objects": ids}),
+            )),
+    );
+    assert_eq!(status, 201, "{created}");
+    let request = created["id"].as_str().unwrap().to_owned();
+
+    // Let the old plugin commit a few steps, then swap it mid-run.
+    let old_steps = format!(
+        "custodian_steps_total{{plugin=\"plugin:takedown@{}\",outcome=\"rescheduled\"}}",
+        &old_hash[..12]
+    );
+    wait_for("steps by the old plugin", Duration::from_secs(60), || {
+        metric(&server, &old_steps) >= 2
+    });
+    let swapped = custodian()
+        .args([
+            "plugin",
+            "swap",
+            "--world",
+            "takedown",
+            "--json",
+            "--server",
+            &server.base,
+        ])
+        .arg(&rebuilt)
+        .env("CUSTODIAN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        swapped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&swapped.stderr)
+    );
+    let report: Value = serde_json::from_slice(&swapped.stdout).unwrap();
+    assert_eq!(report["previous"]["hash"], old_hash.as_str());
+    let new_hash = report["current"]["hash"].as_str().unwrap().to_owned();
+    assert_ne!(new_hash, old_hash);
+    let generation = report["authority_generation"].as_u64().unwrap();
+    assert_eq!(plugin_hash(&server, "takedown"), new_hash);
+
+    // The takedown runs to its end (purged) under the new plugin while the
+    // load goes on.
+    wait_for("the takedown to purge", Duration::from_secs(120), || {
+        takedown_status(&server, &request)["phase"] == "purged"
+    });
+    let (requests, failures, errors) = load.finish();
+    assert_eq!(failures, 0, "failed requests: {errors:?}");
+    assert!(requests > 20, "the load made only {requests} requests");
+
+    let exit = server.terminate();
+    assert!(exit.success(), "exit {exit:?}; log:\n{}", server.log());
+
+    let records = audit(&server.data);
+    let swap = records
+        .iter()
+        .find(|r| r["event"] == "plugin/swap")
+        .expect("the swap is audited");
+    let targets: Vec<&str> = swap["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        targets.contains(&format!("from:{old_hash}").as_str()),
+        "{swap}"
+    );
+    assert!(
+        targets.contains(&format!("to:{new_hash}").as_str()),
+        "{swap}"
+    );
+
+    let steps_by = |hash: &str| -> Vec<u64> {
+        records
+            .iter()
+            .filter(|r| r["actor"] == "system:timer")
+            .filter_map(|r| r["detail"].as_str())
+            .filter(|d| d.contains(&format!("by plugin:takedown@{} ", &hash[..12])))
+            .map(authority_of)
+            .collect()
+    };
+    let old = steps_by(&old_hash);
+    let new = steps_by(&new_hash);
+    assert!(
+        old.len() >= 2,
+        "the old plugin committed {} steps",
+        old.len()
+    );
+    assert!(
+        old.iter().all(|a| *a < generation),
+        "a step of the old plugin committed under authority {old:?} >= {generation}"
+    );
+    assert!(!new.is_empty(), "the new plugin committed no step");
+    assert!(new.iter().all(|a| *a >= generation), "{new:?}");
+    let last_phase_change = records
+        .iter()
+        .rev()
+        .find(|r| {
+            r["actor"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("plugin:takedown@"))
+        })
+        .unwrap();
+    assert_eq!(
+        last_phase_change["actor"],
+        format!("plugin:takedown@{}", &new_hash[..12]),
+        "the takedown finished under the new plugin"
+    );
+}
+
+#[test]
+fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
+    let server = Server::start("");
+    let scratch = tempfile::tempdir().unwrap();
+    let core = scratch.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let old_hash = plugin_hash(&server, "takedown");
+    let cases: [(&str, &Path, &str); 4] = [
+        (
+            "wrong world",
+            Path::new(env!("CUSTODIAN_BUNDLED_RETENTION")),
+            "is not a takedown plugin",
+        ),
+        (
+            "incompatible version",
+            future_contract(),
+            "incompatible contract",
+        ),
+        ("core module", &core, "core WebAssembly module"),
+        ("trap in the smoke call", trapper(), "failed its smoke call"),
+    ];
+    for (case, plugin, reason) in cases {
+        let (status, body) = answer(
+            agent()
+                .put(&server.url("/v1/plugins/takedown"))
+                .header("authorization", &bearer())
+                .send(&std::fs::read(plugin).unwrap()[..]),
+        );
+        assert_eq!(status, 422, "{case}: {body}");
+        assert_eq!(body["error"]["code"], "plugin_refused", "{case}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{case}: {message}");
+        assert_eq!(plugin_hash(&server, "takedown"), old_hash, "{case}");
+    }
+    // The trap is named, not just "unreachable".
+    let swapped = custodian()
+        .args([
+            "plugin",
+            "swap",
+            "--world",
+            "takedown",
+            "--server",
+            &server.base,
+        ])
+        .arg(trapper())
+        .env("CUSTODIAN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(swapped.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&swapped.stderr);
+    assert!(stderr.contains("trapper traps on status"), "{stderr}");
+    assert_eq!(
+        metric(
+            &server,
+            "custodian_plugin_swaps_total{world=\"takedown\",result=\"refused\"}"
+        ),
+        5
+    );
+
+    // The old plugin still serves: it plans a new takedown.
+    let id = push(&server, "acme/site", "a.txt", b"still served");
+    let (status, created) = answer(
+        agent()
+            .post(&server.url("/v1/takedowns"))
+            .header("authorization", &bearer())
+            .header("content-type", "application/json")
+            .send(&json_body(
+                json!({"repository": "acme/site", "objects": [id]}),
+            )),
+    );
+    assert_eq!(status, 201, "{created}");
+}
+
+#[test]
+fn unauthenticated_mutations_get_401_and_change_nothing() {
+    let server = Server::start("");
+    let old_hash = plugin_hash(&server, "takedown");
+    let object = server.url("/v1/stores/serving/objects/secret.txt");
+    let scratch = tempfile::tempdir().unwrap();
+    let rebuilt = rebuilt_takedown(scratch.path());
+    let attempts: Vec<(&str, Result<ureq::http::Response<ureq::Body>, ureq::Error>)> = vec![
+        (
+            "put without a token",
+            agent()
+                .put(&object)
+                .header("if-none-match", "*")
+                .send(&b"x"[..]),
+        ),
+        (
+            "put with a wrong token",
+            agent()
+                .put(&object)
+                .header("if-none-match", "*")
+                .header("authorization", "Bearer e2e-token-0123456789abcdeX")
+                .send(&b"x"[..]),
+        ),
+        ("delete without a token", agent().delete(&object).call()),
+        (
+            "swap without a token",
+            agent()
+                .put(&server.url("/v1/plugins/takedown"))
+                .send(&std::fs::read(&rebuilt).unwrap()[..]),
+        ),
+        (
+            "takedown without a token",
+            agent()
+                .post(&server.url("/v1/takedowns"))
+                .header("content-type", "application/json")
+                .send(&json_body(
+                    json!({"repository": "acme/site", "objects": []}),
+                )),
+        ),
+        ("read without a token", agent().get(&object).call()),
+        (
+            "plugins without a token",
+            agent().get(&server.url("/v1/plugins")).call(),
+        ),
+    ];
+    for (case, response) in attempts {
+        let (status, body) = answer(response);
+        assert_eq!(status, 401, "{case}: {body}");
+        assert_eq!(body["error"]["code"], "unauthorized", "{case}");
+    }
+    let (status, _) = answer(
+        agent()
+            .get(&object)
+            .header("authorization", &bearer())
+            .call(),
+    );
+    assert_eq!(status, 404, "the unauthenticated PUT stored nothing");
+    assert_eq!(plugin_hash(&server, "takedown"), old_hash);
+    // Probes stay open.
+    let (status, _) = answer(agent().get(&server.url("/healthz")).call());
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn config_example_prints_a_file_that_config_check_accepts() {
+    let output = run(&["config", "example"]);
+    assert!(output.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("custodian.toml");
+    std::fs::write(&file, &output.stdout).unwrap();
+    let checked = run(&["config", "check", file.to_str().unwrap()]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    std::fs::write(&file, "[server]\nworkers = 0\n").unwrap();
+    let checked = run(&["config", "check", file.to_str().unwrap()]);
+    assert_eq!(checked.status.code(), Some(2));
+}
+
+#[test]
+fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
+    let scratch = tempfile::tempdir().unwrap();
+    let original = scratch.path().join("takedown.wasm");
+    std::fs::copy(env!("CUSTODIAN_BUNDLED_TAKEDOWN"), &original).unwrap();
+    let rebuilt = rebuilt_takedown(scratch.path());
+    let config = |path: &Path| {
+        format!(
+            "[plugins.takedown]\npath = {:?}\n",
+            path.display().to_string()
+        )
+    };
+    let mut server = Server::start_with(&config(&original), &["--log-format", "json"]);
+    let before = plugin_hash(&server, "takedown");
+    assert_eq!(before, plugin_hash_of(&original));
+
+    std::fs::write(server.config_path(), config(&rebuilt)).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for("the SIGHUP swap", Duration::from_secs(60), || {
+        plugin_hash(&server, "takedown") != before
+    });
+    assert_eq!(plugin_hash(&server, "takedown"), plugin_hash_of(&rebuilt));
+    // The other worlds' files did not change: nothing else was swapped.
+    assert_eq!(
+        metric(
+            &server,
+            "custodian_plugin_swaps_total{world=\"takedown\",result=\"completed\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "custodian_plugin_swaps_total{world=\"retention\",result=\"completed\"}"
+        ),
+        0
+    );
+
+    let exit = server.terminate();
+    assert!(exit.success(), "{}", server.log());
+    let log = server.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "plugin swapped"),
+        "{log}"
+    );
+    assert!(!log.contains(TOKEN), "the token must never be logged");
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Rng, custodian, future_contract, run, trapper};
+use crate::support::{Rng, custodian, future_contract, run, stepper, trapper};
 
 const TOKEN: &str = "e2e-token-0123456789abcdef";
 
@@ -35,8 +35,15 @@ impl Server {
 
     /// [`Server::start`] with extra arguments.
     fn start_with(config: &str, extra: &[&str]) -> Self {
+        Self::start_prepared(config, extra, |_| {})
+    }
+
+    /// [`Server::start_with`], after `prepare` has set up the data
+    /// directory (with the CLI, which cannot open it while a server runs).
+    fn start_prepared(config: &str, extra: &[&str], prepare: impl FnOnce(&Path)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
+        prepare(&data);
         let config_path = dir.path().join("custodian.toml");
         std::fs::write(&config_path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
@@ -684,4 +691,64 @@ fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
         "{log}"
     );
     assert!(!log.contains(TOKEN), "the token must never be logged");
+}
+
+#[test]
+fn sigterm_abandons_a_step_still_running_after_the_drain_period_and_it_commits_nothing() {
+    // The stepper's `spin:` step never returns; its time limit (30 s) is
+    // far beyond the drain period (300 ms).
+    let config = format!(
+        "[server]\ndrain_ms = 300\n\n[plugins.takedown]\npath = {:?}\ntimeout_ms = 30000\n",
+        stepper().display().to_string()
+    );
+    let mut server = Server::start_prepared(&config, &[], |data| {
+        let output = run(&[
+            "timer",
+            "schedule",
+            "--data",
+            data.to_str().unwrap(),
+            "takedown",
+            "spin:forever",
+            "--due",
+            "0",
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    // The worker picks the timer up at once; give the step time to begin.
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let exit = server.terminate();
+    let took = started.elapsed();
+    assert!(exit.success(), "exit {exit:?}; log:\n{}", server.log());
+    assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+    assert!(server.log().contains("abandoned"), "{}", server.log());
+
+    // Nothing of the step committed: the timer is still due, unstepped and
+    // not even counted as failed, and the audit log has no step.
+    let output = run(&[
+        "timer",
+        "list",
+        "--data",
+        server.data.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(output.status.success());
+    let timers: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(timers.len(), 1, "{timers:?}");
+    assert_eq!(timers[0]["steps"], 0, "{timers:?}");
+    assert_eq!(timers[0]["failures"], 0, "{timers:?}");
+    assert!(
+        audit(&server.data)
+            .iter()
+            .all(|r| r["actor"] != "system:timer"),
+        "no step is audited"
+    );
 }

@@ -195,7 +195,13 @@ pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
         .build()
         .context("cannot start the server's runtime")
         .map_err(failed)?;
-    io.block_on(serve(global, plan))
+    let outcome = io.block_on(serve(global, plan));
+    // A plugin call abandoned at the drain deadline may still be running
+    // on a blocking thread (until its own time limit); its result is
+    // dropped unseen, so nothing of it can commit, and waiting for it
+    // would only delay the exit.
+    io.shutdown_timeout(Duration::from_millis(100));
+    outcome
 }
 
 async fn serve(global: &Global, plan: Plan) -> Outcome {

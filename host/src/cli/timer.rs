@@ -35,18 +35,7 @@ pub(super) fn run(command: TimerCommand) -> Outcome {
                     for timer in page {
                         let reference = display_reference(&timer.reference);
                         if json {
-                            println!(
-                                "{}",
-                                json!({
-                                    "kind": timer.kind,
-                                    "reference": reference,
-                                    "due_ms": timer.due_ms,
-                                    "steps": timer.state.steps,
-                                    "failures": timer.state.failures,
-                                    "last_error": timer.state.last_error,
-                                    "last_error_at_ms": timer.state.last_error_at_ms,
-                                })
-                            );
+                            println!("{}", json!(timers::TimerSummary::from(&timer)));
                         } else {
                             let error = timer
                                 .state

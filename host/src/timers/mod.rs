@@ -123,6 +123,39 @@ pub struct Timer {
     pub state: TimerState,
 }
 
+/// A timer as `custodian timer list --json` and `GET /v1/timers` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimerSummary {
+    /// Its kind.
+    pub kind: String,
+    /// Its reference, as text or `0x` hex.
+    pub reference: String,
+    /// When it is due, ms since the epoch.
+    pub due_ms: u64,
+    /// Steps committed.
+    pub steps: u64,
+    /// Failed attempts since the last committed step.
+    pub failures: u32,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// When it failed.
+    pub last_error_at_ms: Option<u64>,
+}
+
+impl From<&Timer> for TimerSummary {
+    fn from(timer: &Timer) -> Self {
+        Self {
+            kind: timer.kind.clone(),
+            reference: display_reference(&timer.reference),
+            due_ms: timer.due_ms,
+            steps: timer.state.steps,
+            failures: timer.state.failures,
+            last_error: timer.state.last_error.clone(),
+            last_error_at_ms: timer.state.last_error_at_ms,
+        }
+    }
+}
+
 pub(crate) fn partition() -> Partition {
     Partition::new(PARTITION).expect("the timer partition name is valid")
 }

@@ -94,11 +94,12 @@ pub async fn require_token(
 ) -> Result<Response, ApiError> {
     let path = request.uri().path();
     let probe = matches!(path, "/healthz" | "/readyz" | "/metrics");
-    // The plugin set and the audit log are admin reads: always behind
+    // The plugin set, the audit log and the timers are admin reads: always behind
     // the token.
     let reads = matches!(*request.method(), Method::GET | Method::HEAD)
         && !path.starts_with("/v1/plugins")
-        && !path.starts_with("/v1/audit");
+        && !path.starts_with("/v1/audit")
+        && !path.starts_with("/v1/timers");
     if probe || (reads && host.auth.read_access == ReadAccess::Open) {
         return Ok(next.run(request).await);
     }

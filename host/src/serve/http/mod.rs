@@ -17,6 +17,7 @@
 //! | `POST /v1/jobs/verify`, `POST /v1/jobs/purge` | start a job |
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |
 //! | `GET /v1/audit?since_ms=&cursor=&limit=` | the audit log, paged |
+//! | `GET /v1/timers?cursor=&limit=` | the durable timers, in due order |
 //! | `GET /v1/plugins` | the loaded plugins, with hashes and versions |
 //! | `PUT /v1/plugins/{world}` | hot-swap a world's plugin (body: the `.wasm`) |
 
@@ -31,6 +32,7 @@ mod objects;
 mod plugins;
 #[cfg(test)]
 mod test_client;
+mod timers;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,6 +55,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .merge(jobs::routes())
         .merge(plugins::routes())
         .merge(audit::routes())
+        .merge(timers::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(
             host.clone(),

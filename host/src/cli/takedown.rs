@@ -9,7 +9,7 @@ use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Kv;
 use custodian::policy::PolicyError;
-use custodian::policy::requests::{self, RequestError};
+use custodian::policy::requests::{self, Action, RequestError};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
 use custodian::runtime::{CallContext, Limits, Runtime, Services};
@@ -171,8 +171,13 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 environment.io.handle(),
                 environment.kv.as_ref(),
                 &request,
-                &policy.operator,
-                clock.now_ms(),
+                Action {
+                    operator: &policy.operator,
+                    now_ms: clock.now_ms(),
+                    // The CLI holds the data directory alone: no plugin
+                    // can be swapped under it.
+                    guard: &[],
+                },
             )
             .map_err(request_failure)?;
             let id = hex(&request.id);
@@ -235,8 +240,11 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 environment.kv.as_ref(),
                 &id,
                 enabled,
-                &policy.operator,
-                clock.now_ms(),
+                Action {
+                    operator: &policy.operator,
+                    now_ms: clock.now_ms(),
+                    guard: &[],
+                },
             )
             .map_err(request_failure)?;
             eprintln!(

@@ -3,7 +3,7 @@
 use super::batch::{observed, put};
 use super::codec::{self, EpochRow, LeaseRecovery, NamespaceRecord};
 use super::{Coordinator, FenceError, FenceKind, Namespace, keys};
-use crate::kv::Batch;
+use crate::kv::{Batch, Precondition};
 
 /// Largest allowed epoch increment. Bounds how far one call can move an
 /// epoch, so a typo or a replayed request cannot exhaust the epoch space
@@ -117,6 +117,24 @@ impl Coordinator {
             lost_race = true;
         }
         Err(FenceError::retry_later("epoch contention"))
+    }
+
+    /// A precondition that holds while the `kind` epoch of `ns` is what it
+    /// is now, for writers that hold no lease: a batch carrying it cannot
+    /// commit once a transition of that epoch has been installed. (A
+    /// leased writer's [`super::Fence::guard`] lasts until revocation
+    /// reaches its shard; this one breaks at the transition itself.)
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub async fn epoch_guard(
+        &self,
+        ns: &Namespace,
+        kind: FenceKind,
+    ) -> Result<Precondition, FenceError> {
+        let key = keys::epoch(ns, kind);
+        let value = self.kv.get(&self.coordinator, &key).await?;
+        Ok(observed(&self.coordinator, &key, value.as_ref()))
     }
 
     /// The current `kind` epoch of `ns` (0 before the first transition).

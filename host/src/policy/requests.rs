@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::PolicyError;
 use super::takedown::{KIND, Request, TakedownPolicy};
 use crate::audit::{self, Record};
-use crate::kv::{Batch, Kv, KvError, Outcome};
+use crate::kv::{Batch, Kv, KvError, Outcome, Precondition};
 use crate::runtime::{CallContext, CallError};
 use crate::timers::{self, StepCommit, TimerError, TimerState};
 
@@ -39,6 +39,10 @@ pub enum RequestError {
     /// Concurrent steps kept changing the request.
     #[error("the request kept changing under the operation; retry")]
     Contention,
+    /// The plugin that planned the action was swapped out before it could
+    /// commit; nothing changed, and a retry is planned by the new plugin.
+    #[error("the takedown plugin was swapped while the action was planned; retry")]
+    Swapped,
 }
 
 fn record(
@@ -82,6 +86,26 @@ fn plugin_records(commit: &StepCommit, now_ms: u64, actor: &str) -> Vec<Record> 
         .collect()
 }
 
+/// What an operator action commits with, beyond its own guards.
+#[derive(Debug, Clone, Copy)]
+pub struct Action<'a> {
+    /// Who is acting, for the audit log.
+    pub operator: &'a str,
+    /// "Now", ms since the epoch.
+    pub now_ms: u64,
+    /// Preconditions the commit must also hold, checked first: a server
+    /// passes its plugin-swap guard
+    /// ([`crate::fence::Coordinator::epoch_guard`]), so an action planned
+    /// by a plugin swapped out meanwhile cannot commit.
+    pub guard: &'a [Precondition],
+}
+
+/// Puts `guard` first among `batch`'s preconditions.
+fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
+    batch.preconditions.splice(0..0, guard.iter().cloned());
+    batch
+}
+
 /// Files `request`: the policy's plan, the audit and the request's timer
 /// (due at `now_ms`) in one transaction. A blocking call: it runs the
 /// plugin on this thread and waits for the KV on `io`.
@@ -94,9 +118,13 @@ pub fn create(
     io: &tokio::runtime::Handle,
     kv: &dyn Kv,
     request: &Request,
-    operator: &str,
-    now_ms: u64,
+    action: Action<'_>,
 ) -> Result<(), RequestError> {
+    let Action {
+        operator,
+        now_ms,
+        guard,
+    } = action;
     let actor = call.actor.clone();
     let id = hex(&request.id);
     let commit = match policy.plan_create(call, request, now_ms)? {
@@ -123,10 +151,14 @@ pub fn create(
     let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
     batch.preconditions.extend(timer.preconditions);
     batch.writes.extend(timer.writes);
-    match io.block_on(kv.apply(&batch))? {
+    match io.block_on(kv.apply(&guarded(batch, guard)))? {
         Outcome::Committed => Ok(()),
-        // Every guard is an absence (the request row, its audit records,
-        // its timer): one failing means the same request was just filed.
+        Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+            Err(RequestError::Swapped)
+        }
+        // Every other guard is an absence (the request row, its audit
+        // records, its timer): one failing means the same request was
+        // just filed.
         Outcome::PreconditionFailed { .. } => Err(RequestError::Exists(id)),
         Outcome::DeadlinePassed => Err(RequestError::Contention),
     }
@@ -138,7 +170,6 @@ pub fn create(
 /// # Errors
 /// See [`RequestError`]; placing a hold once purging has begun is
 /// [`RequestError::Refused`] with [`PolicyError::PreconditionFailed`].
-#[allow(clippy::too_many_arguments)] // The call, its services and the operator's intent.
 pub fn hold(
     policy: &TakedownPolicy,
     call: impl Fn() -> Arc<CallContext>,
@@ -146,9 +177,13 @@ pub fn hold(
     kv: &dyn Kv,
     id: &[u8; 32],
     enabled: bool,
-    operator: &str,
-    now_ms: u64,
+    action: Action<'_>,
 ) -> Result<(), RequestError> {
+    let Action {
+        operator,
+        now_ms,
+        guard,
+    } = action;
     for attempt in 0..HOLD_ATTEMPTS {
         let context = call();
         let actor = context.actor.clone();
@@ -182,8 +217,13 @@ pub fn hold(
         )?;
         batch.preconditions.extend(schedule.preconditions);
         batch.writes.extend(schedule.writes);
-        if io.block_on(kv.apply(&batch))? == Outcome::Committed {
-            return Ok(());
+        match io.block_on(kv.apply(&guarded(batch, guard)))? {
+            Outcome::Committed => return Ok(()),
+            Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+                return Err(RequestError::Swapped);
+            }
+            // A step moved the request or its timer meanwhile: plan again.
+            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {}
         }
     }
     Err(RequestError::Contention)

@@ -77,7 +77,7 @@ use crate::content::push::push_bytes;
 use crate::content::{self, ContentError, Entry, ObjectId, RepoName};
 use crate::kv::{KvError, MAX_PAGE_ENTRIES};
 use crate::policy::PolicyError;
-use crate::policy::requests::{self, RequestError};
+use crate::policy::requests::{self, Action, RequestError};
 use crate::policy::takedown::{self, Request};
 use crate::runtime::CallError;
 use crate::serve::Host;
@@ -186,10 +186,17 @@ fn request_error(error: RequestError) -> ApiError {
         RequestError::Exists(_) => {
             ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
         }
-        // Steps kept committing between our read and our write: retrying
-        // soon succeeds.
-        RequestError::Contention => ApiError::unavailable(error.to_string()),
+        // Steps kept committing between our read and our write, or a
+        // plugin swap completed under the action: retrying soon succeeds.
+        RequestError::Contention | RequestError::Swapped => {
+            ApiError::unavailable(error.to_string())
+        }
     }
+}
+
+/// The swap guard could not be read: the KV is failing.
+fn fence_error(error: crate::fence::FenceError) -> ApiError {
+    ApiError::unavailable(format!("cannot read the plugin-swap fence: {error}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -338,14 +345,24 @@ async fn create_takedown(
     let now_ms = host.clock.now_ms();
     let request = Request::new(repo.to_string(), now_ms, objects, pack);
     let id = ObjectId(request.id).to_hex();
-    // Once per request: a swap between here and the commit cannot mix
-    // two plugins in one action.
-    let policy = host.plugins.takedown();
+    // Once per request, with the swap guard: a swap completing between
+    // here and the commit makes the commit fail rather than land a plan
+    // of the plugin it replaced.
+    let (policy, guard) = host
+        .plugins
+        .takedown_for_action()
+        .await
+        .map_err(fence_error)?;
     let call = host.plugins.takedown_call(&policy);
     let io = host.plugins.services().io.clone();
     let kv = host.kv.clone();
     blocking(move || {
-        requests::create(&policy, call, &io, kv.as_ref(), &request, &operator, now_ms)
+        let action = Action {
+            operator: &operator,
+            now_ms,
+            guard: &guard,
+        };
+        requests::create(&policy, call, &io, kv.as_ref(), &request, action)
     })
     .await?
     .map_err(request_error)?;
@@ -381,10 +398,15 @@ async fn set_hold(
     let Hold { enabled } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
     let now_ms = host.clock.now_ms();
     let plugins = host.plugins.clone();
-    let policy = plugins.takedown();
+    let (policy, guard) = plugins.takedown_for_action().await.map_err(fence_error)?;
     let io = plugins.services().io.clone();
     let kv = host.kv.clone();
     blocking(move || {
+        let action = Action {
+            operator: &operator,
+            now_ms,
+            guard: &guard,
+        };
         requests::hold(
             &policy,
             || plugins.takedown_call(&policy),
@@ -392,8 +414,7 @@ async fn set_hold(
             kv.as_ref(),
             &id,
             enabled,
-            &operator,
-            now_ms,
+            action,
         )
     })
     .await?

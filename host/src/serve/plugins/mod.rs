@@ -39,7 +39,7 @@ use crate::audit::{self, Record};
 use crate::clock::Clock;
 use crate::fence::{Coordinator, FenceError, FenceKind, Namespace};
 use crate::kv::memory::MemoryKv;
-use crate::kv::{Kv, KvError};
+use crate::kv::{Kv, KvError, Precondition};
 use crate::object::ObjectStore;
 use crate::policy::PolicyError;
 use crate::policy::archive::ArchivePolicy;
@@ -377,6 +377,24 @@ impl PluginSet {
             Policy::Takedown(policy) => policy.clone(),
             _ => unreachable!("the takedown slot only ever holds takedown plugins"),
         }
+    }
+
+    /// The current takedown policy for an operator action, with the guard
+    /// its commit must carry: the authority epoch as it is now, read
+    /// *before* the policy, so an action planned by a plugin that a swap
+    /// then replaces cannot commit once the swap has raised the epoch
+    /// (the guarantee steps have from their leases).
+    ///
+    /// # Errors
+    /// The epoch cannot be read.
+    pub async fn takedown_for_action(
+        &self,
+    ) -> Result<(Arc<TakedownPolicy>, Vec<Precondition>), FenceError> {
+        let guard = self
+            .coordinator
+            .epoch_guard(&fence_namespace(), FenceKind::Authority)
+            .await?;
+        Ok((self.takedown(), vec![guard]))
     }
 
     /// A call context for `policy` (a takedown policy) with the takedown

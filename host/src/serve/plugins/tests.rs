@@ -136,3 +136,76 @@ async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
         1_000 + crate::serve::test_host::RETENTION_MS
     );
 }
+
+/// Files `request` as an operator action planned by `policy` under `guard`.
+async fn file(
+    host: &crate::serve::Host,
+    (policy, guard): (Arc<TakedownPolicy>, Vec<Precondition>),
+    request: crate::policy::takedown::Request,
+) -> Result<(), crate::policy::requests::RequestError> {
+    use crate::policy::requests::{self, Action};
+    let call = host.plugins.takedown_call(&policy);
+    let io = host.plugins.services().io.clone();
+    let kv = host.kv.clone();
+    let now_ms = request.created_ms;
+    tokio::task::spawn_blocking(move || {
+        let action = Action {
+            operator: "alice",
+            now_ms,
+            guard: &guard,
+        };
+        requests::create(&policy, call, &io, kv.as_ref(), &request, action)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
+    use crate::content::RepoName;
+    use crate::content::push::push_bytes;
+    use crate::policy::requests::RequestError;
+    use crate::policy::takedown::Request;
+
+    let host = test_host().await;
+    let repo = RepoName::parse("acme/site").unwrap();
+    let entry = push_bytes(
+        host.kv.as_ref(),
+        host.stores["serving"].as_ref(),
+        &repo,
+        "a.txt",
+        bytes::Bytes::from_static(b"planned before the swap"),
+    )
+    .await
+    .unwrap();
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    host.plugins
+        .swap(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "test".into(),
+            "alice",
+        )
+        .await
+        .unwrap();
+
+    let request = Request::new(
+        repo.to_string(),
+        host.clock.now_ms(),
+        vec![entry.id.0],
+        None,
+    );
+    let answer = file(&host, planned, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+    assert!(
+        crate::timers::get(host.kv.as_ref(), "takedown", &request.id)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing of the stale action committed"
+    );
+
+    // Planned afresh, by the new plugin, it commits.
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    file(&host, planned, request).await.unwrap();
+}

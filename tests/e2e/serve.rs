@@ -580,8 +580,11 @@ fn unauthenticated_mutations_get_401_and_change_nothing() {
         ("delete without a token", agent().delete(&object).call()),
         (
             "swap without a token",
+            // As `custodian plugin swap` sends it: a refusal comes before
+            // the upload, so the client waits for the go-ahead.
             agent()
                 .put(&server.url("/v1/plugins/takedown"))
+                .header("expect", "100-continue")
                 .send(&std::fs::read(&rebuilt).unwrap()[..]),
         ),
         (

@@ -226,6 +226,10 @@ fn swap(
         .header("x-custodian-operator", operator)
         .header("x-custodian-source", &plugin.display().to_string())
         .header("content-type", "application/wasm")
+        // The server answers a refusal (a bad token, a bad world) before
+        // reading the body; waiting for its go-ahead means the refusal
+        // arrives as an answer, not as a broken pipe mid-upload.
+        .header("expect", "100-continue")
         .send(&bytes[..])
         .with_context(|| format!("cannot reach the server at {server}"))
         .map_err(Failure::Failed)?;

@@ -721,8 +721,10 @@ fn sigterm_abandons_a_step_still_running_after_the_drain_period_and_it_commits_n
             String::from_utf8_lossy(&output.stderr)
         );
     });
-    // The worker picks the timer up at once; give the step time to begin.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The worker picks the timer up at once (it is due and the workers
+    // start before the server listens); give the step ample time to begin
+    // on a loaded machine.
+    std::thread::sleep(Duration::from_millis(3000));
     let started = Instant::now();
     let exit = server.terminate();
     let took = started.elapsed();

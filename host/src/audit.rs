@@ -173,14 +173,10 @@ pub async fn read(
         .iter()
         .map(|(key, value)| {
             serde_json::from_slice(value)
-                .map_err(|e| KvError::Corrupt(format!("audit record {}: {e}", hex(key))))
+                .map_err(|e| KvError::Corrupt(format!("audit record {}: {e}", hex::encode(key))))
         })
         .collect::<Result<_, _>>()?;
     Ok((records, page.next))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -151,16 +151,13 @@ impl ObjectId {
             return Err(bad());
         }
         let mut id = [0u8; 32];
-        for (byte, pair) in id.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
-            let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
-            *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
-        }
+        hex::decode_to_slice(hex, &mut id).map_err(|_| bad())?;
         Ok(Self(id))
     }
 
     /// The id in lowercase hex.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(self.0)
     }
 
     /// Its bytes.

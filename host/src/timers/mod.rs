@@ -222,7 +222,7 @@ pub(crate) fn due_end(now_ms: u64) -> Vec<u8> {
 
 /// Decodes a due row.
 pub(crate) fn parse_due(key: &[u8], value: &[u8]) -> Result<Timer, TimerError> {
-    let corrupt = || TimerError::Corrupt(format!("bad timer key {}", hex(key)));
+    let corrupt = || TimerError::Corrupt(format!("bad timer key {}", hex::encode(key)));
     let rest = key.strip_prefix(&[DUE]).ok_or_else(corrupt)?;
     let (due, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
     let split = rest.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
@@ -436,28 +436,15 @@ pub fn display_reference(reference: &[u8]) -> String {
         Ok(text) if !text.starts_with("0x") && text.chars().all(|c| !c.is_control()) => {
             text.to_owned()
         }
-        _ => format!("0x{}", hex(reference)),
+        _ => format!("0x{}", hex::encode(reference)),
     }
 }
 
 /// Parses what [`display_reference`] prints.
 pub fn parse_reference(text: &str) -> Vec<u8> {
     text.strip_prefix("0x")
-        .and_then(|h| {
-            (h.len() % 2 == 0)
-                .then(|| {
-                    (0..h.len())
-                        .step_by(2)
-                        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
-                        .collect::<Option<Vec<u8>>>()
-                })
-                .flatten()
-        })
+        .and_then(|h| hex::decode(h).ok())
         .unwrap_or_else(|| text.as_bytes().to_vec())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -424,13 +424,12 @@ impl Worker {
     /// errors (they are reported and retried).
     pub async fn tick(&self) -> Result<TickReport, TimerError> {
         let now = self.clock.now_ms();
-        let fence = match &self.fencing {
-            Some(fencing) => Some(fencing.guard(now).await?),
-            None => None,
-        };
-        let (fence, authority) = match &fence {
-            Some((guard, authority)) => (guard.as_slice(), Some(*authority)),
-            None => (&[][..], None),
+        let (fence, authority) = match &self.fencing {
+            Some(fencing) => {
+                let (guard, authority) = fencing.guard(now).await?;
+                (guard, Some(authority))
+            }
+            None => (Vec::new(), None),
         };
         let mut report = TickReport::default();
         let mut per_kind: BTreeMap<String, u32> = BTreeMap::new();
@@ -475,7 +474,7 @@ impl Worker {
                 let fired = self
                     .fire(
                         handler.as_ref(),
-                        (fence, authority),
+                        (&fence, authority),
                         timer,
                         key,
                         value,

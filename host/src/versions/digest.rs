@@ -159,7 +159,7 @@ impl Hasher {
     /// The digest of everything fed, as lowercase hex.
     pub fn finish(self) -> String {
         match self {
-            Self::Md5(md5) => hex(&md5.finalize()),
+            Self::Md5(md5) => hex::encode(md5.finalize()),
             Self::Crc(crc) => format!("{:016x}", crc.finalize()),
             Self::Dos2Unix {
                 mut md5,
@@ -175,7 +175,7 @@ impl Hasher {
                 if pending_cr {
                     md5.update(b"\r");
                 }
-                hex(&md5.finalize())
+                hex::encode(md5.finalize())
             }
         }
     }
@@ -217,16 +217,6 @@ fn is_text_block(block: &[u8]) -> bool {
         .filter(|&&b| !((32..127).contains(&b) || matches!(b, b'\n' | b'\r' | b'\t' | 0x0c | 0x08)))
         .count();
     nontext * 10 <= block.len() * 3
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 #[cfg(test)]

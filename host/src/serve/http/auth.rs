@@ -50,8 +50,7 @@ impl Token {
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes)?;
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Ok(Self(hex.into_bytes()))
+        Ok(Self(hex::encode(bytes).into_bytes()))
     }
 
     /// The token's text, to write to a file the operator reads.

@@ -134,22 +134,16 @@ const MAX_CURSOR_BYTES: usize = 1024;
 /// A KV cursor as it travels in a query string: lowercase hex, so any
 /// key's bytes pass unescaped.
 pub(super) fn cursor_to_hex(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(key)
 }
 
 /// The key of a cursor [`cursor_to_hex`] wrote (hex of either case);
 /// `None` for anything else, or one over [`MAX_CURSOR_BYTES`].
 pub(super) fn cursor_from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || text.len() > 2 * MAX_CURSOR_BYTES {
+    if text.len() > 2 * MAX_CURSOR_BYTES {
         return None;
     }
-    text.as_bytes()
-        .chunks_exact(2)
-        .map(|pair| {
-            let digit = |c: u8| char::from(c).to_digit(16);
-            Some(((digit(pair[0])? << 4) | digit(pair[1])?) as u8)
-        })
-        .collect()
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]

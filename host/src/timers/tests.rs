@@ -42,6 +42,8 @@ struct Handler {
     fires: AtomicU64,
     /// Holds every fire until two have started, to make workers race.
     barrier: Option<tokio::sync::Barrier>,
+    /// Who it says it is; `test:<kind>` when `None`.
+    actor: Option<&'static str>,
 }
 
 impl Handler {
@@ -52,6 +54,7 @@ impl Handler {
             max_per_tick: None,
             fires: AtomicU64::new(0),
             barrier: None,
+            actor: None,
         }
     }
 }
@@ -63,7 +66,8 @@ impl TimerHandler for Handler {
     }
 
     fn actor(&self) -> String {
-        format!("test:{}", self.kind)
+        self.actor
+            .map_or_else(|| format!("test:{}", self.kind), str::to_owned)
     }
 
     fn max_per_tick(&self) -> Option<u32> {
@@ -418,10 +422,13 @@ async fn an_oversized_step_batch_is_a_failure_not_a_partial_commit() {
     assert!(rows(&kv).await.is_empty());
 }
 
-/// Fires like [`Handler`] in `Count` mode, but bumps the fencing epoch
-/// (as a plugin swap does) while its first step is in flight.
+/// Fires like `inner`, but while its first step is in flight raises the
+/// `fence` epoch to 1 and revokes it to completion, as a plugin swap does
+/// (first registering `successor`, when there is one, in `handlers`).
 struct BumpsMidStep {
     coordinator: Arc<Coordinator>,
+    fence: crate::fence::FenceKind,
+    successor: Option<(Arc<Handlers>, Arc<dyn TimerHandler>)>,
     inner: Handler,
 }
 
@@ -431,7 +438,7 @@ impl TimerHandler for BumpsMidStep {
         "work"
     }
     fn actor(&self) -> String {
-        "test".into()
+        self.inner.actor()
     }
     async fn fire(
         &self,
@@ -440,9 +447,12 @@ impl TimerHandler for BumpsMidStep {
         budget: &SliceBudget,
     ) -> Result<Fired, StepFailure> {
         if self.inner.fires.load(Ordering::SeqCst) == 0 {
+            if let Some((handlers, successor)) = &self.successor {
+                handlers.register(successor.clone());
+            }
             let ns = Namespace::new(FENCE_NAMESPACE).unwrap();
             self.coordinator
-                .bump_and_revoke(&ns, 1)
+                .transition_and_revoke(&ns, 1, self.fence)
                 .await
                 .expect("the bump completes");
         }
@@ -463,6 +473,8 @@ async fn a_step_in_flight_when_an_epoch_bump_completes_commits_nothing() {
     let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
     worker.register(Arc::new(BumpsMidStep {
         coordinator: coordinator.clone(),
+        fence: crate::fence::FenceKind::Grant,
+        successor: None,
         inner: Handler::new("work", Mode::Count { steps: 1 }),
     }));
     worker.fence(
@@ -694,55 +706,6 @@ async fn when_the_tick_budget_runs_out_the_step_is_deferred_not_failed() {
     assert_eq!(timer.due_ms, START);
 }
 
-/// Fires like [`Handler`], but while its first step is in flight it does
-/// what a plugin swap does: registers `successor` for its kind and raises
-/// the authority fence to completion.
-struct SwappedMidStep {
-    coordinator: Arc<Coordinator>,
-    handlers: Arc<Handlers>,
-    successor: Arc<dyn TimerHandler>,
-    inner: Handler,
-}
-
-#[async_trait]
-impl TimerHandler for SwappedMidStep {
-    fn kind(&self) -> &str {
-        "work"
-    }
-    fn actor(&self) -> String {
-        "plugin:old".into()
-    }
-    async fn fire(
-        &self,
-        timer: &DueTimer,
-        now_ms: u64,
-        budget: &SliceBudget,
-    ) -> Result<Fired, StepFailure> {
-        self.handlers.register(self.successor.clone());
-        let ns = Namespace::new(FENCE_NAMESPACE).unwrap();
-        self.coordinator
-            .transition_and_revoke(&ns, 1, crate::fence::FenceKind::Authority)
-            .await
-            .expect("the authority bump completes");
-        self.inner.fire(timer, now_ms, budget).await
-    }
-}
-
-struct Successor(Handler);
-
-#[async_trait]
-impl TimerHandler for Successor {
-    fn kind(&self) -> &str {
-        "work"
-    }
-    fn actor(&self) -> String {
-        "plugin:new".into()
-    }
-    async fn fire(&self, t: &DueTimer, now: u64, b: &SliceBudget) -> Result<Fired, StepFailure> {
-        self.0.fire(t, now, b).await
-    }
-}
-
 #[tokio::test]
 async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_successor_runs_under_the_new_authority()
  {
@@ -757,11 +720,18 @@ async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_succes
         WorkerConfig::default(),
         handlers.clone(),
     );
-    handlers.register(Arc::new(SwappedMidStep {
+    let successor = Handler {
+        actor: Some("plugin:new"),
+        ..Handler::new("work", Mode::Count { steps: 1 })
+    };
+    handlers.register(Arc::new(BumpsMidStep {
         coordinator: coordinator.clone(),
-        handlers: handlers.clone(),
-        successor: Arc::new(Successor(Handler::new("work", Mode::Count { steps: 1 }))),
-        inner: Handler::new("work", Mode::Count { steps: 1 }),
+        fence: crate::fence::FenceKind::Authority,
+        successor: Some((handlers.clone(), Arc::new(successor))),
+        inner: Handler {
+            actor: Some("plugin:old"),
+            ..Handler::new("work", Mode::Count { steps: 1 })
+        },
     }));
     worker.fence(
         coordinator,

@@ -12,8 +12,15 @@
 //! - `preserved/` — the default `preserved` object store: what the
 //!   takedown policy preserves, kept apart from what it takes down.
 //!
+//! - `node` — this host's name among hosts sharing one KV (see
+//!   [`DataDir::node_name`]).
+//! - `lock` — held (an advisory lock) by the process serving from the
+//!   directory when its KV lives elsewhere, since then no redb file
+//!   keeps a second process out.
+//!
 //! A store named in the configuration file ([`crate::config`]) replaces
-//! its default here; the KV always lives in the data directory.
+//! its default here; with `[kv] backend = "redb"` the KV lives in the data
+//! directory, with `"etcd"` in the cluster.
 //!
 //! The directory is created on first use, readable by its owner only:
 //! policy state and audit records are not for other local users.
@@ -27,6 +34,16 @@ use crate::kv::{Kv, KvError};
 
 /// File name of the KV inside a data directory.
 pub const KV_FILE: &str = "kv.redb";
+/// File name of the node name inside a data directory.
+pub const NODE_FILE: &str = "node";
+/// File name of the lock inside a data directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// The data directory held by this process until dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
 
 /// A data directory.
 #[derive(Debug, Clone)]
@@ -73,5 +90,64 @@ impl DataDir {
     /// [`KvError`] if it cannot be opened.
     pub fn open_kv(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Kv>, KvError> {
         Ok(Arc::new(RedbKv::open(&self.kv_path(), clock)?))
+    }
+
+    /// Holds the directory for this process, for a host whose KV is not a
+    /// file in it.
+    ///
+    /// # Errors
+    /// [`KvError::InUse`] if another process holds it;
+    /// [`KvError::Unavailable`] if the lock file cannot be opened.
+    pub fn lock(&self) -> Result<DirLock, KvError> {
+        let path = self.root.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| KvError::Unavailable(format!("{}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(DirLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(KvError::InUse(format!(
+                "{} is in use by another process",
+                self.root.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(KvError::Unavailable(format!(
+                "locking {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// This host's node name: the one in `DATA/node`, or a new random one
+    /// (`n` and 12 hex digits) written there first, so a host keeps its
+    /// name across restarts and its fence leases and claims with it.
+    ///
+    /// # Errors
+    /// The file cannot be read or written, or holds no valid name.
+    pub fn node_name(&self) -> std::io::Result<String> {
+        let path = self.root.join(NODE_FILE);
+        let invalid = |reason: String| std::io::Error::new(std::io::ErrorKind::InvalidData, reason);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let name = text.trim().to_owned();
+                crate::config::validate_node(&name)
+                    .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+                Ok(name)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut bytes = [0u8; 6];
+                getrandom::fill(&mut bytes)
+                    .map_err(|e| invalid(format!("no randomness for a node name: {e}")))?;
+                let name = format!("n{}", hex::encode(bytes));
+                // Written whole and renamed into place, so a crash leaves
+                // either no name (a new one next time) or this one.
+                let temporary = self.root.join(format!("{NODE_FILE}.tmp"));
+                std::fs::write(&temporary, format!("{name}\n"))?;
+                std::fs::rename(&temporary, &path)?;
+                Ok(name)
+            }
+            Err(e) => Err(e),
+        }
     }
 }

@@ -1,148 +1,15 @@
 //! `custodian serve` end to end: the real binary on a free port, real
 //! plugins, HTTP load while a plugin is hot-swapped.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::server::{Server, TOKEN, agent, answer, bearer, json_body, wait_for};
 use crate::support::{Rng, custodian, future_contract, run, stepper, trapper};
-
-const TOKEN: &str = "e2e-token-0123456789abcdef";
-
-/// A running `custodian serve`, killed if a test ends without stopping it.
-struct Server {
-    child: Child,
-    base: String,
-    data: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    /// Starts the server with `config` (TOML) on a free loopback port.
-    fn start(config: &str) -> Self {
-        Self::start_with(config, &[])
-    }
-
-    /// The configuration file the server was started with.
-    fn config_path(&self) -> PathBuf {
-        self._dir.path().join("custodian.toml")
-    }
-
-    /// [`Server::start`] with extra arguments.
-    fn start_with(config: &str, extra: &[&str]) -> Self {
-        Self::start_prepared(config, extra, |_| {})
-    }
-
-    /// [`Server::start_with`], after `prepare` has set up the data
-    /// directory (with the CLI, which cannot open it while a server runs).
-    fn start_prepared(config: &str, extra: &[&str], prepare: impl FnOnce(&Path)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        prepare(&data);
-        let config_path = dir.path().join("custodian.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let mut child = custodian()
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(&data)
-            .arg("--config")
-            .arg(&config_path)
-            .args(extra)
-            .env("CUSTODIAN_TOKEN", TOKEN)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("the server starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the server says where it listens");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        Self {
-            child,
-            base,
-            data,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("server.log")).unwrap_or_default()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Sends SIGTERM and waits for the exit.
-    fn terminate(&mut self) -> ExitStatus {
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
-}
-
-/// Status and JSON body of a response.
-fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
-    let mut response = response.expect("the server answers");
-    let status = response.status().as_u16();
-    let text = response.body_mut().read_to_string().unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-fn json_body(value: Value) -> Vec<u8> {
-    value.to_string().into_bytes()
-}
-
-fn bearer() -> String {
-    format!("Bearer {TOKEN}")
-}
 
 /// The bundled takedown plugin with a custom section appended: another
 /// build of the same policy, with its own content hash.
@@ -303,14 +170,6 @@ impl Load {
             self.failures.load(Ordering::Relaxed),
             errors,
         )
-    }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -656,7 +515,7 @@ fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
 
     std::fs::write(server.config_path(), config(&rebuilt)).unwrap();
     let status = std::process::Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
+        .args(["-HUP", &server.pid().to_string()])
         .status()
         .unwrap();
     assert!(status.success());

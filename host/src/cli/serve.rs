@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use custodian::clock::{Clock, SystemClock};
-use custodian::config::{Config, DEFAULT_LISTEN};
+use custodian::config::{Config, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, KvBackend};
 use custodian::data_dir::DataDir;
+use custodian::data_dir::DirLock;
 use custodian::fence::{Coordinator, FenceConfig};
-use custodian::kv::KvError;
+use custodian::kv::etcd::{EtcdConfig, EtcdKv};
+use custodian::kv::{Kv, KvError};
 use custodian::object::ObjectStore;
 use custodian::policy::retention::Settings;
 use custodian::policy::takedown;
@@ -204,19 +206,69 @@ pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
     outcome
 }
 
+/// How much longer than its plugin's time limit a step claim lasts: the
+/// step's commit and a loaded machine's scheduling delays.
+const STEP_CLAIM_MARGIN: Duration = Duration::from_secs(10);
+
+fn etcd_request_timeout_ms(config: &Config) -> u64 {
+    config
+        .kv
+        .request_timeout_ms
+        .unwrap_or(DEFAULT_ETCD_REQUEST_TIMEOUT_MS)
+}
+
+/// The configured KV, and the lock on the data directory when the KV is
+/// not a file in it (a redb file holds its own lock).
+async fn open_kv(
+    plan: &Plan,
+    dir: &DataDir,
+    clock: Arc<dyn Clock>,
+) -> Result<(Arc<dyn Kv>, Option<DirLock>), Failure> {
+    let busy_or = |e: KvError, what: String| match e {
+        KvError::InUse(_) => Failure::Busy(e.into()),
+        other => failed(anyhow!(other).context(what)),
+    };
+    match plan.config.kv.backend {
+        KvBackend::Redb => {
+            let kv = dir.open_kv(clock).map_err(|e| {
+                busy_or(e, format!("cannot open the KV in {}", plan.data.display()))
+            })?;
+            Ok((kv, None))
+        }
+        KvBackend::Etcd => {
+            let lock = dir
+                .lock()
+                .map_err(|e| busy_or(e, format!("cannot hold {}", plan.data.display())))?;
+            let section = &plan.config.kv;
+            let prefix = section.prefix.as_deref().unwrap_or("custodian/");
+            let mut config = EtcdConfig::from_env(section.endpoints.clone(), prefix.into())
+                .map_err(|e| usage(anyhow!(e).context("[kv] etcd settings")))?;
+            config.request_timeout = Duration::from_millis(etcd_request_timeout_ms(&plan.config));
+            let endpoints = section.endpoints.join(", ");
+            let kv = EtcdKv::connect(config, clock).await.map_err(|e| {
+                failed(anyhow!(e).context(format!("cannot reach etcd at {endpoints}")))
+            })?;
+            Ok((Arc::new(kv), Some(lock)))
+        }
+    }
+}
+
 async fn serve(global: &Global, plan: Plan) -> Outcome {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let dir = DataDir::create(&plan.data)
         .with_context(|| format!("cannot use the data directory {}", plan.data.display()))
         .map_err(failed)?;
-    let kv = dir.open_kv(clock.clone()).map_err(|e| match e {
-        KvError::InUse(_) => Failure::Busy(e.into()),
-        other => {
-            failed(anyhow!(other).context(format!("cannot open the KV in {}", plan.data.display())))
-        }
-    })?;
-    let token = token(&plan.config, &plan.data)?;
     let metrics = Arc::new(Metrics::new());
+    let (kv, _held) = open_kv(&plan, &dir, clock.clone()).await?;
+    let kv = metered::metered_kv(kv, metrics.clone());
+    let node = match &plan.config.server.node {
+        Some(node) => node.clone(),
+        None => dir
+            .node_name()
+            .with_context(|| format!("cannot name this node in {}", plan.data.display()))
+            .map_err(failed)?,
+    };
+    let token = token(&plan.config, &plan.data)?;
     let mut names: Vec<String> = plan.config.stores.keys().cloned().collect();
     for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
         if !names.iter().any(|n| n == name) {
@@ -240,11 +292,27 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         runtime_config.cache_dir = Some(dir.clone());
     }
     let runtime = Arc::new(Runtime::new(&runtime_config).map_err(failed)?);
-    let coordinator = Arc::new(
-        Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).map_err(failed)?,
-    );
+    let fence_config = match plan.config.kv.backend {
+        KvBackend::Redb => FenceConfig::default(),
+        // A step's lease deadline is checked before its request travels to
+        // etcd, which may take up to the request timeout: revocation waits
+        // that much longer before it counts a lease as over.
+        KvBackend::Etcd => FenceConfig {
+            lease_margin_ms: FenceConfig::default().lease_margin_ms
+                + etcd_request_timeout_ms(&plan.config),
+            ..FenceConfig::default()
+        },
+    };
+    let coordinator =
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), fence_config).map_err(failed)?);
     let handlers = Arc::new(Handlers::new());
     let (sources, settings) = plugin_plan(&plan.config)?;
+    // A step may run as long as its plugin's time limit; a claim outlives
+    // that by a margin for the step's commit.
+    let step_claim = settings
+        .get(&World::Takedown)
+        .map_or(Duration::from_secs(2), |s| s.limits.timeout)
+        + STEP_CLAIM_MARGIN;
     let step_store_calls = plan
         .config
         .plugins
@@ -284,6 +352,10 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             count: plan.workers,
             step_store_calls,
             drain: plan.drain,
+            node: node.clone(),
+            // Only hosts sharing a KV can run the same step; one alone on
+            // its redb file has nobody to keep away.
+            claim: (plan.config.kv.backend == KvBackend::Etcd).then_some(step_claim),
         },
     );
     let host = Arc::new(Host {
@@ -310,7 +382,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     // The one line on stdout: scripts and tests read the address from it.
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
-    tracing::info!(%address, data = %plan.data.display(), "serving");
+    tracing::info!(%address, data = %plan.data.display(), %node, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(signals(host.clone(), plan.config_path.clone(), stop_tx));

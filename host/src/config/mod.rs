@@ -27,8 +27,8 @@ use crate::object::open::StoreUrl;
 pub mod server;
 
 pub use server::{
-    DEFAULT_LISTEN, GrantsConfig, KvBackend, KvConfig, PluginConfig, PluginsConfig,
-    RetentionConfig, ServerConfig,
+    DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, GrantsConfig, KvBackend, KvConfig,
+    MAX_NODE_BYTES, PluginConfig, PluginsConfig, RetentionConfig, ServerConfig, validate_node,
 };
 
 /// A commented configuration file with every setting, as `custodian
@@ -142,6 +142,10 @@ impl Config {
         if config.retention.retention_ms == 0 {
             return Err("[retention] retention_ms must be positive".into());
         }
+        config.kv.validate()?;
+        if let Some(node) = &config.server.node {
+            server::validate_node(node).map_err(|e| format!("[server] node: {e}"))?;
+        }
         if config.server.workers == Some(0) {
             return Err("[server] workers must be at least 1".into());
         }
@@ -240,9 +244,28 @@ mod tests {
             "[server]\nworkers = 0",
             "[server]\nlisten = \"nowhere\"",
             "[kv]\nbackend = \"sqlite\"",
+            "[kv]\nbackend = \"etcd\"",
+            "[kv]\nendpoints = [\"http://127.0.0.1:2379\"]",
+            "[kv]\nbackend = \"etcd\"\nendpoints = [\"http://a:2379\"]\nrequest_timeout_ms = 0",
+            "[server]\nnode = \"Node A\"",
         ] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_etcd_kv_section_names_its_endpoints_prefix_and_timeout() {
+        let config = Config::parse(
+            "[server]\nnode = \"host-1\"\n[kv]\nbackend = \"etcd\"\n\
+             endpoints = [\"http://10.0.0.1:2379\", \"http://10.0.0.2:2379\"]\n\
+             prefix = \"prod/\"\nrequest_timeout_ms = 2000",
+        )
+        .unwrap();
+        assert_eq!(config.kv.backend, KvBackend::Etcd);
+        assert_eq!(config.kv.endpoints.len(), 2);
+        assert_eq!(config.kv.prefix.as_deref(), Some("prod/"));
+        assert_eq!(config.kv.request_timeout_ms, Some(2000));
+        assert_eq!(config.server.node.as_deref(), Some("host-1"));
     }
 
     #[test]

@@ -34,6 +34,33 @@ pub struct ServerConfig {
     pub drain_ms: Option<u64>,
     /// Largest object body a `PUT` may send, in MiB.
     pub max_object_mib: Option<u64>,
+    /// This host's name among the hosts sharing one KV: it names the
+    /// workers' fence leases and step claims. Without it the host takes the
+    /// one kept in `DATA/node`, made on first start, so a restarted host
+    /// keeps its name. `[a-z0-9._-]`, 1..=32 bytes.
+    pub node: Option<String>,
+}
+
+/// Longest node name: it prefixes fence shard names (at most 64 bytes)
+/// with room for a worker index.
+pub const MAX_NODE_BYTES: usize = 32;
+
+/// Whether `name` may name a node.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn validate_node(name: &str) -> Result<(), String> {
+    let valid = (1..=MAX_NODE_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a node name (1..={MAX_NODE_BYTES} bytes of [a-z0-9._-])"
+        ))
+    }
 }
 
 /// `[kv]`: the durable key-value store.
@@ -43,6 +70,53 @@ pub struct KvConfig {
     /// The backend.
     #[serde(default)]
     pub backend: KvBackend,
+    /// For `etcd`: the cluster's client URLs (`http://host:2379`, or
+    /// `https://` with `CUSTODIAN_ETCD_CA` set). Any member will do; the
+    /// client fails over between them.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// For `etcd`: the prefix of every key this deployment writes, so
+    /// several deployments can share one cluster. Default `custodian/`.
+    pub prefix: Option<String>,
+    /// For `etcd`: how long one request may take before it fails as
+    /// unavailable, in ms. Default [`DEFAULT_ETCD_REQUEST_TIMEOUT_MS`].
+    pub request_timeout_ms: Option<u64>,
+}
+
+/// How long one etcd request may take by default: long enough for a
+/// leader election after a member dies (about a second with etcd's
+/// defaults), short enough that a dead cluster is reported promptly.
+pub const DEFAULT_ETCD_REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+impl KvConfig {
+    /// Checks that the settings fit the backend.
+    ///
+    /// # Errors
+    /// What is wrong, naming the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.backend {
+            KvBackend::Redb => {
+                if !self.endpoints.is_empty()
+                    || self.prefix.is_some()
+                    || self.request_timeout_ms.is_some()
+                {
+                    return Err(
+                        "[kv] endpoints, prefix and request_timeout_ms are for backend = \"etcd\""
+                            .into(),
+                    );
+                }
+            }
+            KvBackend::Etcd => {
+                if self.endpoints.is_empty() {
+                    return Err("[kv] backend = \"etcd\" needs endpoints".into());
+                }
+                if self.request_timeout_ms == Some(0) {
+                    return Err("[kv] request_timeout_ms must be positive".into());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The KV backends.
@@ -53,6 +127,8 @@ pub enum KvBackend {
     /// default.
     #[default]
     Redb,
+    /// An etcd v3 cluster, shared by every host of a deployment.
+    Etcd,
 }
 
 /// `[retention]`: the deployer's retention settings, handed to the

@@ -33,9 +33,11 @@ impl Fence {
     /// (any revocation push, renewal or release changes it), and the lease
     /// has not expired.
     ///
-    /// The deadline is `expires_at_ms - 1`: revocation counts a lease with
-    /// `expires_at_ms <= now` as expired and skips it, so a write must not
-    /// commit at `now == expires_at_ms` either.
+    /// The deadline is `expires_at_ms - 1`: a write must not commit at
+    /// `now == expires_at_ms` either. Revocation skips a lease only once
+    /// `expires_at_ms + lease_margin_ms <= now` on its own clock, which
+    /// leaves the margin for clock skew between hosts and for a write
+    /// whose deadline was checked before it travelled to a remote KV.
     pub fn guard(&self) -> Vec<Precondition> {
         vec![
             Precondition::Equals {

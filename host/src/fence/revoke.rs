@@ -189,7 +189,7 @@ impl Coordinator {
                 let row = decode_leased_shard(&value)?;
                 // Done: an expired lease's writers are all past their
                 // deadline, and an acknowledged one's epoch lease is pushed.
-                if row.expires_at_ms <= self.now_ms() || row_acked(&row, kind) == state.epoch {
+                if self.lease_is_over(&row) || row_acked(&row, kind) == state.epoch {
                     continue;
                 }
                 // An acknowledgement beyond our epoch means a newer
@@ -264,7 +264,7 @@ impl Coordinator {
                 return Ok(false);
             }
             let mut row = decode_leased_shard(&value)?;
-            if row.expires_at_ms <= self.now_ms() || row_acked(&row, kind) == state.epoch {
+            if self.lease_is_over(&row) || row_acked(&row, kind) == state.epoch {
                 return Ok(true);
             }
             // Granted or acknowledged at a newer epoch: this slice is stale.
@@ -354,6 +354,18 @@ impl Coordinator {
             value = latest;
         }
         Ok(false)
+    }
+
+    /// Whether no write under this lease can still commit, so revocation
+    /// may skip it: its expiry has passed by the lease margin too. A
+    /// writer checks its deadline on its own clock, which may run behind
+    /// this one, and on a remote KV (etcd) the check happens before the
+    /// request travels, so a write checked just before expiry can land a
+    /// little after it; the margin covers both.
+    fn lease_is_over(&self, row: &LeasedShard) -> bool {
+        row.expires_at_ms
+            .saturating_add(self.config.lease_margin_ms)
+            <= self.now_ms()
     }
 
     fn budget_passed(&self, start: u64, budget: &RevokeBudget) -> bool {

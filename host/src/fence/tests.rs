@@ -352,11 +352,12 @@ async fn a_writer_guard_from_an_older_epoch_fails_once_revocation_completes() {
 }
 
 #[tokio::test]
-async fn an_expired_lease_counts_as_done_without_a_push_and_its_writer_misses_the_deadline() {
+async fn an_expired_lease_counts_as_done_without_a_push_once_its_margin_has_passed() {
     let h = harness();
     let fence = h.fences.grant_lease(&h.ns, &shard(0), 100).await.unwrap();
     let lease_before = h.epoch_lease(0).await;
-    h.clock.set(T0 + 100);
+    h.clock
+        .set(T0 + 100 + FenceConfig::default().lease_margin_ms);
     h.kv.take_seen();
     h.fences.bump_epoch(&h.ns, 1).await.unwrap();
     assert_eq!(h.step().await, RevokeProgress::Complete);
@@ -366,12 +367,34 @@ async fn an_expired_lease_counts_as_done_without_a_push_and_its_writer_misses_th
 }
 
 #[tokio::test]
+async fn a_lease_expired_less_than_its_margin_ago_is_still_pushed() {
+    // Its writer may have checked its deadline on a clock running behind,
+    // or just before its request travelled to a remote KV.
+    let h = harness();
+    let fence = h.fences.grant_lease(&h.ns, &shard(0), 100).await.unwrap();
+    h.clock
+        .set(T0 + 100 + FenceConfig::default().lease_margin_ms - 1);
+    h.kv.take_seen();
+    h.fences.bump_epoch(&h.ns, 1).await.unwrap();
+    assert_eq!(h.step().await, RevokeProgress::Complete);
+    assert_eq!(h.kv.take_seen().pushes, 1);
+    assert_eq!(h.epoch_lease(0).await.epoch, 1);
+    // Even a deadline checked on a slow clock cannot save the write now.
+    h.clock.set(T0 + 50);
+    assert_eq!(
+        h.write(&fence).await,
+        Outcome::PreconditionFailed { index: 0 }
+    );
+}
+
+#[tokio::test]
 async fn a_writer_cannot_commit_at_the_instant_its_lease_expires() {
     let h = harness();
     let fence = h.fences.grant_lease(&h.ns, &shard(0), 100).await.unwrap();
     h.clock.set(T0 + 99);
     assert_eq!(h.write(&fence).await, Outcome::Committed);
-    // Revocation already counts the lease as expired at this instant.
+    // The writer's deadline has passed at this instant (revocation waits
+    // out the lease margin on top of it).
     h.clock.set(T0 + 100);
     assert_eq!(h.write(&fence).await, Outcome::DeadlinePassed);
 }
@@ -417,11 +440,12 @@ async fn revoking_more_than_four_live_shards_takes_several_slices_of_at_most_fou
 #[tokio::test]
 async fn a_slice_stops_after_eight_pages_and_the_next_resumes_from_the_checkpoint() {
     let h = harness();
-    // 32 leases that will have expired, then 4 live ones at the end.
+    // 32 leases that will be over, then 4 live ones at the end.
     for i in 0..32 {
         h.fences.grant_lease(&h.ns, &shard(i), 10).await.unwrap();
     }
-    h.clock.set(T0 + 10);
+    h.clock
+        .set(T0 + 10 + FenceConfig::default().lease_margin_ms);
     for i in 32..36 {
         h.grant(i).await;
     }

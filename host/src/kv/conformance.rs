@@ -10,12 +10,18 @@ use crate::clock::{Clock, FixedClock};
 use std::collections::BTreeMap;
 
 /// Generates one `#[tokio::test]` per conformance check for the backend
-/// built by `$factory: Fn(Arc<FixedClock>) -> impl Kv`.
+/// built by `$factory: Fn(Arc<FixedClock>) -> impl Kv`, or, written
+/// `async |clock| ...`, by an async factory answering `Option<impl Kv>`:
+/// a backend that needs a server connects asynchronously, and `None`
+/// (after saying why) skips the test when the server cannot run.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! kv_conformance_tests {
-    ($factory:expr) => {
-        $crate::kv_conformance_tests!(@each $factory;
+    (async $($factory:tt)+) => {
+        $crate::kv_conformance_tests!(@list [async] (async $($factory)+));
+    };
+    (@list [$($mode:tt)*] $factory:tt) => {
+        $crate::kv_conformance_tests!(@each [$($mode)*] $factory;
             a_missing_key_reads_as_none,
             a_committed_put_is_read_back,
             get_many_answers_in_the_order_asked_with_none_for_absent_keys,
@@ -38,7 +44,7 @@ macro_rules! kv_conformance_tests {
             random_batches_agree_with_a_btreemap_model,
         );
     };
-    (@each $factory:expr; $($name:ident),+ $(,)?) => {
+    (@each [] $factory:tt; $($name:ident),+ $(,)?) => {
         $(
             #[tokio::test]
             async fn $name() {
@@ -47,6 +53,21 @@ macro_rules! kv_conformance_tests {
                 $crate::kv::conformance::$name(&kv, &clock).await;
             }
         )+
+    };
+    (@each [async] $factory:tt; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let clock = std::sync::Arc::new($crate::clock::FixedClock::new(1_000_000));
+                let Some(kv) = ($factory)(clock.clone()).await else {
+                    return;
+                };
+                $crate::kv::conformance::$name(&kv, &clock).await;
+            }
+        )+
+    };
+    ($factory:expr) => {
+        $crate::kv_conformance_tests!(@list [] ($factory));
     };
 }
 

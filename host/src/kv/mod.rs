@@ -22,20 +22,22 @@
 //!    every backend (see [`validate_batch`]); a valid batch on one backend
 //!    is valid on all.
 //!
-//! # Mapping onto etcd (a later backend)
+//! # Mapping onto etcd (the [`etcd`] backend)
 //!
 //! A partition is a key prefix `<partition>\0`; a batch is one `Txn`:
 //! `Absent(k)` is `create_revision(k) == 0`, `Equals(k, v)` is
-//! `value(k) == v`, puts and deletes go in the success branch, and the
-//! failure branch reads the guarded keys back to find the first failed
-//! index. etcd has no clock compare, so `NotAfter` is evaluated by the host
-//! immediately before the `Txn` is sent. etcd accepts at most 128
-//! operations per transaction and 1.5 MiB per request by default, hence
+//! `value(k) == v`, puts and deletes go in the success branch, and when
+//! the compares fail the guarded keys are read at the failed `Txn`'s
+//! revision to find the first failed index. etcd has no clock compare, so
+//! `NotAfter` is evaluated by the host immediately before the `Txn` is
+//! sent. etcd accepts at most 128 operations per transaction and 1.5 MiB
+//! per request by default, hence
 //! [`MAX_COMMIT_OPS`] and [`MAX_COMMIT_BYTES`]: a caller's batch is held
 //! to [`MAX_BATCH_OPS`] / [`MAX_BATCH_BYTES`] and the host adds at most
 //! [`HOST_RESERVED_OPS`] / [`HOST_RESERVED_BYTES`] of its own rows, so
 //! every valid batch fits one `Txn` and an oversized one is refused whole.
 
+pub mod etcd;
 pub mod memory;
 pub mod redb;
 

@@ -80,6 +80,18 @@ struct Families {
     store_errors: BTreeMap<(String, &'static str), u64>,
     timer_lag: Histogram,
     swaps: BTreeMap<(String, &'static str), u64>,
+    kv_calls: BTreeMap<&'static str, u64>,
+    kv_errors: BTreeMap<&'static str, u64>,
+    kv_batch: BatchSizes,
+}
+
+/// What the KV's batches have weighed: totals and the largest seen.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchSizes {
+    ops: u64,
+    bytes: u64,
+    max_ops: u64,
+    max_bytes: u64,
 }
 
 /// The server's metrics.
@@ -174,6 +186,28 @@ impl Metrics {
         self.with(|f| *f.swaps.entry((world.to_owned(), result)).or_default() += 1);
     }
 
+    /// One KV call, by operation, and whether it failed.
+    pub fn kv_call(&self, operation: &'static str, failed: bool) {
+        self.with(|f| {
+            *f.kv_calls.entry(operation).or_default() += 1;
+            if failed {
+                *f.kv_errors.entry(operation).or_default() += 1;
+            }
+        });
+    }
+
+    /// One KV batch of `ops` preconditions and writes and `bytes` of
+    /// partition names, keys and values.
+    pub fn kv_batch(&self, ops: u64, bytes: u64) {
+        self.with(|f| {
+            let sizes = &mut f.kv_batch;
+            sizes.ops += ops;
+            sizes.bytes += bytes;
+            sizes.max_ops = sizes.max_ops.max(ops);
+            sizes.max_bytes = sizes.max_bytes.max(bytes);
+        });
+    }
+
     /// Everything, as Prometheus text (format 0.0.4).
     pub fn render(&self) -> String {
         let f = self.with(|f| {
@@ -188,6 +222,9 @@ impl Metrics {
                 store_errors: f.store_errors.clone(),
                 timer_lag: f.timer_lag.clone(),
                 swaps: f.swaps.clone(),
+                kv_calls: f.kv_calls.clone(),
+                kv_errors: f.kv_errors.clone(),
+                kv_batch: f.kv_batch,
             }
         });
         let mut out = String::new();
@@ -299,6 +336,54 @@ impl Metrics {
                 "custodian_plugin_swaps_total{{world=\"{}\",result=\"{result}\"}} {n}",
                 escape(world)
             );
+        }
+        header(
+            &mut out,
+            "custodian_kv_calls_total",
+            "counter",
+            "KV calls by operation (get, get_many, scan, apply).",
+        );
+        for (op, n) in &f.kv_calls {
+            let _ = writeln!(out, "custodian_kv_calls_total{{operation=\"{op}\"}} {n}");
+        }
+        header(
+            &mut out,
+            "custodian_kv_errors_total",
+            "counter",
+            "Failed KV calls by operation.",
+        );
+        for (op, n) in &f.kv_errors {
+            let _ = writeln!(out, "custodian_kv_errors_total{{operation=\"{op}\"}} {n}");
+        }
+        let sizes = f.kv_batch;
+        for (name, kind, help, value) in [
+            (
+                "custodian_kv_batch_ops_total",
+                "counter",
+                "Preconditions and writes over all KV batches.",
+                sizes.ops,
+            ),
+            (
+                "custodian_kv_batch_bytes_total",
+                "counter",
+                "Partition-name, key and value bytes over all KV batches.",
+                sizes.bytes,
+            ),
+            (
+                "custodian_kv_batch_ops_max",
+                "gauge",
+                "Most operations in one KV batch so far (the limit is 128).",
+                sizes.max_ops,
+            ),
+            (
+                "custodian_kv_batch_bytes_max",
+                "gauge",
+                "Most bytes in one KV batch so far (the limit is 1.25 MiB).",
+                sizes.max_bytes,
+            ),
+        ] {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
         }
         out
     }

@@ -1,5 +1,8 @@
 //! The timer worker loops: each fires its share of the due timers, under
-//! its own fence lease, until shutdown.
+//! its own fence lease, until shutdown. Hosts sharing one KV each run their
+//! own loops; each step is claimed first, so two hosts rarely run the same
+//! step, and its commit is guarded on the timer row, so they never both
+//! commit it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +14,7 @@ use super::metrics::Metrics;
 use crate::clock::Clock;
 use crate::fence::{Coordinator, Namespace, ShardId};
 use crate::kv::Kv;
+use crate::timers::claim::ClaimConfig;
 use crate::timers::{self, Handlers, Share, Worker, WorkerConfig};
 
 /// Longest idle sleep between scans for due timers: a timer scheduled by
@@ -32,6 +36,13 @@ pub struct WorkerSettings {
     pub step_store_calls: u32,
     /// How long shutdown waits for a tick in flight before abandoning it.
     pub drain: Duration,
+    /// This host's node name: its workers' fence shards and step claims
+    /// are named after it, so hosts sharing a KV never renew each other's
+    /// leases.
+    pub node: String,
+    /// How long a step claim keeps other hosts' workers away, when hosts
+    /// share the KV; `None` for a host alone on its KV.
+    pub claim: Option<Duration>,
 }
 
 /// The running workers.
@@ -73,11 +84,21 @@ impl Workers {
                     },
                     parts.handlers.clone(),
                 );
+                let name = format!("{}.w{index}", settings.node);
                 worker.fence(
                     parts.coordinator.clone(),
                     Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
-                    ShardId::new(format!("serve-{index}-of-{count}")).expect("a valid name"),
+                    // A node name is at most 32 bytes of the same alphabet.
+                    ShardId::new(name.clone()).expect("a valid shard name"),
                 );
+                if let Some(ttl) = settings.claim {
+                    worker
+                        .claim_steps(ClaimConfig {
+                            holder: name,
+                            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                        })
+                        .expect("a node-and-index holder and a positive ttl are valid");
+                }
                 tokio::spawn(run(
                     worker,
                     Loop {

@@ -26,6 +26,7 @@
 //! 3. A rescheduled timer is due strictly after the `now` of the step that
 //!    moved it, so one tick never fires the same timer twice.
 
+pub mod claim;
 mod worker;
 
 pub use worker::{

@@ -759,7 +759,7 @@ async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_succes
         .expect("the step is audited");
     let detail = step.detail.as_deref().unwrap();
     assert!(
-        detail.contains("by plugin:new under authority 1"),
+        detail.contains("by plugin:new on local under authority 1"),
         "{detail}"
     );
     assert!(records.iter().all(|r| r.actor != "plugin:old"));
@@ -798,4 +798,118 @@ async fn workers_sharing_the_timers_fire_each_timer_in_exactly_one_share() {
         .collect();
     expected.sort();
     assert_eq!(fired, expected, "every timer fired once, by one share");
+}
+
+fn claiming(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    holder: &str,
+    handler: Arc<Handler>,
+) -> Worker {
+    let mut worker = worker(kv, clock, vec![handler]);
+    worker
+        .claim_steps(claim::ClaimConfig {
+            holder: holder.into(),
+            ttl_ms: 30_000,
+        })
+        .unwrap();
+    worker
+}
+
+#[tokio::test]
+async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    let other = claim::ClaimConfig {
+        holder: "node-a/0".into(),
+        ttl_ms: 30_000,
+    };
+    assert_eq!(
+        claim::claim(kv.as_ref(), &other, &timer, START)
+            .await
+            .unwrap(),
+        claim::Claimed::Held
+    );
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let worker = claiming(&kv, &clock, "node-b/0", handler.clone());
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 1);
+    assert!(report.fired.is_empty());
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 0, "no wasted call");
+
+    clock.set(START + 30_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+}
+
+#[tokio::test]
+async fn a_claim_on_an_earlier_due_row_of_the_timer_keeps_nobody_away() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    let other = claim::ClaimConfig {
+        holder: "node-a/0".into(),
+        ttl_ms: 30_000,
+    };
+    claim::claim(kv.as_ref(), &other, &timer, START)
+        .await
+        .unwrap();
+    // The claimed attempt failed and backed the timer off: a new due row.
+    schedule(kv.as_ref(), "work", b"r1", START + 10)
+        .await
+        .unwrap();
+    clock.set(START + 10);
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let report = claiming(&kv, &clock, "node-b/0", handler)
+        .tick()
+        .await
+        .unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired.len(), 1);
+}
+
+#[tokio::test]
+async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the_last() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 2 }));
+    let worker = claiming(&kv, &clock, "node-a/0", handler);
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    let row = claim::current(kv.as_ref(), "work", b"r1").await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    assert!(
+        row.is_some_and(|row| row.due_ms < timer.due_ms),
+        "the claim names the due row that was fired, now gone"
+    );
+
+    clock.set(clock.now_ms() + 1_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(
+        claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
+        None,
+        "the last step removed the claim with the timer"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_needs_a_named_holder_and_a_time_to_live() {
+    let (kv, clock) = setup();
+    let mut worker = Worker::new(kv, clock, WorkerConfig::default());
+    for (holder, ttl_ms) in [("", 1), ("h", 0), (&*"x".repeat(129), 1)] {
+        let config = claim::ClaimConfig {
+            holder: holder.into(),
+            ttl_ms,
+        };
+        assert!(matches!(
+            worker.claim_steps(config),
+            Err(TimerError::InvalidArgument(_))
+        ));
+    }
 }

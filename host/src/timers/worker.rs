@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::claim::{self, ClaimConfig, Claimed};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
     parse_due, partition,
@@ -284,6 +285,9 @@ pub struct TickReport {
     pub unhandled: u64,
     /// The tick stopped because the worker's fence no longer holds.
     pub fenced: bool,
+    /// Due timers skipped because another worker holds a live claim on
+    /// them (only for a worker that claims steps).
+    pub claimed_elsewhere: u64,
 }
 
 /// The handlers of each timer kind, shared by the workers of a host.
@@ -327,6 +331,7 @@ pub struct Worker {
     handlers: Arc<Handlers>,
     config: WorkerConfig,
     fencing: Option<Fencing>,
+    claims: Option<ClaimConfig>,
 }
 
 /// The worker's shard lease under epoch fencing: every step it commits
@@ -394,6 +399,7 @@ impl Worker {
             handlers,
             config,
             fencing: None,
+            claims: None,
         }
     }
 
@@ -415,6 +421,30 @@ impl Worker {
             shard,
             lease: tokio::sync::Mutex::new(None),
         });
+    }
+
+    /// Makes this worker claim each step before firing it (see
+    /// [`super::claim`]), so workers on several hosts sharing one KV do not
+    /// run the same step. Correctness never depends on it; a worker alone
+    /// on its KV needs no claims.
+    ///
+    /// # Errors
+    /// [`TimerError::InvalidArgument`] for an empty or overlong holder or a
+    /// zero time to live.
+    pub fn claim_steps(&mut self, config: ClaimConfig) -> Result<(), TimerError> {
+        if config.holder.is_empty() || config.holder.len() > claim::MAX_HOLDER_BYTES {
+            return Err(TimerError::InvalidArgument(format!(
+                "a claim holder must be 1..={} bytes",
+                claim::MAX_HOLDER_BYTES
+            )));
+        }
+        if config.ttl_ms == 0 {
+            return Err(TimerError::InvalidArgument(
+                "a claim must live at least 1 ms".into(),
+            ));
+        }
+        self.claims = Some(config);
+        Ok(())
     }
 
     /// Fires every timer due now (up to the caps), in due order.
@@ -465,6 +495,13 @@ impl Worker {
                     || tick_budget.remaining() == 0
                 {
                     report.more_due = true;
+                    continue;
+                }
+                if let Some(claims) = &self.claims
+                    && let Claimed::Elsewhere { .. } =
+                        claim::claim(self.kv.as_ref(), claims, &timer, now).await?
+                {
+                    report.claimed_elsewhere += 1;
                     continue;
                 }
                 *fired_of_kind += 1;
@@ -584,6 +621,8 @@ impl Worker {
         };
         let step = PlannedStep {
             actor: &ran.actor,
+            worker: self.fencing.as_ref().map(|f| f.shard.as_str()),
+            claimed: self.claims.is_some(),
             fence,
             authority,
             timer: &timer,
@@ -730,6 +769,12 @@ fn fence_expired(fence: &[Precondition], now: u64) -> bool {
 struct PlannedStep<'a> {
     /// Who ran the step: the handler's actor when the step began.
     actor: &'a str,
+    /// The fenced worker's shard (named after its host), so the audit
+    /// shows where each step ran.
+    worker: Option<&'a str>,
+    /// Whether the worker claimed the step, so its last step removes the
+    /// claim row.
+    claimed: bool,
     fence: &'a [Precondition],
     /// The fence's authority generation, if the worker is fenced.
     authority: Option<u64>,
@@ -751,6 +796,8 @@ impl PlannedStep<'_> {
     ) -> Result<(Batch, GuardLayout), StepFailure> {
         let Self {
             actor,
+            worker,
+            claimed,
             fence,
             authority,
             timer,
@@ -783,6 +830,7 @@ impl PlannedStep<'_> {
 
         let reference = display_reference(&timer.reference);
         let fenced = authority.map_or(String::new(), |g| format!(" under authority {g}"));
+        let on = worker.map_or(String::new(), |w| format!(" on {w}"));
         let mut records = vec![Record {
             at_ms: now,
             actor: "system:timer".into(),
@@ -795,8 +843,8 @@ impl PlannedStep<'_> {
                 format!("step:{step}"),
             ],
             detail: Some(match next_due {
-                Some(next) => format!("step {step} by {actor}{fenced}; next due at {next}"),
-                None => format!("step {step} by {actor}{fenced}; timer finished"),
+                Some(next) => format!("step {step} by {actor}{on}{fenced}; next due at {next}"),
+                None => format!("step {step} by {actor}{on}{fenced}; timer finished"),
             }),
         }];
         records.extend(commit.audit.into_iter().map(|entry| Record {
@@ -836,10 +884,15 @@ impl PlannedStep<'_> {
                     value: next.to_be_bytes().to_vec(),
                 });
             }
-            None => batch.writes.push(Write::Delete {
-                partition,
-                key: index,
-            }),
+            None => {
+                batch.writes.push(Write::Delete {
+                    partition,
+                    key: index,
+                });
+                if claimed {
+                    batch.writes.push(claim::release(timer));
+                }
+            }
         }
         Ok((batch, layout))
     }

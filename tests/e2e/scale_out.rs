@@ -1,0 +1,470 @@
+//! Scale-out under crashes: three `custodian serve` processes share a
+//! three-member etcd cluster (the KV) and one S3 server (the stores). Fifty
+//! takedowns run to `purged` while a random host and a random etcd member
+//! are killed with SIGKILL and restarted every few seconds.
+//!
+//! What must hold: every API request completes (retried on another host
+//! when the one it reached died); every request's preserved pieces are all
+//! there, once each, once it is verified; no policy transition is audited
+//! twice; every timer step is committed exactly once (the audit's step
+//! numbers of each timer are 1..=n without a repeat, and n is the timer's
+//! own step count in the KV).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use custodian::kv::etcd::local_server::EtcdCluster;
+use custodian::object::ObjectStore;
+use custodian::object::s3::local_server::{self, Kind};
+use serde_json::{Value, json};
+
+use crate::server::{Server, agent, answer, bearer, json_body};
+use crate::support::Rng;
+use crate::takedown::noise;
+
+const HOSTS: usize = 3;
+const TAKEDOWNS: usize = 50;
+const FILES: usize = 4;
+/// Long enough that the test sees every request verified and checks its
+/// pieces before the purge removes them.
+const RETENTION_MS: u64 = 40_000;
+/// How long a request may keep failing over before the test gives up: a
+/// restart of a host or of an etcd member (with its election) fits many
+/// times over.
+const REQUEST_PATIENCE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// The running system: the hosts, the cluster, the stores.
+struct System {
+    hosts: Vec<Server>,
+    etcd: EtcdCluster,
+    rng: Rng,
+    /// Attempts that failed over to another host (a dead host, a 5xx).
+    retries: u64,
+    /// Requests made.
+    requests: u64,
+}
+
+impl System {
+    /// Sends `call` to a random running host until one answers below 500.
+    fn request(
+        &mut self,
+        what: &str,
+        call: impl Fn(&ureq::Agent, &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> (u16, Value) {
+        self.requests += 1;
+        let agent = agent();
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < REQUEST_PATIENCE {
+            let index = self.rng.below(HOSTS as u64) as usize;
+            if !self.hosts[index].is_running() {
+                continue;
+            }
+            match call(&agent, &self.hosts[index].base) {
+                Ok(response) if response.status().as_u16() < 500 => return answer(Ok(response)),
+                Ok(response) => last = format!("status {}", response.status()),
+                Err(e) => last = e.to_string(),
+            }
+            self.retries += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{what} did not complete within {REQUEST_PATIENCE:?}: {last}");
+    }
+
+    fn get(&mut self, path: &str) -> (u16, Value) {
+        self.request(&format!("GET {path}"), |agent, base| {
+            agent
+                .get(&format!("{base}{path}"))
+                .header("authorization", &bearer())
+                .call()
+        })
+    }
+
+    /// Every record of the audit log, oldest first.
+    fn audit(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(c) => format!("/v1/audit?limit=1000&cursor={c}"),
+                None => "/v1/audit?limit=1000".to_owned(),
+            };
+            let (status, body) = self.get(&path);
+            assert_eq!(status, 200, "{body}");
+            out.extend(body["records"].as_array().unwrap().iter().cloned());
+            match body["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return out,
+            }
+        }
+    }
+}
+
+/// The `preserved` bucket, read directly.
+struct Preserved {
+    store: custodian::object::s3::S3Store,
+    /// The runtime the store's client was made on, which drives it.
+    io: tokio::runtime::Runtime,
+}
+
+impl Preserved {
+    /// Current objects under `prefix`.
+    fn current(&self, prefix: &str) -> usize {
+        self.io.block_on(async {
+            let (mut count, mut cursor) = (0, None);
+            loop {
+                let page = self
+                    .store
+                    .list(prefix, cursor.as_deref(), 1000)
+                    .await
+                    .unwrap();
+                count += page.items.len();
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => return count,
+                }
+            }
+        })
+    }
+
+    /// Stored versions and delete markers under `prefix`.
+    fn versions(&self, prefix: &str) -> usize {
+        self.io.block_on(async {
+            let (mut count, mut cursor) = (0, None);
+            loop {
+                let page = self
+                    .store
+                    .list_versions(prefix, cursor.as_deref(), 1000)
+                    .await
+                    .unwrap();
+                count += page.items.len();
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => return count,
+                }
+            }
+        })
+    }
+}
+
+fn config(etcd: &[String], prefix: &str, s3: &str, serving: &str, preserved: &str) -> String {
+    let endpoints: Vec<String> = etcd.iter().map(|e| format!("{e:?}")).collect();
+    format!(
+        "[server]\nworkers = 2\n\n\
+         [kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"{prefix}\"\nrequest_timeout_ms = 3000\n\n\
+         [retention]\nretention_ms = {RETENTION_MS}\n\n\
+         [stores.serving]\nurl = \"s3://{serving}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n\n\
+         [stores.preserved]\nurl = \"s3://{preserved}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n",
+        endpoints.join(", ")
+    )
+}
+
+#[test]
+fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_and_members_die() {
+    let Some(etcd) = EtcdCluster::start_or_skip(3) else {
+        return;
+    };
+    let Some(s3) = local_server::server(Kind::Moto) else {
+        return;
+    };
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let serving = io.block_on(local_server::store(Kind::Moto)).unwrap();
+    let preserved = Preserved {
+        store: io.block_on(local_server::store(Kind::Moto)).unwrap(),
+        io,
+    };
+    let mut rng = Rng::from_env();
+    let prefix = format!("e2e-{}/", rng.below(1 << 40));
+    let config = config(
+        &etcd.endpoints(),
+        &prefix,
+        &s3.endpoint,
+        serving.bucket(),
+        preserved.store.bucket(),
+    );
+    let credentials = local_server::credentials();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", credentials.access_key_id()),
+        ("AWS_SECRET_ACCESS_KEY", credentials.secret_access_key()),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let hosts = (0..HOSTS)
+        .map(|_| Server::start_in_env(&config, &[], &env, |_| {}))
+        .collect();
+    let mut system = System {
+        hosts,
+        etcd,
+        rng,
+        retries: 0,
+        requests: 0,
+    };
+
+    // Content, then the takedowns, each over all of it.
+    let ids: Vec<String> = (0..FILES)
+        .map(|i| {
+            let bytes = noise(20_000 + i * 4_321, i as u64 + 1);
+            let path = format!("/v1/repos/acme/site/files/f{i}.bin");
+            let (status, body) = system.request("a push", |agent, base| {
+                agent
+                    .put(&format!("{base}{path}"))
+                    .header("authorization", &bearer())
+                    .send(&bytes[..])
+            });
+            assert_eq!(status, 200, "{body}");
+            body["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let requests: Vec<String> = (0..TAKEDOWNS)
+        .map(|_| {
+            let body = json_body(json!({"repository": "acme/site", "objects": ids}));
+            let (status, created) = system.request("a takedown", |agent, base| {
+                agent
+                    .post(&format!("{base}/v1/takedowns"))
+                    .header("authorization", &bearer())
+                    .header("content-type", "application/json")
+                    .send(&body[..])
+            });
+            assert_eq!(status, 201, "{created}");
+            created["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+
+    // Chaos until every request is purged; each request's pieces are
+    // checked the first time it is seen verified.
+    let started = Instant::now();
+    let mut checked: BTreeSet<String> = BTreeSet::new();
+    let mut purged: BTreeSet<String> = BTreeSet::new();
+    let (mut host_kills, mut member_kills) = (0u32, 0u32);
+    while purged.len() < TAKEDOWNS {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{} of {TAKEDOWNS} purged after {DEADLINE:?}",
+            purged.len()
+        );
+        let host = system.rng.below(HOSTS as u64) as usize;
+        let member = system.rng.below(system.etcd.members() as u64) as usize;
+        system.hosts[host].kill();
+        system.etcd.kill(member);
+        host_kills += 1;
+        member_kills += 1;
+        let down_for = Duration::from_millis(1_000 + system.rng.below(1_500));
+        poll(
+            &mut system,
+            &requests,
+            down_for,
+            &mut checked,
+            &mut purged,
+            &preserved,
+        );
+        system.etcd.restart(member).expect("the member restarts");
+        system.hosts[host].restart();
+        let up_for = Duration::from_millis(1_500 + system.rng.below(2_000));
+        poll(
+            &mut system,
+            &requests,
+            up_for,
+            &mut checked,
+            &mut purged,
+            &preserved,
+        );
+    }
+    eprintln!(
+        "purged {TAKEDOWNS} takedowns in {:?}: {host_kills} host kills, {member_kills} etcd member \
+         kills, {} requests, {} failed over",
+        started.elapsed(),
+        system.requests,
+        system.retries
+    );
+    assert!(host_kills >= 3, "too few kills to prove anything");
+    assert_eq!(
+        checked.len(),
+        TAKEDOWNS,
+        "every request's pieces were checked before its purge"
+    );
+
+    // Purged: no piece and no version of one is left.
+    assert_eq!(preserved.current("pieces/"), 0);
+    assert_eq!(preserved.versions("pieces/"), 0, "no version kept");
+
+    let records = system.audit();
+    assert_steps_committed_once(&mut system, &records);
+    assert_transitions_audited_once(&records, &requests, FILES);
+}
+
+/// Polls every request's status for `span`, checking the pieces of
+/// requests newly seen verified and not yet purging, and noting the purged
+/// ones.
+fn poll(
+    system: &mut System,
+    requests: &[String],
+    span: Duration,
+    checked: &mut BTreeSet<String>,
+    purged: &mut BTreeSet<String>,
+    preserved: &Preserved,
+) {
+    let until = Instant::now() + span;
+    loop {
+        for id in requests {
+            if purged.contains(id) {
+                continue;
+            }
+            let (status, body) = system.get(&format!("/v1/takedowns/{id}"));
+            assert_eq!(status, 200, "{body}");
+            let verified = body["verification"] == "verified";
+            match body["phase"].as_str().unwrap() {
+                "closure" | "discover" | "retain" if verified && !checked.contains(id) => {
+                    check_verified(id, &body, preserved);
+                    checked.insert(id.clone());
+                }
+                "purged" => {
+                    purged.insert(id.clone());
+                }
+                _ => {}
+            }
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A verified request before its purge: exactly one stored version of each
+/// recorded piece (a piece written twice would have two).
+fn check_verified(id: &str, status: &Value, preserved: &Preserved) {
+    assert_eq!(status["verification"], "verified", "{status}");
+    let pieces = status["counts"]["pieces"].as_u64().unwrap() as usize;
+    assert!(pieces >= FILES, "{status}");
+    let prefix = format!("pieces/{id}/");
+    assert_eq!(
+        preserved.current(&prefix),
+        pieces,
+        "no piece lost: {status}"
+    );
+    assert_eq!(
+        preserved.versions(&prefix),
+        pieces,
+        "one version per piece, none written twice"
+    );
+}
+
+/// Each timer's committed steps, from the audit, are 1..=n with no
+/// repeat, and n is the step count its row in the KV holds.
+fn assert_steps_committed_once(system: &mut System, records: &[Value]) {
+    let mut steps: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut by_node: BTreeMap<String, u64> = BTreeMap::new();
+    for record in records.iter().filter(|r| r["actor"] == "system:timer") {
+        // "step N by plugin:takedown@HASH on NODE.wI under authority G; …"
+        let detail = record["detail"].as_str().unwrap();
+        let worker = detail
+            .split(" on ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("no worker in {detail:?}"));
+        let node = worker.rsplit_once('.').unwrap().0.to_owned();
+        *by_node.entry(node).or_default() += 1;
+        let targets = record["targets"].as_array().unwrap();
+        let timer = targets[0].as_str().unwrap().to_owned();
+        let step = targets[1]
+            .as_str()
+            .unwrap()
+            .strip_prefix("step:")
+            .unwrap()
+            .parse()
+            .unwrap();
+        steps.entry(timer).or_default().push(step);
+    }
+    let (status, body) = system.get("/v1/timers?limit=1000");
+    assert_eq!(status, 200, "{body}");
+    let timers = body["timers"].as_array().unwrap();
+    assert_eq!(timers.len(), TAKEDOWNS, "{body}");
+    for timer in timers {
+        let name = format!(
+            "timer:{}/{}",
+            timer["kind"].as_str().unwrap(),
+            timer["reference"].as_str().unwrap()
+        );
+        let committed = timer["steps"].as_u64().unwrap();
+        let mut audited = steps.remove(&name).unwrap_or_default();
+        audited.sort_unstable();
+        let expected: Vec<u64> = (1..=committed).collect();
+        assert_eq!(
+            audited, expected,
+            "{name}: the audited steps are each committed step exactly once"
+        );
+    }
+    assert!(steps.is_empty(), "steps of unknown timers: {steps:?}");
+    eprintln!("steps committed by node: {by_node:?}");
+    assert_eq!(
+        by_node.len(),
+        HOSTS,
+        "every host committed steps: {by_node:?}"
+    );
+}
+
+/// Transitions that happen once per request are audited once; each source
+/// is selected once; each piece is deleted at most once per purge pass.
+fn assert_transitions_audited_once(records: &[Value], requests: &[String], files: usize) {
+    let events: Vec<(String, Vec<String>, Option<String>)> = records
+        .iter()
+        .filter(|r| r["actor"].as_str().unwrap().starts_with("plugin:takedown"))
+        .map(|r| {
+            (
+                r["event"].as_str().unwrap().to_owned(),
+                r["targets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_str().unwrap().to_owned())
+                    .collect(),
+                r["detail"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    // Plain files have no manifest closure to wait for; the purge's hourly
+    // re-sweep comes long after the test, so each request had one pass.
+    for once in [
+        "PreservationVerified",
+        "PreservationDiscoveryComplete",
+        "PreservationPurgeStarted",
+        "PreservationPurgeComplete",
+    ] {
+        let firsts: Vec<&String> = events
+            .iter()
+            .filter(|(e, _, _)| e == once)
+            .map(|(_, targets, _)| &targets[0])
+            .collect();
+        let distinct: BTreeSet<&String> = firsts.iter().copied().collect();
+        assert_eq!(
+            firsts.len(),
+            requests.len(),
+            "{once} audited once per request"
+        );
+        assert_eq!(
+            distinct.len(),
+            requests.len(),
+            "{once}: one for each request"
+        );
+    }
+    let mut selected: BTreeMap<&[String], u32> = BTreeMap::new();
+    let mut deleted: BTreeMap<&[String], u32> = BTreeMap::new();
+    for (event, targets, detail) in &events {
+        match event.as_str() {
+            "PreservationSourceSelected" => *selected.entry(targets).or_default() += 1,
+            "PreservationPiecePurged" if detail.as_deref() == Some("deleted") => {
+                *deleted.entry(targets).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(selected.len(), requests.len() * files);
+    assert!(selected.values().all(|n| *n == 1), "{selected:?}");
+    assert!(
+        deleted.values().all(|n| *n == 1),
+        "a piece deleted twice: {deleted:?}"
+    );
+}

@@ -3,12 +3,17 @@
 //! takedowns run to `purged` while a random host and a random etcd member
 //! are killed with SIGKILL and restarted every few seconds.
 //!
-//! What must hold: every API request completes (retried on another host
-//! when the one it reached died); every request's preserved pieces are all
-//! there, once each, once it is verified; no policy transition is audited
-//! twice; every timer step is committed exactly once (the audit's step
-//! numbers of each timer are 1..=n without a repeat, and n is the timer's
-//! own step count in the KV).
+//! What must hold:
+//! - every API request completes (retried on another host when the one it
+//!   reached died): status polls, and object writes and reads made
+//!   throughout, each object reading back as written;
+//! - every request's preserved pieces are all there, once each, once it is
+//!   verified, and none is left after its purge;
+//! - no policy transition is audited twice;
+//! - every timer step is committed exactly once: the audit's step numbers
+//!   of each timer are 1..=n without a repeat, and n is the timer's own
+//!   step count in the KV;
+//! - every host did part of the work.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -18,7 +23,7 @@ use custodian::object::ObjectStore;
 use custodian::object::s3::local_server::{self, Kind};
 use serde_json::{Value, json};
 
-use crate::server::{Server, agent, answer, bearer, json_body};
+use crate::server::{Server, agent, bearer, json_body};
 use crate::support::Rng;
 use crate::takedown::noise;
 
@@ -43,26 +48,52 @@ struct System {
     retries: u64,
     /// Requests made.
     requests: u64,
+    /// Objects written and read back during the chaos.
+    objects: u64,
 }
 
 impl System {
-    /// Sends `call` to a random running host until one answers below 500.
+    /// Sends `call` to a random running host until one answers below 500
+    /// with a whole body; the status and the body as JSON.
     fn request(
         &mut self,
         what: &str,
         call: impl Fn(&ureq::Agent, &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> (u16, Value) {
+        let (status, bytes) = self.request_bytes(what, call);
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    /// [`System::request`], with the body as bytes.
+    fn request_bytes(
+        &mut self,
+        what: &str,
+        call: impl Fn(&ureq::Agent, &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> (u16, Vec<u8>) {
         self.requests += 1;
         let agent = agent();
         let started = Instant::now();
         let mut last = String::new();
         while started.elapsed() < REQUEST_PATIENCE {
+            // Any host, dead or alive, as a load balancer without health
+            // checks would pick: a dead one refuses the connection.
             let index = self.rng.below(HOSTS as u64) as usize;
-            if !self.hosts[index].is_running() {
-                continue;
-            }
             match call(&agent, &self.hosts[index].base) {
-                Ok(response) if response.status().as_u16() < 500 => return answer(Ok(response)),
+                Ok(mut response) if response.status().as_u16() < 500 => {
+                    let status = response.status().as_u16();
+                    match response
+                        .body_mut()
+                        .with_config()
+                        .limit(1 << 20)
+                        .read_to_vec()
+                    {
+                        Ok(bytes) => return (status, bytes),
+                        // The host died while it answered.
+                        Err(e) => last = format!("reading the body: {e}"),
+                    }
+                }
                 Ok(response) => last = format!("status {}", response.status()),
                 Err(e) => last = e.to_string(),
             }
@@ -79,6 +110,36 @@ impl System {
                 .header("authorization", &bearer())
                 .call()
         })
+    }
+
+    /// Publishes a fresh object through one host and reads it back
+    /// through another. A create that committed on a host that died
+    /// before answering is retried and finds the key taken (412): then the
+    /// stored bytes must be this request's.
+    fn put_and_get(&mut self) {
+        let n = self.objects;
+        self.objects += 1;
+        let bytes = noise(16 * 1024, 1_000 + n);
+        let path = format!("/v1/stores/serving/objects/chaos/{n}");
+        let (status, body) = self.request(&format!("PUT {path}"), |agent, base| {
+            agent
+                .put(&format!("{base}{path}"))
+                .header("authorization", &bearer())
+                .header("if-none-match", "*")
+                .send(&bytes[..])
+        });
+        assert!(
+            status == 201 || status == 412,
+            "PUT {path}: {status} {body}"
+        );
+        let (status, got) = self.request_bytes(&format!("GET {path}"), |agent, base| {
+            agent
+                .get(&format!("{base}{path}"))
+                .header("authorization", &bearer())
+                .call()
+        });
+        assert_eq!(status, 200, "GET {path}");
+        assert!(got == bytes, "GET {path}: the bytes differ from the PUT's");
     }
 
     /// Every record of the audit log, oldest first.
@@ -201,6 +262,7 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
         rng,
         retries: 0,
         requests: 0,
+        objects: 0,
     };
 
     // Content, then the takedowns, each over all of it.
@@ -274,9 +336,10 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
     }
     eprintln!(
         "purged {TAKEDOWNS} takedowns in {:?}: {host_kills} host kills, {member_kills} etcd member \
-         kills, {} requests, {} failed over",
+         kills, {} requests ({} objects written and read back), {} failed over",
         started.elapsed(),
         system.requests,
+        system.objects,
         system.retries
     );
     assert!(host_kills >= 3, "too few kills to prove anything");
@@ -326,6 +389,7 @@ fn poll(
                 _ => {}
             }
         }
+        system.put_and_get();
         if Instant::now() >= until {
             return;
         }

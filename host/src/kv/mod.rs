@@ -58,8 +58,9 @@ pub const MAX_BATCH_OPS: usize = 96;
 /// Most key and value bytes in one caller's batch.
 pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Operations the host reserves for its own rows when it commits a step:
-/// the timer guard, delete and reschedule, the fence guards and deadline,
-/// and up to 8 audit records with their guards.
+/// the timer guard, delete and reschedule (3), the fence guard and
+/// deadline (2), the step claim's release (1), and the step's own audit
+/// record and up to 8 more, each with its guard (18): 24, with room.
 pub const HOST_RESERVED_OPS: usize = 32;
 /// Bytes the host reserves for its own rows: 8 audit records at their
 /// bounds (about 21 KiB each as JSON) plus timer and fence rows.

@@ -8,7 +8,8 @@
 //!   reached died): status polls, and object writes and reads made
 //!   throughout, each object reading back as written;
 //! - every request's preserved pieces are all there, once each, once it is
-//!   verified, and none is left after its purge;
+//!   verified (a legal hold keeps its purge away until the test has
+//!   looked), and none is left after its purge;
 //! - no policy transition is audited twice;
 //! - every timer step is committed exactly once: the audit's step numbers
 //!   of each timer are 1..=n without a repeat, and n is the timer's own
@@ -16,6 +17,8 @@
 //! - every host did part of the work.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use custodian::kv::etcd::local_server::EtcdCluster;
@@ -30,19 +33,19 @@ use crate::takedown::noise;
 const HOSTS: usize = 3;
 const TAKEDOWNS: usize = 50;
 const FILES: usize = 4;
-/// Long enough that the test sees every request verified and checks its
-/// pieces before the purge removes them.
-const RETENTION_MS: u64 = 40_000;
+/// Short: a legal hold, set when a request is filed and released once the
+/// test has checked its pieces, keeps the purge away until then.
+const RETENTION_MS: u64 = 5_000;
 /// How long a request may keep failing over before the test gives up: a
 /// restart of a host or of an etcd member (with its election) fits many
 /// times over.
 const REQUEST_PATIENCE: Duration = Duration::from_secs(60);
 const DEADLINE: Duration = Duration::from_secs(600);
 
-/// The running system: the hosts, the cluster, the stores.
+/// The client's view of the system: where the hosts listen (a restarted
+/// host listens on a new port), and what its requests have met.
 struct System {
-    hosts: Vec<Server>,
-    etcd: EtcdCluster,
+    bases: Arc<Mutex<Vec<String>>>,
     rng: Rng,
     /// Attempts that failed over to another host (a dead host, a 5xx).
     retries: u64,
@@ -80,7 +83,8 @@ impl System {
             // Any host, dead or alive, as a load balancer without health
             // checks would pick: a dead one refuses the connection.
             let index = self.rng.below(HOSTS as u64) as usize;
-            match call(&agent, &self.hosts[index].base) {
+            let base = self.bases.lock().unwrap()[index].clone();
+            match call(&agent, &base) {
                 Ok(mut response) if response.status().as_u16() < 500 => {
                     let status = response.status().as_u16();
                     match response
@@ -140,6 +144,21 @@ impl System {
         });
         assert_eq!(status, 200, "GET {path}");
         assert!(got == bytes, "GET {path}: the bytes differ from the PUT's");
+    }
+
+    /// Sets or clears request `id`'s legal hold (idempotent, so a retry
+    /// after an unknown outcome is harmless).
+    fn hold(&mut self, id: &str, enabled: bool) {
+        let path = format!("/v1/takedowns/{id}/hold");
+        let body = json_body(json!({ "enabled": enabled }));
+        let (status, answer) = self.request(&format!("PUT {path}"), |agent, base| {
+            agent
+                .put(&format!("{base}{path}"))
+                .header("authorization", &bearer())
+                .header("content-type", "application/json")
+                .send(&body[..])
+        });
+        assert_eq!(status, 200, "PUT {path}: {answer}");
     }
 
     /// Every record of the audit log, oldest first.
@@ -253,12 +272,12 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
         ("AWS_SECRET_ACCESS_KEY", credentials.secret_access_key()),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ];
-    let hosts = (0..HOSTS)
+    let hosts: Vec<Server> = (0..HOSTS)
         .map(|_| Server::start_in_env(&config, &[], &env, |_| {}))
         .collect();
+    let bases = Arc::new(Mutex::new(hosts.iter().map(|h| h.base.clone()).collect()));
     let mut system = System {
-        hosts,
-        etcd,
+        bases: bases.clone(),
         rng,
         retries: 0,
         requests: 0,
@@ -291,49 +310,43 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
                     .send(&body[..])
             });
             assert_eq!(status, 201, "{created}");
-            created["id"].as_str().unwrap().to_owned()
+            let id = created["id"].as_str().unwrap().to_owned();
+            system.hold(&id, true);
+            id
         })
         .collect();
 
-    // Chaos until every request is purged; each request's pieces are
-    // checked the first time it is seen verified.
+    // Chaos until every request is purged, while the requests are polled;
+    // each request's pieces are checked the first time it is seen verified.
+    let stop = Arc::new(AtomicBool::new(false));
+    let chaos = Chaos {
+        hosts,
+        etcd,
+        bases,
+        rng: Rng::from_env(),
+        stop: stop.clone(),
+    };
+    let chaos = std::thread::spawn(move || chaos.run());
     let started = Instant::now();
     let mut checked: BTreeSet<String> = BTreeSet::new();
     let mut purged: BTreeSet<String> = BTreeSet::new();
-    let (mut host_kills, mut member_kills) = (0u32, 0u32);
     while purged.len() < TAKEDOWNS {
         assert!(
             started.elapsed() < DEADLINE,
             "{} of {TAKEDOWNS} purged after {DEADLINE:?}",
             purged.len()
         );
-        let host = system.rng.below(HOSTS as u64) as usize;
-        let member = system.rng.below(system.etcd.members() as u64) as usize;
-        system.hosts[host].kill();
-        system.etcd.kill(member);
-        host_kills += 1;
-        member_kills += 1;
-        let down_for = Duration::from_millis(1_000 + system.rng.below(1_500));
         poll(
             &mut system,
             &requests,
-            down_for,
-            &mut checked,
-            &mut purged,
-            &preserved,
-        );
-        system.etcd.restart(member).expect("the member restarts");
-        system.hosts[host].restart();
-        let up_for = Duration::from_millis(1_500 + system.rng.below(2_000));
-        poll(
-            &mut system,
-            &requests,
-            up_for,
             &mut checked,
             &mut purged,
             &preserved,
         );
     }
+    stop.store(true, Ordering::Relaxed);
+    let (_hosts, _etcd, kills) = chaos.join().expect("the chaos thread");
+    let (host_kills, member_kills) = (kills, kills);
     eprintln!(
         "purged {TAKEDOWNS} takedowns in {:?}: {host_kills} host kills, {member_kills} etcd member \
          kills, {} requests ({} objects written and read back), {} failed over",
@@ -342,7 +355,7 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
         system.objects,
         system.retries
     );
-    assert!(host_kills >= 3, "too few kills to prove anything");
+    assert!(host_kills >= 5, "too few kills to prove anything");
     assert_eq!(
         checked.len(),
         TAKEDOWNS,
@@ -358,42 +371,67 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
     assert_transitions_audited_once(&records, &requests, FILES);
 }
 
-/// Polls every request's status for `span`, checking the pieces of
-/// requests newly seen verified and not yet purging, and noting the purged
-/// ones.
+/// Polls every request's status once, checking the pieces of requests
+/// newly seen verified and not yet purging (then releasing their hold),
+/// and noting the purged ones; then writes and reads an object.
 fn poll(
     system: &mut System,
     requests: &[String],
-    span: Duration,
     checked: &mut BTreeSet<String>,
     purged: &mut BTreeSet<String>,
     preserved: &Preserved,
 ) {
-    let until = Instant::now() + span;
-    loop {
-        for id in requests {
-            if purged.contains(id) {
-                continue;
-            }
-            let (status, body) = system.get(&format!("/v1/takedowns/{id}"));
-            assert_eq!(status, 200, "{body}");
-            let verified = body["verification"] == "verified";
-            match body["phase"].as_str().unwrap() {
-                "closure" | "discover" | "retain" if verified && !checked.contains(id) => {
-                    check_verified(id, &body, preserved);
-                    checked.insert(id.clone());
-                }
-                "purged" => {
-                    purged.insert(id.clone());
-                }
-                _ => {}
-            }
+    for id in requests {
+        if purged.contains(id) {
+            continue;
         }
-        system.put_and_get();
-        if Instant::now() >= until {
-            return;
+        let (status, body) = system.get(&format!("/v1/takedowns/{id}"));
+        assert_eq!(status, 200, "{body}");
+        let verified = body["verification"] == "verified";
+        match body["phase"].as_str().unwrap() {
+            "closure" | "discover" | "retain" if verified && !checked.contains(id) => {
+                check_verified(id, &body, preserved);
+                checked.insert(id.clone());
+                system.hold(id, false);
+            }
+            "purged" => {
+                purged.insert(id.clone());
+            }
+            _ => {}
         }
-        std::thread::sleep(Duration::from_millis(200));
+    }
+    system.put_and_get();
+}
+
+/// Kills a random host and a random etcd member every few seconds and
+/// restarts them, until told to stop.
+struct Chaos {
+    hosts: Vec<Server>,
+    etcd: EtcdCluster,
+    bases: Arc<Mutex<Vec<String>>>,
+    rng: Rng,
+    stop: Arc<AtomicBool>,
+}
+
+impl Chaos {
+    /// Runs until stopped; hands back the hosts and the cluster (to be
+    /// dropped, which stops them, after the test's last request) and how
+    /// many rounds of kills it made.
+    fn run(mut self) -> (Vec<Server>, EtcdCluster, u32) {
+        let mut rounds = 0;
+        while !self.stop.load(Ordering::Relaxed) {
+            let host = self.rng.below(HOSTS as u64) as usize;
+            let member = self.rng.below(self.etcd.members() as u64) as usize;
+            self.hosts[host].kill();
+            self.etcd.kill(member);
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(500 + self.rng.below(1_500)));
+            self.etcd.restart(member).expect("the member restarts");
+            self.hosts[host].restart();
+            self.bases.lock().unwrap()[host] = self.hosts[host].base.clone();
+            std::thread::sleep(Duration::from_millis(1_000 + self.rng.below(2_000)));
+        }
+        (self.hosts, self.etcd, rounds)
     }
 }
 

@@ -151,3 +151,43 @@ impl DataDir {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_keeps_the_name_it_was_given_on_first_start() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::create(root.path()).unwrap();
+        let first = dir.node_name().unwrap();
+        assert!(crate::config::validate_node(&first).is_ok(), "{first}");
+        assert_eq!(
+            DataDir::create(root.path()).unwrap().node_name().unwrap(),
+            first
+        );
+        let other = DataDir::create(&root.path().join("other")).unwrap();
+        assert_ne!(other.node_name().unwrap(), first, "each directory its own");
+    }
+
+    #[test]
+    fn a_corrupt_node_file_is_an_error_not_a_new_name() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join(NODE_FILE), "Not A Name\n").unwrap();
+        let error = DataDir::create(root.path())
+            .unwrap()
+            .node_name()
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_held_directory_cannot_be_held_again_until_released() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::create(root.path()).unwrap();
+        let held = dir.lock().unwrap();
+        assert!(matches!(dir.lock(), Err(KvError::InUse(_))));
+        drop(held);
+        dir.lock().unwrap();
+    }
+}

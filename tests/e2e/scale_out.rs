@@ -27,7 +27,7 @@ use custodian::object::s3::local_server::{self, Kind};
 use serde_json::{Value, json};
 
 use crate::server::{Server, agent, bearer, json_body};
-use crate::support::Rng;
+use crate::support::{Rng, custodian, outcome};
 use crate::takedown::noise;
 
 const HOSTS: usize = 3;
@@ -569,4 +569,66 @@ fn assert_transitions_audited_once(records: &[Value], requests: &[String], files
         deleted.values().all(|n| *n == 1),
         "a piece deleted twice: {deleted:?}"
     );
+}
+
+#[test]
+fn a_host_that_cannot_reach_etcd_or_names_a_bad_prefix_exits_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("custodian.toml");
+    // A port nothing listens on once the probe is dropped.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let serve = |text: String| {
+        std::fs::write(&config, text).unwrap();
+        let mut child = custodian()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
+            .env("CUSTODIAN_TOKEN", crate::server::TOKEN)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let output = child.wait_with_output().unwrap();
+                panic!(
+                    "the host kept running without etcd: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        outcome(&child.wait_with_output().unwrap())
+    };
+    let etcd = |extra: &str| {
+        format!(
+            "[kv]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{port}\"]\n\
+             request_timeout_ms = 500\n{extra}"
+        )
+    };
+
+    let started = Instant::now();
+    let (code, stdout, stderr) = serve(etcd(""));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach etcd at http://127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "it never listened: {stdout}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "it gave up within its request timeout, not after {:?}",
+        started.elapsed()
+    );
+
+    let (code, _, stderr) = serve(etcd("prefix = \"no-slash\"\n"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("must be empty or end in '/'"), "{stderr}");
 }

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use custodian::clock::{Clock, SystemClock};
-use custodian::config::{Config, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, KvBackend};
-use custodian::data_dir::DataDir;
-use custodian::data_dir::DirLock;
+use custodian::config::{
+    Config, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, KvBackend,
+};
+use custodian::data_dir::{DataDir, DirLock};
 use custodian::fence::{Coordinator, FenceConfig};
 use custodian::kv::etcd::{EtcdConfig, EtcdKv};
-use custodian::kv::{Kv, KvError};
+use custodian::kv::{Kv, KvError, Partition};
 use custodian::object::ObjectStore;
 use custodian::policy::retention::Settings;
 use custodian::policy::takedown;
-use custodian::runtime::{Runtime, RuntimeConfig, World};
+use custodian::runtime::{Limits, Runtime, RuntimeConfig, World};
 use custodian::serve::jobs::Jobs;
 use custodian::serve::metrics::Metrics;
 use custodian::serve::plugins::{
@@ -240,14 +241,19 @@ async fn open_kv(
                 .lock()
                 .map_err(|e| busy_or(e, format!("cannot hold {}", plan.data.display())))?;
             let section = &plan.config.kv;
-            let prefix = section.prefix.as_deref().unwrap_or("custodian/");
+            let prefix = section.prefix.as_deref().unwrap_or(DEFAULT_ETCD_PREFIX);
             let mut config = EtcdConfig::from_env(section.endpoints.clone(), prefix.into())
                 .map_err(|e| usage(anyhow!(e).context("[kv] etcd settings")))?;
             config.request_timeout = Duration::from_millis(etcd_request_timeout_ms(&plan.config));
             let endpoints = section.endpoints.join(", ");
-            let kv = EtcdKv::connect(config, clock).await.map_err(|e| {
+            let unreachable = |e: KvError| {
                 failed(anyhow!(e).context(format!("cannot reach etcd at {endpoints}")))
-            })?;
+            };
+            let kv = EtcdKv::connect(config, clock).await.map_err(unreachable)?;
+            // The client connects lazily; a read needs a quorum, so a host
+            // that cannot reach one says so now instead of serving 503s.
+            let timers = Partition::new(custodian::timers::PARTITION).expect("a valid name");
+            kv.get(&timers, b"r").await.map_err(unreachable)?;
             Ok((Arc::new(kv), Some(lock)))
         }
     }
@@ -311,7 +317,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     // that by a margin for the step's commit.
     let step_claim = settings
         .get(&World::Takedown)
-        .map_or(Duration::from_secs(2), |s| s.limits.timeout)
+        .map_or(Limits::default().timeout, |s| s.limits.timeout)
         + STEP_CLAIM_MARGIN;
     let step_store_calls = plan
         .config

@@ -27,8 +27,9 @@ use crate::object::open::StoreUrl;
 pub mod server;
 
 pub use server::{
-    DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, GrantsConfig, KvBackend, KvConfig,
-    MAX_NODE_BYTES, PluginConfig, PluginsConfig, RetentionConfig, ServerConfig, validate_node,
+    DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, GrantsConfig, KvBackend,
+    KvConfig, MAX_NODE_BYTES, PluginConfig, PluginsConfig, RetentionConfig, ServerConfig,
+    validate_node,
 };
 
 /// A commented configuration file with every setting, as `custodian

@@ -50,11 +50,8 @@ pub const MAX_NODE_BYTES: usize = 32;
 /// # Errors
 /// What is wrong with it.
 pub fn validate_node(name: &str) -> Result<(), String> {
-    let valid = (1..=MAX_NODE_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
-    if valid {
+    // A node name heads its workers' fence shard names, so it must be one.
+    if name.len() <= MAX_NODE_BYTES && crate::fence::is_name(name) {
         Ok(())
     } else {
         Err(format!(
@@ -76,12 +73,16 @@ pub struct KvConfig {
     #[serde(default)]
     pub endpoints: Vec<String>,
     /// For `etcd`: the prefix of every key this deployment writes, so
-    /// several deployments can share one cluster. Default `custodian/`.
+    /// several deployments can share one cluster; it ends in `/`. Default
+    /// [`DEFAULT_ETCD_PREFIX`].
     pub prefix: Option<String>,
     /// For `etcd`: how long one request may take before it fails as
     /// unavailable, in ms. Default [`DEFAULT_ETCD_REQUEST_TIMEOUT_MS`].
     pub request_timeout_ms: Option<u64>,
 }
+
+/// The key prefix of a deployment on etcd when `[kv] prefix` is not set.
+pub const DEFAULT_ETCD_PREFIX: &str = "custodian/";
 
 /// How long one etcd request may take by default: long enough for a
 /// leader election after a member dies (about a second with etcd's

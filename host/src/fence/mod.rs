@@ -231,7 +231,7 @@ impl std::fmt::Display for ShardId {
 
 /// Whether `name` may be a key segment: the alphabet excludes `/`, which
 /// is what keeps the key layout unambiguous.
-fn is_name(name: &str) -> bool {
+pub(crate) fn is_name(name: &str) -> bool {
     (1..=MAX_NAME_BYTES).contains(&name.len())
         && name
             .bytes()

@@ -171,7 +171,7 @@ async fn run(worker: Worker, mut lp: Loop) {
         let report = match result {
             Ok(report) => report,
             Err(error) => {
-                tracing::error!("the timer tick failed: {error}");
+                tracing::error!("the timer tick failed: {:#}", anyhow::Error::new(error));
                 pause(&mut lp, ERROR_PAUSE).await;
                 continue;
             }
@@ -188,7 +188,10 @@ async fn run(worker: Worker, mut lp: Loop) {
             Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)).min(IDLE_POLL),
             Ok(None) => IDLE_POLL,
             Err(error) => {
-                tracing::error!("cannot read the next due timer: {error}");
+                tracing::error!(
+                    "cannot read the next due timer: {:#}",
+                    anyhow::Error::new(error)
+                );
                 ERROR_PAUSE
             }
         };

@@ -396,24 +396,81 @@ pub(crate) async fn only_one_of_two_writers_guarded_on_the_same_row_commits(
     assert_eq!(committed, 1, "{outcomes:?}");
 }
 
-/// A small deterministic generator, so a failure replays exactly.
-struct XorShift(u64);
+/// A small deterministic generator, so a failure replays from its seed;
+/// shared by every backend's randomized and fault tests.
+pub(crate) struct XorShift(pub u64);
 
 impl XorShift {
-    fn next(&mut self) -> u64 {
+    /// Seeded from the time, printed so a failure can be replayed.
+    pub(crate) fn from_time(what: &str) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("{what} seed: {seed}");
+        Self(seed)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
 
+/// The reference model of a store: every row by partition name and key.
+pub(crate) type Model = BTreeMap<(String, Vec<u8>), Vec<u8>>;
+
+/// What the model says `batch` does at `now_ms`: its outcome (the first
+/// failing precondition decides) and the state after.
+pub(crate) fn model_apply(model: &Model, batch: &Batch, now_ms: u64) -> (Outcome, Model) {
+    for (index, precondition) in batch.preconditions.iter().enumerate() {
+        let holds = match precondition {
+            Precondition::Absent { partition, key } => {
+                !model.contains_key(&(partition.as_str().to_owned(), key.clone()))
+            }
+            Precondition::Equals {
+                partition,
+                key,
+                value,
+            } => model.get(&(partition.as_str().to_owned(), key.clone())) == Some(value),
+            Precondition::NotAfter(deadline) => {
+                if now_ms > *deadline {
+                    return (Outcome::DeadlinePassed, model.clone());
+                }
+                true
+            }
+        };
+        if !holds {
+            let index = u32::try_from(index).expect("batches are bounded far below u32");
+            return (Outcome::PreconditionFailed { index }, model.clone());
+        }
+    }
+    let mut after = model.clone();
+    for write in &batch.writes {
+        match write {
+            Write::Put {
+                partition,
+                key,
+                value,
+            } => {
+                after.insert((partition.as_str().to_owned(), key.clone()), value.clone());
+            }
+            Write::Delete { partition, key } => {
+                after.remove(&(partition.as_str().to_owned(), key.clone()));
+            }
+        }
+    }
+    (Outcome::Committed, after)
+}
+
 pub(crate) async fn random_batches_agree_with_a_btreemap_model(kv: &impl Kv, clock: &FixedClock) {
-    type Model = BTreeMap<(String, Vec<u8>), Vec<u8>>;
-    let mut model: Model = BTreeMap::new();
+    let mut model = Model::new();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let partitions = ["p0", "p1"];
     let key = |rng: &mut XorShift| vec![b'k', rng.below(12) as u8];
@@ -444,48 +501,8 @@ pub(crate) async fn random_batches_agree_with_a_btreemap_model(kv: &impl Kv, clo
                 put(partition, &k, &value(&mut rng))
             });
         }
-        let mut expected = Outcome::Committed;
-        for (index, precondition) in batch.preconditions.iter().enumerate() {
-            let holds = match precondition {
-                Precondition::Absent { partition, key } => {
-                    !model.contains_key(&(partition.as_str().to_owned(), key.clone()))
-                }
-                Precondition::Equals {
-                    partition,
-                    key,
-                    value,
-                } => model.get(&(partition.as_str().to_owned(), key.clone())) == Some(value),
-                Precondition::NotAfter(deadline) => {
-                    if clock.now_ms() > *deadline {
-                        expected = Outcome::DeadlinePassed;
-                        break;
-                    }
-                    true
-                }
-            };
-            if !holds {
-                expected = Outcome::PreconditionFailed {
-                    index: u32::try_from(index).unwrap(),
-                };
-                break;
-            }
-        }
-        if expected == Outcome::Committed {
-            for write in &batch.writes {
-                match write {
-                    Write::Put {
-                        partition,
-                        key,
-                        value,
-                    } => {
-                        model.insert((partition.as_str().to_owned(), key.clone()), value.clone());
-                    }
-                    Write::Delete { partition, key } => {
-                        model.remove(&(partition.as_str().to_owned(), key.clone()));
-                    }
-                }
-            }
-        }
+        let (expected, after) = model_apply(&model, &batch, clock.now_ms());
+        model = after;
         assert_eq!(
             kv.apply(&batch).await,
             Ok(expected),

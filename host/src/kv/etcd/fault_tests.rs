@@ -9,7 +9,6 @@
 //! that etcd loses nothing when its processes crash, not what a power cut
 //! does (etcd's fsync covers that; they do not test it).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,37 +19,12 @@ use super::local_server::EtcdCluster;
 use super::tests::{fresh_prefix, p, put};
 use super::{EtcdConfig, EtcdKv};
 use crate::clock::FixedClock;
+use crate::kv::conformance::{Model, XorShift, model_apply};
 use crate::kv::{Batch, Kv, KvError, Outcome, Precondition, Write};
-
-type Model = BTreeMap<(String, Vec<u8>), Vec<u8>>;
 
 const PARTITIONS: [&str; 2] = ["p0", "p1"];
 /// How long a test waits for a cluster to heal.
 const HEAL: Duration = Duration::from_secs(60);
-
-/// A small deterministic generator; the seed is printed, so a failure
-/// replays.
-struct XorShift(u64);
-
-impl XorShift {
-    fn from_time(what: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        let seed = nanos | 1;
-        eprintln!("{what}: seed {seed:#x}");
-        Self(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn clock() -> Arc<FixedClock> {
     Arc::new(FixedClock::new(1_000_000))
@@ -98,43 +72,6 @@ fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
         });
     }
     batch
-}
-
-/// What the model says `batch` does: its outcome and the state after.
-fn model_apply(model: &Model, batch: &Batch) -> (Outcome, Model) {
-    for (index, precondition) in batch.preconditions.iter().enumerate() {
-        let holds = match precondition {
-            Precondition::Absent { partition, key } => {
-                !model.contains_key(&(partition.to_string(), key.clone()))
-            }
-            Precondition::Equals {
-                partition,
-                key,
-                value,
-            } => model.get(&(partition.to_string(), key.clone())) == Some(value),
-            Precondition::NotAfter(_) => true,
-        };
-        if !holds {
-            let index = u32::try_from(index).unwrap();
-            return (Outcome::PreconditionFailed { index }, model.clone());
-        }
-    }
-    let mut after = model.clone();
-    for write in &batch.writes {
-        match write {
-            Write::Put {
-                partition,
-                key,
-                value,
-            } => {
-                after.insert((partition.to_string(), key.clone()), value.clone());
-            }
-            Write::Delete { partition, key } => {
-                after.remove(&(partition.to_string(), key.clone()));
-            }
-        }
-    }
-    (Outcome::Committed, after)
 }
 
 /// Everything the store holds (both partitions fit one page).
@@ -234,7 +171,7 @@ async fn batches_stay_whole_while_members_and_the_leader_are_killed_and_restarte
             break;
         }
         let batch = random_batch(&mut rng, &model, round);
-        let (expected, after) = model_apply(&model, &batch);
+        let (expected, after) = model_apply(&model, &batch, 0);
         match kv.apply(&batch).await {
             Ok(outcome) => {
                 assert_eq!(outcome, expected, "round {round}: {batch:?}");
@@ -303,7 +240,7 @@ async fn a_store_keeps_serving_while_one_member_of_three_is_down_and_after_it_re
     let mut run = async |model: &mut Model, rounds: u64| {
         for _ in 0..rounds {
             let batch = random_batch(&mut rng, model, round);
-            let (expected, after) = model_apply(model, &batch);
+            let (expected, after) = model_apply(model, &batch, 0);
             assert_eq!(kv.apply(&batch).await, Ok(expected), "round {round}");
             *model = after;
             let keys: Vec<Vec<u8>> = (0..16).map(|k| vec![b'k', k]).collect();
@@ -348,7 +285,7 @@ async fn committed_batches_survive_killing_and_restarting_every_member() {
     let mut model = Model::new();
     for round in 0..60 {
         let batch = random_batch(&mut rng, &model, round);
-        let (expected, after) = model_apply(&model, &batch);
+        let (expected, after) = model_apply(&model, &batch, 0);
         assert_eq!(kv.apply(&batch).await, Ok(expected), "round {round}");
         model = after;
     }

@@ -7,15 +7,13 @@
 //! (redb cannot always say which: a failed fsync may follow a complete
 //! write), and nothing is there partially.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::RedbKv;
-use super::tests::{XorShift, p, probed, put, scan_all};
+use super::tests::{p, probed, put, scan_all};
 use crate::clock::FixedClock;
+use crate::kv::conformance::{Model, XorShift, model_apply};
 use crate::kv::{Batch, Kv, KvError, Outcome, Precondition, Write};
-
-type Model = BTreeMap<(String, Vec<u8>), Vec<u8>>;
 
 const PARTITIONS: [&str; 2] = ["p0", "p1"];
 /// Batches per run; more than any swept failure point needs.
@@ -66,43 +64,6 @@ fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
     batch
 }
 
-/// What the model says `batch` does: its outcome and the state after.
-fn model_apply(model: &Model, batch: &Batch) -> (Outcome, Model) {
-    for (index, precondition) in batch.preconditions.iter().enumerate() {
-        let holds = match precondition {
-            Precondition::Absent { partition, key } => {
-                !model.contains_key(&(partition.to_string(), key.clone()))
-            }
-            Precondition::Equals {
-                partition,
-                key,
-                value,
-            } => model.get(&(partition.to_string(), key.clone())) == Some(value),
-            Precondition::NotAfter(_) => true,
-        };
-        if !holds {
-            let index = u32::try_from(index).unwrap();
-            return (Outcome::PreconditionFailed { index }, model.clone());
-        }
-    }
-    let mut after = model.clone();
-    for write in &batch.writes {
-        match write {
-            Write::Put {
-                partition,
-                key,
-                value,
-            } => {
-                after.insert((partition.to_string(), key.clone()), value.clone());
-            }
-            Write::Delete { partition, key } => {
-                after.remove(&(partition.to_string(), key.clone()));
-            }
-        }
-    }
-    (Outcome::Committed, after)
-}
-
 /// Everything the store holds, as a model.
 async fn state(kv: &impl Kv) -> Model {
     let mut state = Model::new();
@@ -137,7 +98,7 @@ async fn a_storage_failure_at_any_point_leaves_every_batch_whole_after_reopen() 
         let mut failed = None;
         for round in 0..ROUNDS {
             let batch = random_batch(&mut rng, &model, round);
-            let (expected, after) = model_apply(&model, &batch);
+            let (expected, after) = model_apply(&model, &batch, 0);
             match kv.apply(&batch).await {
                 Ok(outcome) => {
                     assert_eq!(outcome, expected, "fail after {fail_after}, round {round}");

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::RedbKv;
-use super::tests::{XorShift, p, put, scan_all};
+use super::tests::{p, put, scan_all};
 use crate::child_tests::{ChildTests, stderr_of, wait_for};
 use crate::clock::SystemClock;
+use crate::kv::conformance::XorShift;
 use crate::kv::{Batch, Kv, KvError, Outcome, Precondition};
 
 /// This module's child processes, told their role in this variable.

@@ -397,32 +397,6 @@ pub(super) async fn scan_all(
     }
 }
 
-/// A small deterministic generator, so a failure replays from its seed.
-pub(super) struct XorShift(pub u64);
-
-impl XorShift {
-    /// Seeded from the time, printed so a failure can be replayed.
-    pub fn from_time(what: &str) -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            | 1;
-        eprintln!("{what} seed: {seed}");
-        Self(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[tokio::test]
 async fn an_apply_dropped_before_its_batch_was_taken_never_commits() {
     let kv = RedbKv::temporary(clock());

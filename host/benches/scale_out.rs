@@ -100,10 +100,6 @@ fn metric(text: &str, name: &str, labels: &str) -> u64 {
         .sum()
 }
 
-fn metric_max(text: &str, name: &str) -> u64 {
-    metric(text, name, "")
-}
-
 struct Run {
     hosts: usize,
     steps: u64,
@@ -229,14 +225,14 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize) -> Run 
                 )
             })
             .sum::<u64>();
-        out.batch_ops += metric_max(&text, "custodian_kv_batch_ops_total");
-        out.batch_bytes += metric_max(&text, "custodian_kv_batch_bytes_total");
+        out.batch_ops += metric(&text, "custodian_kv_batch_ops_total", "");
+        out.batch_bytes += metric(&text, "custodian_kv_batch_bytes_total", "");
         out.max_ops = out
             .max_ops
-            .max(metric_max(&text, "custodian_kv_batch_ops_max"));
+            .max(metric(&text, "custodian_kv_batch_ops_max", ""));
         out.max_bytes = out
             .max_bytes
-            .max(metric_max(&text, "custodian_kv_batch_bytes_max"));
+            .max(metric(&text, "custodian_kv_batch_bytes_max", ""));
         out.failed_steps += metric(&text, "custodian_steps_total", "outcome=\"failed\"")
             + metric(&text, "custodian_steps_total", "outcome=\"lost\"");
     }

@@ -469,6 +469,54 @@ pub(crate) fn model_apply(model: &Model, batch: &Batch, now_ms: u64) -> (Outcome
     (Outcome::Committed, after)
 }
 
+/// The partitions the fault tests' batches write.
+pub(crate) const FAULT_PARTITIONS: [&str; 2] = ["p0", "p1"];
+
+/// A batch for the fault tests: guards that mostly hold (some stale),
+/// writes across [`FAULT_PARTITIONS`], values that carry the round (some
+/// spanning several pages), so a committed batch is visible in the state.
+pub(crate) fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
+    let key = |rng: &mut XorShift| vec![b'k', rng.below(16) as u8];
+    let mut batch = Batch::default();
+    for _ in 0..rng.below(3) {
+        let partition = FAULT_PARTITIONS[rng.below(2) as usize];
+        let k = key(rng);
+        let current = model.get(&(partition.to_owned(), k.clone()));
+        batch.preconditions.push(match (current, rng.below(5)) {
+            (Some(value), 0..=3) => Precondition::Equals {
+                partition: p(partition),
+                key: k,
+                value: value.clone(),
+            },
+            (Some(_), _) => Precondition::Equals {
+                partition: p(partition),
+                key: k,
+                value: b"stale".to_vec(),
+            },
+            (None, _) => Precondition::Absent {
+                partition: p(partition),
+                key: k,
+            },
+        });
+    }
+    for _ in 0..1 + rng.below(6) {
+        let partition = FAULT_PARTITIONS[rng.below(2) as usize];
+        let k = key(rng);
+        batch.writes.push(if rng.below(5) == 0 {
+            Write::Delete {
+                partition: p(partition),
+                key: k,
+            }
+        } else {
+            let len = [1, 100, 6000][rng.below(3) as usize];
+            let mut value = round.to_be_bytes().to_vec();
+            value.resize(len.max(8), rng.below(256) as u8);
+            put(partition, &k, &value)
+        });
+    }
+    batch
+}
+
 pub(crate) async fn random_batches_agree_with_a_btreemap_model(kv: &impl Kv, clock: &FixedClock) {
     let mut model = Model::new();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);

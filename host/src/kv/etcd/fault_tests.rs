@@ -16,62 +16,19 @@ use std::time::{Duration, Instant};
 use tokio::task::block_in_place;
 
 use super::local_server::EtcdCluster;
-use super::tests::{fresh_prefix, p, put};
+use super::tests::{fresh_prefix, p};
 use super::{EtcdConfig, EtcdKv};
 use crate::clock::FixedClock;
-use crate::kv::conformance::{Model, XorShift, model_apply};
-use crate::kv::{Batch, Kv, KvError, Outcome, Precondition, Write};
+use crate::kv::conformance::{
+    FAULT_PARTITIONS as PARTITIONS, Model, XorShift, model_apply, random_batch,
+};
+use crate::kv::{Kv, KvError, Outcome};
 
-const PARTITIONS: [&str; 2] = ["p0", "p1"];
 /// How long a test waits for a cluster to heal.
 const HEAL: Duration = Duration::from_secs(60);
 
 fn clock() -> Arc<FixedClock> {
     Arc::new(FixedClock::new(1_000_000))
-}
-
-/// A batch whose guards mostly hold, with writes across both partitions;
-/// values carry the round, so a committed batch is visible in the state.
-fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
-    let key = |rng: &mut XorShift| vec![b'k', rng.below(16) as u8];
-    let mut batch = Batch::default();
-    for _ in 0..rng.below(3) {
-        let partition = PARTITIONS[rng.below(2) as usize];
-        let k = key(rng);
-        let current = model.get(&(partition.to_owned(), k.clone()));
-        batch.preconditions.push(match (current, rng.below(5)) {
-            (Some(value), 0..=3) => Precondition::Equals {
-                partition: p(partition),
-                key: k,
-                value: value.clone(),
-            },
-            (Some(_), _) => Precondition::Equals {
-                partition: p(partition),
-                key: k,
-                value: b"stale".to_vec(),
-            },
-            (None, _) => Precondition::Absent {
-                partition: p(partition),
-                key: k,
-            },
-        });
-    }
-    for _ in 0..1 + rng.below(6) {
-        let partition = PARTITIONS[rng.below(2) as usize];
-        let k = key(rng);
-        batch.writes.push(if rng.below(5) == 0 {
-            Write::Delete {
-                partition: p(partition),
-                key: k,
-            }
-        } else {
-            let len = [1, 100, 6000][rng.below(3) as usize];
-            let mut value = round.to_be_bytes().to_vec();
-            value.resize(len.max(8), rng.below(256) as u8);
-            put(partition, &k, &value)
-        });
-    }
-    batch
 }
 
 /// Everything the store holds (both partitions fit one page).

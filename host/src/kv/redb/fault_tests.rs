@@ -12,10 +12,11 @@ use std::sync::Arc;
 use super::RedbKv;
 use super::tests::{p, probed, put, scan_all};
 use crate::clock::FixedClock;
-use crate::kv::conformance::{Model, XorShift, model_apply};
-use crate::kv::{Batch, Kv, KvError, Outcome, Precondition, Write};
+use crate::kv::conformance::{
+    FAULT_PARTITIONS as PARTITIONS, Model, XorShift, model_apply, random_batch,
+};
+use crate::kv::{Batch, Kv, KvError, Outcome, Precondition};
 
-const PARTITIONS: [&str; 2] = ["p0", "p1"];
 /// Batches per run; more than any swept failure point needs.
 const ROUNDS: u64 = 30;
 /// The failure points swept: mutations after the store is open.
@@ -23,45 +24,6 @@ const FAIL_POINTS: std::ops::RangeInclusive<u64> = 0..=150;
 
 fn clock() -> Arc<FixedClock> {
     Arc::new(FixedClock::new(1_000_000))
-}
-
-/// A batch of guards that mostly hold and writes across both partitions;
-/// values carry the round, some span several pages.
-fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
-    let key = |rng: &mut XorShift| vec![b'k', rng.below(16) as u8];
-    let mut batch = Batch::default();
-    for _ in 0..rng.below(3) {
-        let partition = PARTITIONS[rng.below(2) as usize];
-        let k = key(rng);
-        let current = model.get(&(partition.to_owned(), k.clone()));
-        batch.preconditions.push(match (current, rng.below(4)) {
-            (Some(value), 0..=2) => Precondition::Equals {
-                partition: p(partition),
-                key: k,
-                value: value.clone(),
-            },
-            _ => Precondition::Absent {
-                partition: p(partition),
-                key: k,
-            },
-        });
-    }
-    for _ in 0..1 + rng.below(6) {
-        let partition = PARTITIONS[rng.below(2) as usize];
-        let k = key(rng);
-        batch.writes.push(if rng.below(5) == 0 {
-            Write::Delete {
-                partition: p(partition),
-                key: k,
-            }
-        } else {
-            let len = [1, 100, 6000][rng.below(3) as usize];
-            let mut value = vec![round as u8; len];
-            value[0] = rng.below(256) as u8;
-            put(partition, &k, &value)
-        });
-    }
-    batch
 }
 
 /// Everything the store holds, as a model.

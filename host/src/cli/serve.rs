@@ -19,10 +19,10 @@ use custodian::object::ObjectStore;
 use custodian::policy::retention::Settings;
 use custodian::policy::takedown;
 use custodian::runtime::{Limits, Runtime, RuntimeConfig, World};
-use custodian::serve::jobs::Jobs;
+use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
 use custodian::serve::plugins::{
-    PluginSet, PluginSetParts, Source, SwapError, WorldSettings, default_grants, read_source,
+    PluginSet, PluginSetParts, Source, SwapError, WorldSettings, default_grants,
 };
 use custodian::serve::workers::{WorkerParts, WorkerSettings, Workers};
 use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http, metered};
@@ -211,6 +211,11 @@ pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
 /// step's commit and a loaded machine's scheduling delays.
 const STEP_CLAIM_MARGIN: Duration = Duration::from_secs(10);
 
+/// How often a host reads the shared plugin set for other hosts' swaps: a
+/// host behind it commits nothing, so this bounds how long it idles after
+/// a swap elsewhere, at the cost of one small KV read a second.
+const SHARED_SET_POLL: Duration = Duration::from_secs(1);
+
 fn etcd_request_timeout_ms(config: &Config) -> u64 {
     config
         .kv
@@ -340,11 +345,16 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
                 noncurrent_retention_ms: plan.config.retention.noncurrent_retention_ms,
             },
             settings,
+            node: node.clone(),
         },
         &sources,
     )
     .await
-    .map_err(usage)?;
+    .map_err(|e| match e {
+        SwapError::Refused(_) => usage(e),
+        _ => failed(anyhow!(e).context("cannot join the shared plugin set")),
+    })?;
+    tokio::spawn(follow_shared_set(plugins.clone()));
 
     let workers = Workers::start(
         WorkerParts {
@@ -364,13 +374,17 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             claim: (plan.config.kv.backend == KvBackend::Etcd).then_some(step_claim),
         },
     );
+    let jobs = Arc::new(Jobs::shared(
+        JobLimits::default(),
+        Board::new(kv.clone(), node.clone(), clock.clone()),
+    ));
     let host = Arc::new(Host {
         kv,
         clock,
         stores,
         plugins,
         metrics,
-        jobs: Arc::new(Jobs::new()),
+        jobs,
         auth: Auth {
             token,
             read_access: plan.config.server.read_access,
@@ -413,6 +427,32 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Follows the shared plugin set (swaps made on other hosts) for as long
+/// as the server runs; a failure is logged and retried at the next poll.
+async fn follow_shared_set(plugins: Arc<PluginSet>) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(SHARED_SET_POLL).await;
+        match plugins.follow().await {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!("this host follows the shared plugin set again");
+            }
+            Ok(_) => {}
+            // Once per failure spell: the poll repeats every second.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::error!(
+                    "cannot follow the shared plugin set; this host's steps and actions \
+                     fail their set guard until it can: {:#}",
+                    anyhow!(e)
+                );
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// Waits for signals: SIGTERM/SIGINT stop the server; SIGHUP reloads.
@@ -461,11 +501,7 @@ async fn reload(host: &Host, config_path: Option<&Path>) {
             return;
         }
     };
-    for (world, source) in sources {
-        let swapped = match read_source(world, &source) {
-            Ok((bytes, name)) => host.plugins.swap(world, bytes, name, "sighup").await,
-            Err(e) => Err(e),
-        };
+    for (world, swapped) in host.plugins.reconfigure(&sources, "sighup").await {
         match swapped {
             Ok(report) if report.changed => tracing::info!(
                 %world,

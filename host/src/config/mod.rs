@@ -255,6 +255,29 @@ mod tests {
     }
 
     #[test]
+    fn an_etcd_prefix_or_endpoint_of_the_wrong_form_is_refused_by_the_file_check() {
+        for (kv, why) in [
+            (
+                "endpoints = [\"127.0.0.1:2379\"]\nprefix = \"prod\"",
+                "must be empty or end in '/'",
+            ),
+            ("endpoints = [\"127.0.0.1\"]", "expected host:port"),
+            (
+                "endpoints = [\"ftp://h:1\"]",
+                "the scheme must be http or https",
+            ),
+            (
+                "endpoints = [\"h:1\"]\nrequest_timeout_ms = 400000",
+                "is outside",
+            ),
+        ] {
+            let text = format!("[kv]\nbackend = \"etcd\"\n{kv}");
+            let error = Config::parse(&text).unwrap_err().to_string();
+            assert!(error.contains(why), "{kv}: {error}");
+        }
+    }
+
+    #[test]
     fn an_etcd_kv_section_names_its_endpoints_prefix_and_timeout() {
         let config = Config::parse(
             "[server]\nnode = \"host-1\"\n[kv]\nbackend = \"etcd\"\n\

@@ -114,6 +114,18 @@ impl KvConfig {
                 if self.request_timeout_ms == Some(0) {
                     return Err("[kv] request_timeout_ms must be positive".into());
                 }
+                crate::kv::etcd::check_file_settings(
+                    &self.endpoints,
+                    self.prefix
+                        .as_deref()
+                        .unwrap_or(DEFAULT_ETCD_PREFIX)
+                        .as_bytes(),
+                    std::time::Duration::from_millis(
+                        self.request_timeout_ms
+                            .unwrap_or(DEFAULT_ETCD_REQUEST_TIMEOUT_MS),
+                    ),
+                )
+                .map_err(|e| format!("[kv] {e}"))?;
             }
         }
         Ok(())

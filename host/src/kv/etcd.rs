@@ -149,7 +149,7 @@ use self::keys::Layout;
 
 pub use self::config::{
     DEFAULT_REQUEST_TIMEOUT, ENV_CA, ENV_CERT, ENV_KEY, ENV_PASSWORD, ENV_USER, EtcdClientCert,
-    EtcdConfig, EtcdTls, MAX_PREFIX_BYTES, MAX_REQUEST_TIMEOUT,
+    EtcdConfig, EtcdTls, MAX_PREFIX_BYTES, MAX_REQUEST_TIMEOUT, check_file_settings,
 };
 
 /// Most reads sent in one transaction: etcd's default `--max-txn-ops`.

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use super::PolicyError;
 use crate::budget::{BudgetedKv, BudgetedStore, SliceBudget};
+use crate::kv::Precondition;
 use crate::object::ObjectStore;
 use crate::runtime::host::CallState;
 use crate::runtime::host::kv::convert_batch;
@@ -62,10 +63,44 @@ impl Request {
         objects: Vec<[u8; 32]>,
         pack: Option<[u8; 32]>,
     ) -> Self {
-        let mut hasher = blake3::Hasher::new_derive_key("custodian takedown request v1");
+        let context = "custodian takedown request v1";
+        let when = created_ms.to_le_bytes();
+        Self::hashed(context, &when, repository, created_ms, objects, pack)
+    }
+
+    /// A request filed under a client's idempotency key: its id derives
+    /// from the key and its contents, not the time, so a client that
+    /// retries after an answer it never got (a timeout, a dead host) names
+    /// the same request and cannot file it twice. `created_ms` is kept as
+    /// the first filing's time.
+    pub fn keyed(
+        key: &str,
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let context = "custodian keyed takedown request v1";
+        let named = [&(key.len() as u64).to_le_bytes()[..], key.as_bytes()].concat();
+        Self::hashed(context, &named, repository, created_ms, objects, pack)
+    }
+
+    /// The id over the contents, with `what` (the time, or the key)
+    /// after the repository: every field is length-prefixed or fixed-size
+    /// under its own derivation context, so no two requests hash the same
+    /// input.
+    fn hashed(
+        context: &str,
+        what: &[u8],
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key(context);
         hasher.update(&(repository.len() as u64).to_le_bytes());
         hasher.update(repository.as_bytes());
-        hasher.update(&created_ms.to_le_bytes());
+        hasher.update(what);
         hasher.update(&(objects.len() as u64).to_le_bytes());
         for object in &objects {
             hasher.update(object);
@@ -346,6 +381,7 @@ pub struct TakedownHandler {
     services: Arc<Services>,
     grants: Grants,
     limits: Limits,
+    guards: Vec<Precondition>,
 }
 
 impl TakedownHandler {
@@ -361,7 +397,16 @@ impl TakedownHandler {
             services,
             grants,
             limits,
+            guards: Vec::new(),
         }
+    }
+
+    /// This handler with `guards` on every step commit (see
+    /// [`TimerHandler::guards`]).
+    #[must_use]
+    pub fn guarded(mut self, guards: Vec<Precondition>) -> Self {
+        self.guards = guards;
+        self
     }
 
     fn budgeted(&self, budget: &SliceBudget) -> Arc<Services> {
@@ -400,6 +445,10 @@ impl TimerHandler for TakedownHandler {
         // The seed fires one takedown step per tick: each moves bytes, and
         // one request must not starve the other kinds.
         Some(1)
+    }
+
+    fn guards(&self) -> &[Precondition] {
+        &self.guards
     }
 
     async fn fire(

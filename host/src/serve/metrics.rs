@@ -328,7 +328,7 @@ impl Metrics {
             &mut out,
             "custodian_plugin_swaps_total",
             "counter",
-            "Plugin swaps by world and result (completed, refused).",
+            "Plugin swaps by world and result (completed, refused; adopted: a swap made on another host, followed here).",
         );
         for ((world, result), n) in &f.swaps {
             let _ = writeln!(

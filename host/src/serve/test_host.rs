@@ -5,17 +5,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use super::jobs::Jobs;
+use super::jobs::{Board, JobLimits, Jobs};
 use super::metrics::Metrics;
-use super::plugins::{PluginSet, PluginSetParts};
+use super::plugins::{PluginSet, PluginSetParts, Source};
 use super::{Auth, Host, ReadAccess, Readiness, RequestLimits, Token};
 use crate::clock::{Clock, SystemClock};
 use crate::fence::{Coordinator, FenceConfig};
+use crate::kv::Kv;
 use crate::kv::memory::MemoryKv;
 use crate::object::ObjectStore;
 use crate::object::memory::MemoryStore;
 use crate::policy::retention::Settings;
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::runtime::{Runtime, RuntimeConfig, World};
 use crate::timers::Handlers;
 
 /// The bearer token of every test host.
@@ -69,6 +70,19 @@ pub(crate) async fn test_host() -> Arc<Host> {
 /// to). Must be called inside a tokio runtime: plugin calls block on it.
 pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits) -> Arc<Host> {
     let kv = Arc::new(MemoryKv::new(clock.clone()));
+    test_host_on(kv, "test", &BTreeMap::new(), clock, limits).await
+}
+
+/// A host as [`test_host_with`] builds it, named `node`, configured with
+/// `sources`, on `kv`: hosts built on one KV share it as hosts sharing
+/// etcd do (its plugin set, its timers and fences).
+pub(crate) async fn test_host_on(
+    kv: Arc<dyn Kv>,
+    node: &str,
+    sources: &BTreeMap<World, Source>,
+    clock: Arc<dyn Clock>,
+    limits: RequestLimits,
+) -> Arc<Host> {
     let stores: BTreeMap<String, Arc<dyn ObjectStore>> = ["serving", "preserved"]
         .into_iter()
         .map(|name| {
@@ -95,17 +109,22 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
             noncurrent_retention_ms: 0,
         },
         settings: BTreeMap::new(),
+        node: node.to_owned(),
     };
-    let plugins = PluginSet::load(parts, &BTreeMap::new())
+    let plugins = PluginSet::load(parts, sources)
         .await
         .unwrap_or_else(|e| panic!("the bundled plugins load: {e}"));
+    let jobs = Arc::new(Jobs::shared(
+        JobLimits::default(),
+        Board::new(kv.clone(), node.to_owned(), clock.clone()),
+    ));
     Arc::new(Host {
         kv,
         clock,
         stores,
         plugins,
         metrics,
-        jobs: Arc::new(Jobs::new()),
+        jobs,
         auth: Auth {
             token: Token::new(TOKEN).expect("a valid token"),
             read_access: ReadAccess::Token,

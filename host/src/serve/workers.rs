@@ -27,6 +27,12 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 /// long enough not to spin on a persistent fault.
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
 
+/// Pause after a tick was fenced off: long enough for a host behind the
+/// shared plugin set to follow it (polled every second) without spinning
+/// on steps that cannot commit, short enough that a fresh lease after a
+/// swap costs little.
+const FENCED_PAUSE: Duration = Duration::from_millis(250);
+
 /// How the workers run.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
@@ -179,6 +185,13 @@ async fn run(worker: Worker, mut lp: Loop) {
         let now = lp.clock.now_ms();
         for fired in &report.fired {
             lp.metrics.step(fired, now);
+        }
+        // Fenced: a swap (here or on another host) moved the authority or
+        // the shared plugin set on. A pause lets this host follow before
+        // its next step, instead of running steps that cannot commit.
+        if report.fenced {
+            pause(&mut lp, FENCED_PAUSE).await;
+            continue;
         }
         if !report.fired.is_empty() || report.more_due {
             continue;

@@ -321,7 +321,8 @@ pub async fn schedule(
     Err(TimerError::Contention)
 }
 
-/// Removes the timer `(kind, reference)`; `false` if there was none.
+/// Removes the timer `(kind, reference)` and any worker's claim on it;
+/// `false` if there was none.
 ///
 /// # Errors
 /// See [`TimerError`].
@@ -348,6 +349,12 @@ pub async fn cancel(kv: &dyn Kv, kind: &str, reference: &[u8]) -> Result<bool, T
                 Write::Delete {
                     partition: partition.clone(),
                     key: index.clone(),
+                },
+                // A claim outlives nothing it was for: without this, the
+                // row would stay until the same timer is claimed again.
+                Write::Delete {
+                    partition: partition.clone(),
+                    key: claim::claim_key(kind, reference),
                 },
             ],
         };

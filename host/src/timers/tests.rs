@@ -44,6 +44,9 @@ struct Handler {
     barrier: Option<tokio::sync::Barrier>,
     /// Who it says it is; `test:<kind>` when `None`.
     actor: Option<&'static str>,
+    /// What every commit of its steps carries (see
+    /// [`TimerHandler::guards`]).
+    guards: Vec<Precondition>,
 }
 
 impl Handler {
@@ -55,6 +58,7 @@ impl Handler {
             fires: AtomicU64::new(0),
             barrier: None,
             actor: None,
+            guards: Vec::new(),
         }
     }
 }
@@ -72,6 +76,10 @@ impl TimerHandler for Handler {
 
     fn max_per_tick(&self) -> Option<u32> {
         self.max_per_tick
+    }
+
+    fn guards(&self) -> &[Precondition] {
+        &self.guards
     }
 
     async fn fire(
@@ -405,6 +413,49 @@ async fn a_step_whose_own_guard_fails_is_recorded_as_a_failure() {
     );
     assert!(rows(&kv).await.is_empty());
     assert!(audit_events(&kv).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_step_whose_handler_guard_no_longer_holds_is_fenced_and_commits_nothing() {
+    let (kv, clock) = setup();
+    let set = |value: &[u8]| Batch {
+        preconditions: vec![],
+        writes: vec![Write::Put {
+            partition: work(),
+            key: b"plugin-set".to_vec(),
+            value: value.to_vec(),
+        }],
+    };
+    kv.apply(&set(b"v1")).await.unwrap();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let mut handler = Handler::new("work", Mode::Count { steps: 3 });
+    handler.guards = vec![Precondition::Equals {
+        partition: work(),
+        key: b"plugin-set".to_vec(),
+        value: b"v1".to_vec(),
+    }];
+    let worker = worker(&kv, &clock, vec![Arc::new(handler)]);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+
+    // Another host's swap moves the set on.
+    kv.apply(&set(b"v2")).await.unwrap();
+    clock.set(START + 1_000);
+    let before = rows(&kv).await.len();
+    let report = worker.tick().await.unwrap();
+    assert!(report.fenced);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Fenced);
+    assert_eq!(
+        rows(&kv).await.len(),
+        before,
+        "nothing of the step committed"
+    );
+    let timer = get(kv.as_ref(), "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.state.steps, 1);
+    assert_eq!(
+        timer.state.failures, 0,
+        "a fenced step is not the step's failure"
+    );
 }
 
 #[tokio::test]
@@ -895,6 +946,31 @@ async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the
         claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
         None,
         "the last step removed the claim with the timer"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_claimed_timer_removes_its_claim() {
+    let (kv, _clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    let config = claim::ClaimConfig {
+        holder: "node-a/0".into(),
+        ttl_ms: 30_000,
+    };
+    claim::claim(kv.as_ref(), &config, &timer, START)
+        .await
+        .unwrap();
+    assert!(
+        claim::current(kv.as_ref(), "work", b"r1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(cancel(kv.as_ref(), "work", b"r1").await.unwrap());
+    assert_eq!(
+        claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
+        None
     );
 }
 

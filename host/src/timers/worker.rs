@@ -150,6 +150,14 @@ pub trait TimerHandler: Send + Sync {
         None
     }
 
+    /// Preconditions every commit of this handler's steps carries, beside
+    /// the worker's own (the plugin set its host installed it under, so a
+    /// step of a plugin swapped out anywhere cannot commit). A step whose
+    /// handler guard fails is [`FireOutcome::Fenced`].
+    fn guards(&self) -> &[Precondition] {
+        &[]
+    }
+
     /// Runs one step of `timer` at `now_ms`, charging every store call the
     /// step makes to `budget` (wrap the stores in [`crate::budget`]'s
     /// budgeted wrappers). The worker commits nothing of a step whose
@@ -619,11 +627,13 @@ impl Worker {
             Fired::Reschedule { due_ms, commit } => (commit, Some(due_ms.max(now + 1))),
             Fired::Done(commit) => (commit, None),
         };
+        let host_guards: Vec<Precondition> =
+            fence.iter().chain(handler.guards()).cloned().collect();
         let step = PlannedStep {
             actor: &ran.actor,
             worker: self.fencing.as_ref().map(|f| f.shard.as_str()),
             claimed: self.claims.is_some(),
-            fence,
+            fence: &host_guards,
             authority,
             timer: &timer,
             key,
@@ -775,6 +785,8 @@ struct PlannedStep<'a> {
     /// Whether the worker claimed the step, so its last step removes the
     /// claim row.
     claimed: bool,
+    /// The worker's fence and the handler's guards: a failure of any is
+    /// the step being fenced off, not a failure of the step.
     fence: &'a [Precondition],
     /// The fence's authority generation, if the worker is fenced.
     authority: Option<u64>,

@@ -185,26 +185,8 @@ impl EtcdConfig {
         for endpoint in &self.endpoints {
             check_endpoint(endpoint, self.tls.is_some())?;
         }
-        if self.prefix.len() > MAX_PREFIX_BYTES {
-            return invalid(format!(
-                "a key prefix of {} bytes exceeds {MAX_PREFIX_BYTES}",
-                self.prefix.len()
-            ));
-        }
-        if !(self.prefix.is_empty() || self.prefix.ends_with(b"/")) || self.prefix.contains(&0) {
-            return invalid(format!(
-                "the key prefix {:?} must be empty or end in '/', and contain no NUL byte",
-                String::from_utf8_lossy(&self.prefix)
-            ));
-        }
-        if self.request_timeout < Duration::from_millis(1)
-            || self.request_timeout > MAX_REQUEST_TIMEOUT
-        {
-            return invalid(format!(
-                "request_timeout {:?} is outside 1ms..={MAX_REQUEST_TIMEOUT:?}",
-                self.request_timeout
-            ));
-        }
+        check_prefix(&self.prefix)?;
+        check_request_timeout(self.request_timeout)?;
         if let Some(tls) = &self.tls {
             looks_like_pem("the CA", &tls.ca_pem, "CERTIFICATE")?;
             if let Some(client) = &tls.client {
@@ -224,6 +206,50 @@ impl EtcdConfig {
 /// Accepts `[http://|https://]host:port[/]`, where `host` is a name, an
 /// IPv4 address or a bracketed IPv6 address; `https` only with TLS,
 /// `http` only without.
+/// Checks what a configuration file alone decides, so `config check`
+/// catches it: each endpoint's form, the prefix rule, the time budget.
+/// Whether an endpoint's scheme fits TLS is checked when the host
+/// connects, since TLS comes from the environment.
+///
+/// # Errors
+/// [`KvError::InvalidArgument`] naming the first problem.
+pub fn check_file_settings(
+    endpoints: &[String],
+    prefix: &[u8],
+    request_timeout: Duration,
+) -> Result<(), KvError> {
+    for endpoint in endpoints {
+        check_endpoint(endpoint, endpoint.starts_with("https://"))?;
+    }
+    check_prefix(prefix)?;
+    check_request_timeout(request_timeout)
+}
+
+fn check_prefix(prefix: &[u8]) -> Result<(), KvError> {
+    if prefix.len() > MAX_PREFIX_BYTES {
+        return Err(KvError::InvalidArgument(format!(
+            "a key prefix of {} bytes exceeds {MAX_PREFIX_BYTES}",
+            prefix.len()
+        )));
+    }
+    if !(prefix.is_empty() || prefix.ends_with(b"/")) || prefix.contains(&0) {
+        return Err(KvError::InvalidArgument(format!(
+            "the key prefix {:?} must be empty or end in '/', and contain no NUL byte",
+            String::from_utf8_lossy(prefix)
+        )));
+    }
+    Ok(())
+}
+
+fn check_request_timeout(request_timeout: Duration) -> Result<(), KvError> {
+    if request_timeout < Duration::from_millis(1) || request_timeout > MAX_REQUEST_TIMEOUT {
+        return Err(KvError::InvalidArgument(format!(
+            "request_timeout {request_timeout:?} is outside 1ms..={MAX_REQUEST_TIMEOUT:?}"
+        )));
+    }
+    Ok(())
+}
+
 fn check_endpoint(endpoint: &str, tls: bool) -> Result<(), KvError> {
     let invalid = |why: &str| {
         Err(KvError::InvalidArgument(format!(

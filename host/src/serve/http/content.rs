@@ -40,6 +40,14 @@
 //! run the first step. A request's id derives from its contents and the
 //! millisecond it was filed.
 //!
+//! A filing may carry an `Idempotency-Key` header (1..=128 visible ASCII
+//! characters): its id then derives from the key and its contents
+//! instead of the time, so a client that retries after an answer it never
+//! got (a timeout, a host that died) reaches the same request: 201 when
+//! this call filed it, 200 with `"replayed": true` when an earlier call
+//! did. The key names one filing: the same key with other contents is
+//! another request.
+//!
 //! # Errors
 //!
 //! | cause | status | code |
@@ -343,7 +351,11 @@ async fn create_takedown(
         .map(|p| parse_id(p, "pack id"))
         .transpose()?;
     let now_ms = host.clock.now_ms();
-    let request = Request::new(repo.to_string(), now_ms, objects, pack);
+    let key = idempotency_key(&headers)?;
+    let request = match &key {
+        Some(key) => Request::keyed(key, repo.to_string(), now_ms, objects, pack),
+        None => Request::new(repo.to_string(), now_ms, objects, pack),
+    };
     let id = ObjectId(request.id).to_hex();
     // Once per request, with the swap guard: a swap completing between
     // here and the commit makes the commit fail rather than land a plan
@@ -356,7 +368,7 @@ async fn create_takedown(
     let call = host.plugins.takedown_call(&policy);
     let io = host.plugins.services().io.clone();
     let kv = host.kv.clone();
-    blocking(move || {
+    let created = blocking(move || {
         let action = Action {
             operator: &operator,
             now_ms,
@@ -364,15 +376,37 @@ async fn create_takedown(
         };
         requests::create(&policy, call, &io, kv.as_ref(), &request, action)
     })
-    .await?
-    .map_err(request_error)?;
+    .await?;
+    let status = match created {
+        Ok(()) => StatusCode::CREATED,
+        // A retry of a keyed filing that committed: the same request.
+        Err(RequestError::Exists(_)) if key.is_some() => StatusCode::OK,
+        Err(error) => return Err(request_error(error)),
+    };
     host.wake_workers.notify_waiters();
     let href = href(&id);
     Ok((
-        StatusCode::CREATED,
+        status,
         [(LOCATION, href.clone())],
-        Json(json!({"id": id, "href": href})),
+        Json(json!({"id": id, "href": href, "replayed": status == StatusCode::OK})),
     ))
+}
+
+/// The `Idempotency-Key` header, if sent: 1..=128 visible ASCII
+/// characters (enough for a UUID or a client's own request name, short
+/// enough to hash on every filing).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .filter(|key| (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic()))
+        .map(|key| Some(key.to_owned()))
+        .ok_or_else(|| {
+            ApiError::invalid("an Idempotency-Key must be 1..=128 visible ASCII characters")
+        })
 }
 
 /// `GET /v1/takedowns/{id}`: the request's status.
@@ -725,6 +759,62 @@ mod tests {
             .expect(StatusCode::CREATED);
         let again = file(&host, body, &[]).await.expect(StatusCode::CONFLICT);
         assert_eq!(again.code(), "conflict");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_keyed_filing_retried_later_answers_the_same_request_and_files_it_once() {
+        let host = test_host().await;
+        let entry = push(&host, "acme/site", "a.txt", b"x".to_vec()).await;
+        let body = json!({"repository": "acme/site", "objects": [entry["id"]]});
+        let key = [("idempotency-key", "client-7f3a/request-1")];
+        let first = file(&host, body.clone(), &key)
+            .await
+            .expect(StatusCode::CREATED)
+            .json();
+        assert_eq!(first["replayed"], json!(false));
+        let rows = takedown_rows(&host).await;
+        // Later (another millisecond), as after a lost answer.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let retry = file(&host, body.clone(), &key)
+            .await
+            .expect(StatusCode::OK)
+            .json();
+        assert_eq!(retry["id"], first["id"]);
+        assert_eq!(retry["replayed"], json!(true));
+        assert_eq!(takedown_rows(&host).await, rows, "nothing filed twice");
+        let (records, _) = audit::read(host.kv.as_ref(), 0, None, 100).await.unwrap();
+        let filed = records
+            .iter()
+            .filter(|r| r.event == "takedown/create")
+            .count();
+        assert_eq!(filed, 1);
+
+        // Without a key, a filing in another millisecond is a new request.
+        let unkeyed = file(&host, body.clone(), &[])
+            .await
+            .expect(StatusCode::CREATED)
+            .json();
+        assert_ne!(unkeyed["id"], first["id"]);
+        // Another key is another request.
+        let other = file(&host, body, &[("idempotency-key", "client-7f3a/request-2")])
+            .await
+            .expect(StatusCode::CREATED)
+            .json();
+        assert_ne!(other["id"], first["id"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_malformed_idempotency_key_is_400_and_files_nothing() {
+        let host = still_host().await;
+        let entry = push(&host, "acme/site", "a.txt", b"x".to_vec()).await;
+        let body = json!({"repository": "acme/site", "objects": [entry["id"]]});
+        let long = "k".repeat(129);
+        for key in ["has space", "tab\there", long.as_str()] {
+            let reply = file(&host, body.clone(), &[("idempotency-key", key)]).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{key:?}");
+            assert_eq!(reply.code(), "invalid_argument");
+        }
+        assert_eq!(takedown_rows(&host).await, 0);
     }
 
     #[tokio::test(flavor = "multi_thread")]

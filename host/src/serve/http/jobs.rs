@@ -91,16 +91,22 @@ async fn start_purge(
     Ok(accepted(&id))
 }
 
-async fn list(State(host): State<Arc<Host>>) -> Json<Value> {
-    let jobs: Vec<Value> = host.jobs.list().iter().map(|j| j.summary_json()).collect();
-    Json(json!({ "jobs": jobs }))
+async fn list(State(host): State<Arc<Host>>) -> Result<Json<Value>, ApiError> {
+    let jobs: Vec<Value> = host
+        .jobs
+        .list_everywhere()
+        .await?
+        .iter()
+        .map(|j| j.summary_json())
+        .collect();
+    Ok(Json(json!({ "jobs": jobs })))
 }
 
 async fn show(
     State(host): State<Arc<Host>>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(host.jobs.find(&path(id)?)?.to_json()))
+    Ok(Json(host.jobs.find(&path(id)?).await?.to_json()))
 }
 
 /// The store a body names: an unknown one is the body's fault (400), not

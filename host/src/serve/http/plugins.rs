@@ -27,7 +27,10 @@ pub(super) fn routes() -> Router<Arc<Host>> {
 }
 
 async fn list(State(host): State<Arc<Host>>) -> Json<Value> {
-    Json(json!({"plugins": host.plugins.list()}))
+    Json(json!({
+        "plugins": host.plugins.list(),
+        "shared": host.plugins.shared_view(),
+    }))
 }
 
 async fn swap(
@@ -60,7 +63,9 @@ async fn swap(
             "plugin_refused",
             reason,
         )),
-        Err(error @ SwapError::Fence(_)) => Err(ApiError::unavailable(error.to_string())),
+        Err(error @ (SwapError::Fence(_) | SwapError::Shared(_) | SwapError::Contended(_))) => {
+            Err(ApiError::unavailable(error.to_string()))
+        }
         Err(error @ SwapError::Audit(_)) => Err(ApiError::internal(format!(
             "{error}: {}",
             std::error::Error::source(&error).map_or(String::new(), ToString::to_string)

@@ -5,12 +5,14 @@
 //! runtime, so a client gets an id at once and polls for progress and the
 //! report instead of holding a request open for the length of a purge.
 //!
-//! Jobs live in memory only: a restart forgets them, and a job running at
-//! shutdown is abandoned where it stands. Nothing is lost by that: a
-//! verification reads and changes nothing, and a purge carries out a plan
-//! whose every deletion is an exact version re-decided on each run (a
-//! version already gone is reported `already_absent`), so the client
-//! starts the same job again.
+//! A job runs on the host that started it. With a [`Board`] (as `serve`
+//! runs them) every host publishes its jobs to the KV, so any host sharing
+//! the KV answers for any job and a finished job outlives a restart (see
+//! [`board`]). A job running when its host stops or dies is abandoned
+//! where it stands. Nothing is lost by that: a verification reads and
+//! changes nothing, and a purge carries out a plan whose every deletion is
+//! an exact version re-decided on each run (a version already gone is
+//! reported `already_absent`), so the client starts the same job again.
 //!
 //! The registry is bounded twice: at most [`JobLimits::max_running`] jobs
 //! run at once (a start beyond is refused `busy`, so a client cannot
@@ -19,8 +21,10 @@
 //! [`JobLimits::max_result_bytes`] bytes of reports, since each report is
 //! held in memory until it is forgotten.
 
+pub mod board;
 mod inputs;
 
+pub use board::Board;
 pub use inputs::{
     ManifestFormat, ManifestText, PurgeInputs, PurgeRequest, VerifyInputs, VerifyRequest,
 };
@@ -82,7 +86,7 @@ impl Default for JobLimits {
 }
 
 /// What a job does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     /// `custodian versions verify`.
@@ -92,7 +96,7 @@ pub enum JobKind {
 }
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Still working.
@@ -105,10 +109,11 @@ pub enum JobState {
     Failed,
 }
 
-/// A job's id: 16 lowercase hex digits, the start time in ms and a
-/// counter, so ids sort by start and do not repeat within a process. Not
-/// a secret: who may read jobs is the read-access setting's decision.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+/// A job's id: 24 lowercase hex digits, the start time in ms (12 digits)
+/// and 48 random bits, so ids sort by start and do not repeat across the
+/// hosts sharing a KV. Not a secret: who may read jobs is the
+/// read-access setting's decision.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(transparent)]
 pub struct JobId(String);
 
@@ -132,7 +137,7 @@ impl std::fmt::Display for JobId {
 
 /// How far a job has come, as its library reports it: pins decided for
 /// a verification, archive prefixes and keys retired for a purge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Progress {
     /// Items done.
     pub done: u64,
@@ -182,6 +187,8 @@ pub struct JobView {
     pub state: JobState,
     /// The server's name of the store it works on.
     pub store: String,
+    /// The host running it, when jobs are shared.
+    pub node: Option<String>,
     /// When it started, ms since the epoch.
     pub started_ms: u64,
     /// When it finished.
@@ -213,6 +220,7 @@ impl JobView {
             "kind": self.kind,
             "state": self.state,
             "store": self.store,
+            "node": self.node,
             "started_ms": self.started_ms,
             "finished_ms": self.finished_ms,
             "progress": self.progress,
@@ -271,12 +279,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn view(&self) -> JobView {
+    fn view(&self, node: Option<&str>) -> JobView {
         JobView {
             id: self.id.clone(),
             kind: self.kind,
             state: self.state,
             store: self.store.clone(),
+            node: node.map(str::to_owned),
             started_ms: self.started_ms,
             finished_ms: self.finished_ms,
             progress: self.progress.read(),
@@ -383,11 +392,32 @@ impl Drop for Finisher {
 /// the bounds.
 pub struct Jobs {
     shared: Arc<Shared>,
+    board: Option<Arc<Board>>,
 }
 
 impl Default for Jobs {
     fn default() -> Self {
         Self::with_limits(JobLimits::default())
+    }
+}
+
+/// A job as the KV shows it must be published: `view` with its report.
+fn published(shared: &Shared, seq: u64, node: Option<&str>) -> Option<(JobView, Option<String>)> {
+    let registry = shared.lock();
+    let entry = registry.entries.get(&seq)?;
+    Some((entry.view(node), entry.result.clone()))
+}
+
+/// Publishes job `seq` of `shared` to `board`, logging a failure (the
+/// next publication tries again; readers elsewhere see older progress
+/// meanwhile).
+async fn publish(board: &Board, shared: &Shared, seq: u64) {
+    let Some((mut view, report)) = published(shared, seq, Some(board.node())) else {
+        return;
+    };
+    view.result = None;
+    if let Err(error) = board.publish(&view, report.as_deref()).await {
+        tracing::warn!(job = %view.id, "cannot publish the job's record: {error}");
     }
 }
 
@@ -409,7 +439,20 @@ impl Jobs {
                 limits,
                 registry: Mutex::new(Registry::default()),
             }),
+            board: None,
         }
+    }
+
+    /// No jobs yet, with `limits`, publishing every job to `board`.
+    pub fn shared(limits: JobLimits, board: Board) -> Self {
+        Self {
+            board: Some(Arc::new(board)),
+            ..Self::with_limits(limits)
+        }
+    }
+
+    fn node(&self) -> Option<&str> {
+        self.board.as_deref().map(Board::node)
     }
 
     /// Starts verifying `inputs`' pins against `deps.store`.
@@ -487,34 +530,69 @@ impl Jobs {
         })
     }
 
-    /// Every job remembered, newest first.
+    /// Every job this host remembers, newest first.
     pub fn list(&self) -> Vec<JobView> {
         let registry = self.shared.lock();
-        registry.entries.values().rev().map(Entry::view).collect()
+        let node = self.node();
+        registry
+            .entries
+            .values()
+            .rev()
+            .map(|e| e.view(node))
+            .collect()
     }
 
-    /// The job `id`, if remembered.
+    /// The job `id`, if this host remembers it.
     pub fn get(&self, id: &str) -> Option<JobView> {
         let registry = self.shared.lock();
         registry
             .entries
             .values()
             .find(|entry| entry.id.as_str() == id)
-            .map(Entry::view)
+            .map(|entry| entry.view(self.node()))
     }
 
-    /// The job `id`.
+    /// Every job this host remembers or any host published, newest
+    /// first; this host's own are as it knows them now.
     ///
     /// # Errors
-    /// 404 `not_found` when no such job is remembered.
-    pub fn find(&self, id: &str) -> Result<JobView, ApiError> {
-        self.get(id).ok_or_else(|| {
-            ApiError::not_found(format!(
-                "no job {id:?}: jobs are kept in memory (a restart forgets them) and only the \
-                 last {} finished are remembered",
-                self.shared.limits.max_finished
-            ))
-        })
+    /// 503 `unavailable` when the board cannot be read.
+    pub async fn list_everywhere(&self) -> Result<Vec<JobView>, ApiError> {
+        let mut jobs = self.list();
+        if let Some(board) = &self.board {
+            let published = board.list().await.map_err(board_error)?;
+            let known: std::collections::BTreeSet<JobId> =
+                jobs.iter().map(|job| job.id.clone()).collect();
+            jobs.extend(published.into_iter().filter(|job| !known.contains(&job.id)));
+            // Ids sort by start time.
+            jobs.sort_by(|a, b| b.id.as_str().cmp(a.id.as_str()));
+        }
+        Ok(jobs)
+    }
+
+    /// The job `id`, from this host or the board.
+    ///
+    /// # Errors
+    /// 404 `not_found` when no host remembers it; 503 `unavailable` when
+    /// the board cannot be read.
+    pub async fn find(&self, id: &str) -> Result<JobView, ApiError> {
+        if let Some(job) = self.get(id) {
+            return Ok(job);
+        }
+        if let Some(board) = &self.board
+            && let Some(job) = board.get(id).await.map_err(board_error)?
+        {
+            return Ok(job);
+        }
+        Err(ApiError::not_found(format!(
+            "no job {id:?}: only the last {} finished jobs are remembered{}",
+            self.shared.limits.max_finished,
+            if self.board.is_some() {
+                ""
+            } else {
+                ", in this server's memory (a restart forgets them)"
+            }
+        )))
     }
 
     /// Jobs running now.
@@ -553,7 +631,7 @@ impl Jobs {
             }
             let seq = registry.next_seq;
             registry.next_seq += 1;
-            let id = JobId(format!("{:016x}", (started_ms << 16) | (seq & 0xffff)));
+            let id = new_id(started_ms)?;
             registry.running += 1;
             registry.entries.insert(
                 seq,
@@ -577,8 +655,26 @@ impl Jobs {
             seq,
         };
         let work = work(progress);
+        let board = self.board.clone();
+        let shared = self.shared.clone();
         runtime.spawn(async move {
-            let outcome = match AssertUnwindSafe(work).catch_unwind().await {
+            let work = AssertUnwindSafe(work).catch_unwind();
+            tokio::pin!(work);
+            // One task writes the job's record, so a progress write can
+            // never land after the final one.
+            let caught = match &board {
+                None => work.await,
+                Some(board) => {
+                    let mut refresh = tokio::time::interval(board::PROGRESS_EVERY);
+                    loop {
+                        tokio::select! {
+                            caught = &mut work => break caught,
+                            _ = refresh.tick() => publish(board, &shared, seq).await,
+                        }
+                    }
+                }
+            };
+            let outcome = match caught {
                 Ok(outcome) => outcome,
                 Err(panic) => Outcome {
                     result: None,
@@ -586,9 +682,33 @@ impl Jobs {
                 },
             };
             finisher.finish(outcome);
+            if let Some(board) = &board {
+                publish(board, &shared, seq).await;
+                if let Err(error) = board.forget_old().await {
+                    tracing::warn!("cannot forget old job records: {error}");
+                }
+            }
         });
         Ok(id)
     }
+}
+
+/// A fresh job id for a job started at `started_ms` (see [`JobId`]).
+fn new_id(started_ms: u64) -> Result<JobId, ApiError> {
+    let mut random = [0u8; 6];
+    getrandom::fill(&mut random)
+        .map_err(|e| ApiError::internal(format!("no randomness for a job id: {e}")))?;
+    // 48 bits of milliseconds last until the year 10889.
+    Ok(JobId(format!(
+        "{:012x}{}",
+        started_ms & 0xffff_ffff_ffff,
+        hex::encode(random)
+    )))
+}
+
+/// The board could not be read: the KV is failing.
+fn board_error(error: crate::kv::KvError) -> ApiError {
+    ApiError::unavailable(format!("cannot read the shared job records: {error}"))
 }
 
 /// Refuses a store without versions before a job starts (the libraries

@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 use super::*;
 use crate::bundled;
 use crate::clock::FixedClock;
+use crate::kv::Kv;
 use crate::kv::memory::MemoryKv;
 use crate::object::memory::MemoryStore;
 use crate::object::{Metadata, ObjectMeta, PutCondition};
@@ -158,7 +159,7 @@ async fn one_good_pin(store: &dyn ObjectStore) -> VerifyInputs {
 async fn finished(jobs: &Jobs, id: &JobId) -> JobView {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let view = jobs.find(id.as_str()).unwrap();
+        let view = jobs.find(id.as_str()).await.unwrap();
         if view.state != JobState::Running {
             return view;
         }
@@ -443,7 +444,7 @@ async fn progress_is_visible_while_a_job_runs_and_complete_when_it_ends() {
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let midway = loop {
-        let view = jobs.find(id.as_str()).unwrap();
+        let view = jobs.find(id.as_str()).await.unwrap();
         if view.progress.done == 1 {
             break view;
         }
@@ -503,11 +504,11 @@ async fn an_unknown_id_is_not_found() {
     finished(&jobs, &id).await;
     for unknown in ["0000000000000000", "", "../jobs"] {
         assert!(jobs.get(unknown).is_none());
-        let error = jobs.find(unknown).unwrap_err();
+        let error = jobs.find(unknown).await.unwrap_err();
         assert_eq!(error.status, StatusCode::NOT_FOUND);
         assert_eq!(error.code, "not_found");
     }
-    assert_eq!(jobs.find(id.as_str()).unwrap().id, id);
+    assert_eq!(jobs.find(id.as_str()).await.unwrap().id, id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,7 +529,10 @@ async fn finished_jobs_beyond_the_bound_are_forgotten_oldest_first() {
     }
     let listed: Vec<JobId> = jobs.list().into_iter().map(|job| job.id).collect();
     assert_eq!(listed, [ids[2].clone(), ids[1].clone()], "newest first");
-    assert_eq!(jobs.find(ids[0].as_str()).unwrap_err().code, "not_found");
+    assert_eq!(
+        jobs.find(ids[0].as_str()).await.unwrap_err().code,
+        "not_found"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -620,4 +624,145 @@ async fn bad_inputs_are_refused_before_any_job_starts() {
     assert_eq!(error.code, "invalid_argument");
     assert!(jobs.list().is_empty());
     assert_eq!(jobs.running(), 0);
+}
+
+/// Jobs of two hosts, `alpha` and `beta`, publishing to one KV.
+fn two_boards(clock: Arc<dyn Clock>) -> (Arc<dyn Kv>, Jobs, Jobs) {
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let on = |node: &str| {
+        Jobs::shared(
+            JobLimits::default(),
+            Board::new(kv.clone(), node.into(), clock.clone()),
+        )
+    };
+    let (alpha, beta) = (on("alpha"), on("beta"));
+    (kv, alpha, beta)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_run_on_one_host_is_found_with_its_progress_and_report_on_another() {
+    let store = store();
+    let (_kv, alpha, beta) = two_boards(Arc::new(crate::clock::SystemClock));
+    let (inputs, deps, gate) = gated_purge(&store, &["k/a", "k/b"]).await;
+    let id = alpha.start_purge(inputs, deps).unwrap();
+
+    // Midway, beta sees it running on alpha, with progress.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let midway = loop {
+        if let Ok(view) = beta.find(id.as_str()).await
+            && view.progress.done == 1
+        {
+            break view;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never published midway"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(midway.state, JobState::Running);
+    assert_eq!(midway.node.as_deref(), Some("alpha"));
+    assert_eq!(beta.running(), 0, "beta runs nothing itself");
+
+    gate.add_permits(1);
+    let on_alpha = finished(&alpha, &id).await;
+    let on_beta = finished(&beta, &id).await;
+    assert_eq!(on_beta.state, JobState::Succeeded);
+    assert_eq!(on_beta.result, on_alpha.result);
+    assert!(on_beta.result.is_some());
+    assert_eq!(on_beta.progress, on_alpha.progress);
+    let listed = beta.list_everywhere().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, id);
+    assert_eq!(listed[0].result, None, "a listing leaves reports out");
+}
+
+fn record_view(id: &str, state: JobState, started_ms: u64) -> JobView {
+    JobView {
+        id: JobId(id.into()),
+        kind: JobKind::Verify,
+        state,
+        store: "serving".into(),
+        node: None,
+        started_ms,
+        finished_ms: (state != JobState::Running).then_some(started_ms + 1),
+        progress: Progress {
+            done: 0,
+            total: None,
+        },
+        error: None,
+        result: None,
+    }
+}
+
+#[tokio::test]
+async fn a_running_job_whose_host_stopped_reporting_reads_as_abandoned() {
+    let clock = Arc::new(FixedClock::new(NOW));
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let board = Board::new(kv, "alpha".into(), clock.clone());
+    let view = record_view("00018bcfe5680000000000aa", JobState::Running, NOW);
+    board.publish(&view, None).await.unwrap();
+
+    clock.set(NOW + board::STALE_MS);
+    let fresh = board.get(view.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(fresh.state, JobState::Running, "within the window");
+
+    clock.set(NOW + board::STALE_MS + 1);
+    let stale = board.get(view.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(stale.state, JobState::Failed);
+    let error = stale.error.unwrap();
+    assert!(
+        error.contains("abandoned") && error.contains("alpha"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_report_too_large_to_share_says_which_host_holds_it() {
+    let clock = Arc::new(FixedClock::new(NOW));
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let board = Board::new(kv, "alpha".into(), clock);
+    let view = record_view("00018bcfe5680000000000bb", JobState::Succeeded, NOW);
+    let large = format!("\"{}\"", "x".repeat(board::MAX_SHARED_RESULT));
+    board.publish(&view, Some(&large)).await.unwrap();
+    let read = board.get(view.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(read.result, None);
+    let error = read.error.unwrap();
+    assert!(error.contains("only node alpha holds it"), "{error}");
+
+    // One just under the bound is shared whole, across several chunks.
+    let shared = format!("\"{}\"", "y".repeat(board::MAX_SHARED_RESULT - 2));
+    let view = record_view("00018bcfe5680000000000cc", JobState::Succeeded, NOW);
+    board.publish(&view, Some(&shared)).await.unwrap();
+    let read = board.get(view.id.as_str()).await.unwrap().unwrap();
+    assert_eq!(read.result, Some(serde_json::from_str(&shared).unwrap()));
+}
+
+#[tokio::test]
+async fn only_the_newest_records_are_kept_with_their_reports() {
+    let clock = Arc::new(FixedClock::new(NOW));
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let board = Board::new(kv.clone(), "alpha".into(), clock);
+    let total = board::MAX_RECORDS + 3;
+    for i in 0..total as u64 {
+        let id = format!("{:012x}{:012x}", NOW + i, i);
+        let view = record_view(&id, JobState::Succeeded, NOW + i);
+        board.publish(&view, Some("{\"ok\": true}")).await.unwrap();
+    }
+    board.forget_old().await.unwrap();
+    let listed = board.list().await.unwrap();
+    assert_eq!(listed.len(), board::MAX_RECORDS);
+    assert_eq!(listed[0].started_ms, NOW + total as u64 - 1, "newest first");
+    let oldest = format!("{:012x}{:012x}", NOW, 0);
+    assert!(board.get(&oldest).await.unwrap().is_none());
+    let partition = crate::kv::Partition::new(board::PARTITION).unwrap();
+    let reports = kv
+        .scan(&partition, b"result/", Some(b"result0"), None, 1000)
+        .await
+        .unwrap();
+    assert_eq!(
+        reports.entries.len(),
+        board::MAX_RECORDS,
+        "forgotten reports are gone"
+    );
 }

@@ -1,5 +1,13 @@
 //! The loaded policy plugins, one per world, and their hot swap.
 //!
+//! # One plugin set per KV
+//! Hosts sharing a KV run one plugin set, kept in that KV ([`shared`]):
+//! each world's plugin hash, and the plugins' bytes. Every host follows
+//! it ([`PluginSet::follow`], polled by `serve`), and every step commit
+//! and operator action carries an `Equals` guard on the set row its host
+//! installed, so nothing planned by a plugin the set no longer names
+//! commits, on any host.
+//!
 //! # Swap protocol
 //!
 //! A swap ([`PluginSet::swap`]) first proves the new component: it must
@@ -9,24 +17,37 @@
 //! without trapping or hitting a limit. Anything else refuses the swap and
 //! the old plugin keeps serving.
 //!
-//! Then, one swap at a time:
-//! 1. the world's slot points at the new plugin, and the timer handler of a
-//!    timer-driven world is replaced: calls already running finish on the
-//!    old plugin, calls starting now use the new one;
-//! 2. the timer fence's *authority* generation is raised and revoked to
-//!    completion ([`crate::fence`]): every step commits under a lease guard,
-//!    and revocation breaks every guard granted before it, so once it
-//!    completes no step begun before step 1 — the only ones that can be
-//!    running the old plugin — can commit;
-//! 3. the swap is audited (`plugin/swap`, both content hashes, the new
+//! Then, one swap at a time on this host:
+//! 1. the host catches up with the shared set, stores the new plugin's
+//!    bytes, and publishes the set naming it, compare-and-set on the row
+//!    it caught up with (another host's concurrent swap makes it catch up
+//!    and try again): from here no step or action guarded on the old set
+//!    commits anywhere;
+//! 2. the world's slot points at the new plugin, the timer handler of a
+//!    timer-driven world is replaced, and both carry the new set's guard:
+//!    calls already running finish on the old plugin (and cannot commit),
+//!    calls starting now use the new one;
+//! 3. the timer fence's *authority* generation is raised and revoked to
+//!    completion ([`crate::fence`]), so each step's audit record shows by
+//!    its authority which side of the swap it committed on;
+//! 4. the swap is audited (`plugin/swap`, both content hashes, the new
 //!    authority generation) and only then reported complete.
 //!
-//! Step 1 comes before step 2 on purpose: the other order would let a step
-//! take a fresh lease after the bump and still run the old plugin.
+//! Readers take the set guard *before* the plugin (see
+//! [`PluginSet::takedown_for_action`]): a plugin newer than its guard is
+//! harmless, an older one would not be.
+//!
+//! # At start
+//! A host proves its configured plugins, then joins the shared set: the
+//! first host publishes its own; a world whose configured plugin changed
+//! since this node's last start is a swap (audited `plugin/swap` by
+//! `host:NODE`); any other difference follows the set, so a restart with
+//! an old configuration does not undo a swap.
 
 mod proof;
+pub mod shared;
 
-pub use proof::read_source;
+use proof::read_source;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -51,6 +72,7 @@ use crate::policy::takedown::{self, TakedownHandler, TakedownPolicy};
 use crate::runtime::{CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World};
 use crate::timers::{self, Handlers};
 use proof::prove;
+use shared::{Member, SetRow, SharedError, SharedSet};
 
 /// How each world's plugin runs: its limits and grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,15 +114,20 @@ pub struct PluginSetParts {
     pub retention: Settings,
     /// Limits and grants by world.
     pub settings: BTreeMap<World, WorldSettings>,
+    /// This host's node name: the shared set remembers what each node's
+    /// configuration named, and audits which node adopted what.
+    pub node: String,
 }
 
 /// One loaded plugin of a world, wrapped for its driver.
+#[derive(Clone)]
 pub struct Loaded {
     plugin: Arc<Plugin>,
     since_ms: u64,
     policy: Policy,
 }
 
+#[derive(Clone)]
 enum Policy {
     Takedown(Arc<TakedownPolicy>),
     Retention(Arc<RetentionPolicy>),
@@ -151,13 +178,31 @@ pub enum SwapError {
     /// The new plugin was refused; the old one keeps serving.
     #[error("the plugin was refused: {0}")]
     Refused(String),
-    /// The new plugin serves, but the old one's steps could not be fenced
-    /// off yet; retrying the swap with the same plugin finishes it.
-    #[error("the new plugin serves, but the old one's steps are not yet fenced off: {0}")]
+    /// The new plugin is the shared set's and serves (nothing of the old
+    /// one commits), but the authority generation could not be raised
+    /// yet; retrying the swap with the same plugin finishes it.
+    #[error("the new plugin serves, but the authority generation could not be raised yet: {0}")]
     Fence(#[from] FenceError),
     /// The swap could not be audited (the new plugin serves, fenced).
     #[error("the swap took effect but could not be audited")]
     Audit(#[from] KvError),
+    /// The shared plugin set could not be read or written, or another
+    /// host's plugin in it could not be loaded here; nothing was swapped
+    /// unless the error says the outcome is unknown.
+    #[error("the shared plugin set: {0}")]
+    Shared(#[from] SharedError),
+    /// Other hosts kept swapping plugins while this swap tried to publish.
+    #[error("other hosts changed the plugin set {0} times during this swap; try again")]
+    Contended(u32),
+}
+
+/// How this host stands with the shared plugin set.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SharedView {
+    /// This host runs exactly the set's plugins.
+    pub in_sync: bool,
+    /// Why the last attempt to follow the set failed, if it did.
+    pub last_error: Option<String>,
 }
 
 impl Loaded {
@@ -244,6 +289,7 @@ pub struct PluginSet {
     coordinator: Arc<Coordinator>,
     metrics: Arc<Metrics>,
     settings: BTreeMap<World, WorldSettings>,
+    node: String,
     /// What takedown steps and operator calls run with: the real KV and
     /// stores, retention routed to the current retention plugin.
     services: Arc<Services>,
@@ -251,8 +297,13 @@ pub struct PluginSet {
     isolated: Arc<Services>,
     retention: Arc<CurrentRetention>,
     slots: BTreeMap<World, Arc<Slot>>,
-    /// One swap at a time: two concurrent swaps of a world would each
-    /// audit a "previous" plugin the other already replaced.
+    /// The shared set row the slots hold the plugins of: the guard of
+    /// every commit planned with them. Replaced only after the slots.
+    installed: RwLock<Arc<SetRow>>,
+    /// How the last attempt to follow the set went.
+    sync: std::sync::Mutex<SharedView>,
+    /// One swap or follow at a time: two concurrent swaps of a world would
+    /// each audit a "previous" plugin the other already replaced.
     swapping: tokio::sync::Mutex<SwapState>,
 }
 
@@ -264,6 +315,10 @@ struct SwapState {
     unfenced: bool,
 }
 
+/// Swaps that lose the set to other hosts this many times in a row give
+/// up ([`SwapError::Contended`]) rather than retry forever.
+const PUBLISH_ATTEMPTS: u32 = 8;
+
 fn isolated_services(clock: &Arc<dyn Clock>, io: &tokio::runtime::Handle) -> Arc<Services> {
     Arc::new(Services {
         kv: Arc::new(MemoryKv::new(clock.clone())),
@@ -274,37 +329,224 @@ fn isolated_services(clock: &Arc<dyn Clock>, io: &tokio::runtime::Handle) -> Arc
     })
 }
 
+/// What proving a plugin needs.
+struct Prover<'a> {
+    runtime: &'a Arc<Runtime>,
+    isolated: &'a Arc<Services>,
+    clock: &'a Arc<dyn Clock>,
+    settings: &'a BTreeMap<World, WorldSettings>,
+}
+
+impl Prover<'_> {
+    async fn prove(
+        &self,
+        world: World,
+        bytes: Vec<u8>,
+        source: String,
+    ) -> Result<Loaded, SwapError> {
+        prove(
+            self.runtime,
+            self.isolated,
+            self.clock,
+            world,
+            &world_settings(self.settings, world),
+            bytes,
+            source,
+        )
+        .await
+    }
+
+    /// The plugin `member` names: the bundled one when the hashes match
+    /// (no need to read it), else its stored bytes, proven here.
+    async fn load_member(
+        &self,
+        kv: &dyn Kv,
+        world: World,
+        member: &Member,
+    ) -> Result<Loaded, SwapError> {
+        let bytes =
+            match crate::bundled::plugin(world).filter(|bytes| hex_hash(bytes) == member.hash) {
+                Some(bytes) => bytes.to_vec(),
+                None => shared::load_blob(kv, member).await?,
+            };
+        self.prove(world, bytes, member.source.clone()).await
+    }
+}
+
+/// A configured plugin at start: proven, with its bytes for the set.
+struct Configured {
+    loaded: Loaded,
+    bytes: Vec<u8>,
+}
+
+fn hex_hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+fn member_of(loaded: &Loaded) -> Member {
+    let info = loaded.plugin.info();
+    Member {
+        hash: info.hash.clone(),
+        size: info.size,
+        source: info.source.clone(),
+    }
+}
+
+fn adopt_record(node: &str, world: World, from: &str, to: &Member, at_ms: u64) -> Record {
+    Record {
+        at_ms,
+        actor: format!("host:{node}"),
+        event: "plugin/adopt".into(),
+        targets: vec![
+            format!("world:{world}"),
+            format!("from:{from}"),
+            format!("to:{}", to.hash),
+            format!("node:{node}"),
+        ],
+        detail: Some(format!(
+            "node {node} now runs {} as the shared plugin set names it",
+            to.source
+        )),
+    }
+}
+
+/// Reconciles the configured plugins with the shared set (see the module
+/// documentation, "At start"): what this host serves, and the set row
+/// that guards it.
+async fn join(
+    prover: &Prover<'_>,
+    kv: &dyn Kv,
+    node: &str,
+    configured: BTreeMap<World, Configured>,
+) -> Result<(BTreeMap<World, Loaded>, SetRow), SwapError> {
+    let remembered = shared::configured(kv, node).await?;
+    let hashes: BTreeMap<String, String> = configured
+        .iter()
+        .map(|(world, c)| (world.name().to_owned(), c.loaded.plugin.info().hash.clone()))
+        .collect();
+    for _ in 0..PUBLISH_ATTEMPTS {
+        let now = prover.clock.now_ms();
+        let row = shared::read(kv).await?;
+        let mut serving = BTreeMap::new();
+        let mut records = Vec::new();
+        let mut set = match &row {
+            Some(row) => row.set.clone(),
+            None => SharedSet {
+                worlds: BTreeMap::new(),
+                by: format!("host:{node}"),
+                at_ms: now,
+            },
+        };
+        let mut changed = row.is_none();
+        for (world, mine) in &configured {
+            let hash = &hashes[world.name()];
+            match set.member(*world) {
+                Some(member) if &member.hash == hash => {
+                    serving.insert(*world, mine.loaded.clone());
+                }
+                // This node's configuration names a plugin other than at
+                // its last start: a deliberate change, so a swap.
+                Some(member)
+                    if remembered
+                        .get(world.name())
+                        .is_some_and(|before| before != hash) =>
+                {
+                    records.push(Record {
+                        at_ms: now,
+                        actor: format!("host:{node}"),
+                        event: "plugin/swap".into(),
+                        targets: vec![
+                            format!("world:{world}"),
+                            format!("from:{}", member.hash),
+                            format!("to:{hash}"),
+                        ],
+                        detail: Some(format!(
+                            "the configuration of node {node} changed to {}; the shared set \
+                             follows it",
+                            mine.loaded.plugin.info().source
+                        )),
+                    });
+                    shared::store_blob(kv, hash, &mine.bytes).await?;
+                    set.worlds
+                        .insert(world.name().to_owned(), member_of(&mine.loaded));
+                    serving.insert(*world, mine.loaded.clone());
+                    changed = true;
+                }
+                Some(member) => {
+                    let member = member.clone();
+                    tracing::warn!(
+                        %world,
+                        configured = %hash,
+                        shared = %member.hash,
+                        "this host's configured plugin differs from the shared set's; \
+                         following the set (swap to change it)"
+                    );
+                    records.push(adopt_record(node, *world, hash, &member, now));
+                    serving.insert(*world, prover.load_member(kv, *world, &member).await?);
+                }
+                None => {
+                    shared::store_blob(kv, hash, &mine.bytes).await?;
+                    set.worlds
+                        .insert(world.name().to_owned(), member_of(&mine.loaded));
+                    serving.insert(*world, mine.loaded.clone());
+                    changed = true;
+                }
+            }
+        }
+        let installed = if changed {
+            set.by = format!("host:{node}");
+            set.at_ms = now;
+            match shared::publish(kv, row.as_ref(), set).await? {
+                Some(written) => written,
+                None => continue,
+            }
+        } else {
+            row.expect("an unchanged set was read")
+        };
+        for record in &records {
+            audit::append(kv, record).await?;
+        }
+        shared::remember_configured(kv, node, &hashes).await?;
+        return Ok((serving, installed));
+    }
+    Err(SwapError::Contended(PUBLISH_ATTEMPTS))
+}
+
 impl PluginSet {
     /// Loads every world's plugin from `sources` (bundled when missing),
-    /// smoke-tests each, and registers the takedown handler.
+    /// smoke-tests each, joins the shared plugin set (see the module
+    /// documentation), and registers the takedown handler.
     ///
     /// # Errors
-    /// The first plugin that cannot serve, with the reason.
+    /// The first plugin that cannot serve, with the reason, or a shared
+    /// set that cannot be read or written.
     pub async fn load(
         parts: PluginSetParts,
         sources: &BTreeMap<World, Source>,
     ) -> Result<Arc<Self>, SwapError> {
         let isolated = isolated_services(&parts.clock, &parts.io);
-        let mut candidates = BTreeMap::new();
+        let prover = Prover {
+            runtime: &parts.runtime,
+            isolated: &isolated,
+            clock: &parts.clock,
+            settings: &parts.settings,
+        };
+        let mut configured = BTreeMap::new();
         for world in World::ALL {
             let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
             let (bytes, name) = read_source(world, &source)?;
-            let settings = world_settings(&parts.settings, world);
-            let loaded = prove(
-                &parts.runtime,
-                &isolated,
-                &parts.clock,
-                world,
-                &settings,
-                bytes,
-                name,
-            )
-            .await?;
-            candidates.insert(world, Arc::new(Slot(RwLock::new(Arc::new(loaded)))));
+            let loaded = prover.prove(world, bytes.clone(), name).await?;
+            configured.insert(world, Configured { loaded, bytes });
         }
+        let (serving, installed) =
+            join(&prover, parts.kv.as_ref(), &parts.node, configured).await?;
+        let slots: BTreeMap<World, Arc<Slot>> = serving
+            .into_iter()
+            .map(|(world, loaded)| (world, Arc::new(Slot(RwLock::new(Arc::new(loaded))))))
+            .collect();
         let retention_settings = world_settings(&parts.settings, World::Retention);
         let retention = Arc::new(CurrentRetention {
-            slot: candidates[&World::Retention].clone(),
+            slot: slots[&World::Retention].clone(),
             settings: parts.retention,
             call: Arc::new(CallContext {
                 services: isolated.clone(),
@@ -328,14 +570,29 @@ impl PluginSet {
             coordinator: parts.coordinator,
             metrics: parts.metrics,
             settings: parts.settings,
+            node: parts.node,
             services,
             isolated,
             retention,
-            slots: candidates,
+            slots,
+            installed: RwLock::new(Arc::new(installed)),
+            sync: std::sync::Mutex::new(SharedView {
+                in_sync: true,
+                last_error: None,
+            }),
             swapping: tokio::sync::Mutex::new(SwapState::default()),
         });
-        set.register_handler(&set.slot(World::Takedown).get());
+        set.register_handler();
         Ok(set)
+    }
+
+    fn prover(&self) -> Prover<'_> {
+        Prover {
+            runtime: &self.runtime,
+            isolated: &self.isolated,
+            clock: &self.clock,
+            settings: &self.settings,
+        }
     }
 
     fn slot(&self, world: World) -> &Arc<Slot> {
@@ -346,15 +603,40 @@ impl PluginSet {
         world_settings(&self.settings, world)
     }
 
-    fn register_handler(&self, loaded: &Loaded) {
-        if let Policy::Takedown(policy) = &loaded.policy {
+    /// The set row the slots' plugins were installed under.
+    fn installed(&self) -> Arc<SetRow> {
+        self.installed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Marks the slots as holding `row`'s plugins (after replacing them)
+    /// and registers the takedown handler under its guard.
+    fn install(&self, row: SetRow) {
+        *self
+            .installed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(row);
+        self.register_handler();
+    }
+
+    /// Registers the current takedown plugin's handler, guarded on the set
+    /// row as it is installed now (read before the plugin, so the handler
+    /// never carries a newer guard than its plugin).
+    fn register_handler(&self) {
+        let guard = shared::guard(&self.installed());
+        if let Policy::Takedown(policy) = &self.slot(World::Takedown).get().policy {
             let settings = self.settings(World::Takedown);
-            self.handlers.register(Arc::new(TakedownHandler::new(
-                policy.clone(),
-                self.services.clone(),
-                settings.grants,
-                settings.limits,
-            )));
+            self.handlers.register(Arc::new(
+                TakedownHandler::new(
+                    policy.clone(),
+                    self.services.clone(),
+                    settings.grants,
+                    settings.limits,
+                )
+                .guarded(vec![guard]),
+            ));
         }
     }
 
@@ -364,6 +646,14 @@ impl PluginSet {
             .into_iter()
             .map(|world| self.slot(world).get().view(world))
             .collect()
+    }
+
+    /// How this host stands with the shared plugin set.
+    pub fn shared_view(&self) -> SharedView {
+        self.sync
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The current plugin of `world`.
@@ -379,22 +669,23 @@ impl PluginSet {
         }
     }
 
-    /// The current takedown policy for an operator action, with the guard
-    /// its commit must carry: the authority epoch as it is now, read
-    /// *before* the policy, so an action planned by a plugin that a swap
-    /// then replaces cannot commit once the swap has raised the epoch
-    /// (the guarantee steps have from their leases).
+    /// The current takedown policy for an operator action, with the guards
+    /// its commit must carry: the authority epoch and the shared plugin
+    /// set as they are now, read *before* the policy, so an action planned
+    /// by a plugin that a swap then replaces (on this host or any other)
+    /// cannot commit once the swap has published its set.
     ///
     /// # Errors
     /// The epoch cannot be read.
     pub async fn takedown_for_action(
         &self,
     ) -> Result<(Arc<TakedownPolicy>, Vec<Precondition>), FenceError> {
-        let guard = self
+        let epoch = self
             .coordinator
             .epoch_guard(&fence_namespace(), FenceKind::Authority)
             .await?;
-        Ok((self.takedown(), vec![guard]))
+        let set = shared::guard(&self.installed());
+        Ok((self.takedown(), vec![epoch, set]))
     }
 
     /// A call context for `policy` (a takedown policy) with the takedown
@@ -443,13 +734,99 @@ impl PluginSet {
             .await
     }
 
-    /// Replaces the plugin of `world` with the component in `bytes`
-    /// (named `source` in messages), by `operator`; see the module
-    /// documentation for the protocol.
+    /// Brings this host to the shared set: loads, proves and installs
+    /// every plugin another host swapped in, and audits each adoption.
+    /// Returns the worlds whose plugin changed. `serve` calls this about
+    /// once a second.
     ///
     /// # Errors
-    /// [`SwapError::Refused`] leaves the old plugin serving; the other
-    /// errors come after the new plugin began serving.
+    /// The set cannot be read, or a plugin it names cannot be loaded or
+    /// proven here; this host keeps its plugins, and its commits fail
+    /// their set guard until it follows.
+    pub async fn follow(&self) -> Result<Vec<World>, SwapError> {
+        let _state = self.swapping.lock().await;
+        self.follow_locked().await
+    }
+
+    async fn follow_locked(&self) -> Result<Vec<World>, SwapError> {
+        let followed = self.catch_up().await;
+        let mut sync = self
+            .sync
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &followed {
+            Ok(_) => {
+                *sync = SharedView {
+                    in_sync: true,
+                    last_error: None,
+                }
+            }
+            Err(error) => {
+                *sync = SharedView {
+                    in_sync: false,
+                    last_error: Some(error.to_string()),
+                };
+            }
+        }
+        followed
+    }
+
+    async fn catch_up(&self) -> Result<Vec<World>, SwapError> {
+        let installed = self.installed();
+        let row = match shared::read(self.kv.as_ref()).await? {
+            Some(row) if row.bytes == installed.bytes => return Ok(Vec::new()),
+            Some(row) => row,
+            // The set row is gone (a KV restored from an old backup):
+            // publish what this host runs.
+            None => {
+                if shared::publish(self.kv.as_ref(), None, installed.set.clone())
+                    .await?
+                    .is_some()
+                {
+                    tracing::warn!("the shared plugin set was missing; republished this host's");
+                }
+                return Ok(Vec::new());
+            }
+        };
+        let prover = self.prover();
+        let mut adopted = Vec::new();
+        for world in World::ALL {
+            let member = row
+                .set
+                .member(world)
+                .ok_or_else(|| SharedError::Corrupt(format!("the set names no {world} plugin")))?;
+            let current = self.slot(world).get();
+            if current.plugin.info().hash != member.hash {
+                let loaded = prover.load_member(self.kv.as_ref(), world, member).await?;
+                adopted.push((world, current, Arc::new(loaded), member.clone()));
+            }
+        }
+        // Slots first, then the guard: nothing pairs an old plugin with
+        // the new set's guard.
+        for (world, _, loaded, _) in &adopted {
+            self.slot(*world).replace(loaded.clone());
+        }
+        self.install(row);
+        let now = self.clock.now_ms();
+        for (world, previous, _, member) in &adopted {
+            let from = &previous.plugin.info().hash;
+            self.metrics.swap(world.name(), "adopted");
+            tracing::info!(%world, %from, to = %member.hash, "plugin adopted from the shared set");
+            let record = adopt_record(&self.node, *world, from, member, now);
+            audit::append(self.kv.as_ref(), &record).await?;
+        }
+        Ok(adopted.into_iter().map(|(world, ..)| world).collect())
+    }
+
+    /// Replaces the plugin of `world` with the component in `bytes`
+    /// (named `source` in messages), by `operator`, on every host sharing
+    /// the KV; see the module documentation for the protocol.
+    ///
+    /// # Errors
+    /// [`SwapError::Refused`] leaves the old plugin serving, as do
+    /// [`SwapError::Contended`] and a [`SwapError::Shared`] before the
+    /// set was written; the other errors come after the new plugin began
+    /// serving.
     pub async fn swap(
         &self,
         world: World,
@@ -458,17 +835,7 @@ impl PluginSet {
         operator: &str,
     ) -> Result<SwapReport, SwapError> {
         let started = Instant::now();
-        let settings = self.settings(world);
-        let proven = prove(
-            &self.runtime,
-            &self.isolated,
-            &self.clock,
-            world,
-            &settings,
-            bytes,
-            source,
-        )
-        .await;
+        let proven = self.prover().prove(world, bytes.clone(), source).await;
         let loaded = match proven {
             Ok(loaded) => Arc::new(loaded),
             Err(error) => {
@@ -478,7 +845,36 @@ impl PluginSet {
             }
         };
         let mut state = self.swapping.lock().await;
-        let previous = self.slot(world).get();
+        let new_member = member_of(&loaded);
+        let mut attempts = 0;
+        let previous = loop {
+            self.follow_locked().await?;
+            let previous = self.slot(world).get();
+            if previous.plugin.info().hash == new_member.hash {
+                break previous;
+            }
+            if attempts == PUBLISH_ATTEMPTS {
+                return Err(SwapError::Contended(attempts));
+            }
+            attempts += 1;
+            // 1. The set names the new plugin: the old one's commits fail.
+            shared::store_blob(self.kv.as_ref(), &new_member.hash, &bytes).await?;
+            let installed = self.installed();
+            let mut set = installed.set.clone();
+            set.worlds
+                .insert(world.name().to_owned(), new_member.clone());
+            set.by = format!("operator:{operator}");
+            set.at_ms = self.clock.now_ms();
+            let Some(row) = shared::publish(self.kv.as_ref(), Some(&installed), set).await? else {
+                // Another host swapped first: catch up and try again.
+                continue;
+            };
+            // 2. New calls use the new plugin, under the new set's guard.
+            self.slot(world).replace(loaded.clone());
+            self.install(row);
+            state.unfenced = true;
+            break previous;
+        };
         let changed = previous.plugin.info().hash != loaded.plugin.info().hash;
         let unchanged = |generation| SwapReport {
             world,
@@ -492,13 +888,7 @@ impl PluginSet {
             let generation = self.authority().await?;
             return Ok(unchanged(generation));
         }
-        if changed {
-            // 1. New calls use the new plugin.
-            self.slot(world).replace(loaded.clone());
-            self.register_handler(&loaded);
-        }
-        // 2. Steps begun before this point cannot commit once it returns.
-        state.unfenced = true;
+        // 3. The authority moves on: steps audited under it ran the new set.
         let generation = self.authority().await? + 1;
         self.coordinator
             .transition_and_revoke(&fence_namespace(), generation, FenceKind::Authority)
@@ -507,7 +897,7 @@ impl PluginSet {
         if !changed {
             return Ok(unchanged(generation));
         }
-        // 3. Audited, then reported.
+        // 4. Audited, then reported.
         let (old, new) = (previous.plugin.info(), loaded.plugin.info());
         let record = Record {
             at_ms: self.clock.now_ms(),
@@ -541,6 +931,46 @@ impl PluginSet {
             authority_generation: generation,
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         })
+    }
+
+    /// Applies a reloaded configuration of this node: swaps each world
+    /// whose configured plugin (bundled when `sources` names none) changed
+    /// since this node last applied its configuration, by `operator`; the
+    /// outcome of each world swapped. A world whose configured plugin did
+    /// not change follows the shared set, as at start, so reloading an old
+    /// file does not undo another host's swap. What was swapped is
+    /// remembered as this node's configuration.
+    pub async fn reconfigure(
+        &self,
+        sources: &BTreeMap<World, Source>,
+        operator: &str,
+    ) -> Vec<(World, Result<SwapReport, SwapError>)> {
+        let mut outcomes = Vec::new();
+        let mut hashes = match shared::configured(self.kv.as_ref(), &self.node).await {
+            Ok(hashes) => hashes,
+            Err(error) => {
+                let error = SwapError::from(error);
+                tracing::error!("cannot read this node's configured plugins: {error}");
+                BTreeMap::new()
+            }
+        };
+        for world in World::ALL {
+            let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
+            let swapped = match read_source(world, &source) {
+                Ok((bytes, _)) if hashes.get(world.name()) == Some(&hex_hash(&bytes)) => continue,
+                Ok((bytes, name)) => self.swap(world, bytes, name, operator).await,
+                Err(error) => Err(error),
+            };
+            if let Ok(report) = &swapped {
+                hashes.insert(world.name().to_owned(), report.current.hash.clone());
+            }
+            outcomes.push((world, swapped));
+        }
+        if let Err(error) = shared::remember_configured(self.kv.as_ref(), &self.node, &hashes).await
+        {
+            tracing::error!("cannot record this node's configured plugins: {error}");
+        }
+        outcomes
     }
 }
 

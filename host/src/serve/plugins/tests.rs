@@ -12,6 +12,19 @@ fn rebuilt(world: World) -> Vec<u8> {
     bytes
 }
 
+/// Swaps `host`'s takedown plugin for [`rebuilt`]'s, as operator alice.
+async fn swap_in_rebuilt(host: &crate::serve::Host) -> SwapReport {
+    host.plugins
+        .swap(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "test".into(),
+            "alice",
+        )
+        .await
+        .unwrap()
+}
+
 async fn swap_events(kv: &dyn Kv) -> Vec<Record> {
     let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
     records
@@ -30,16 +43,7 @@ async fn a_swap_serves_the_new_plugin_raises_the_authority_and_audits_both_hashe
         .info()
         .hash
         .clone();
-    let report = host
-        .plugins
-        .swap(
-            World::Takedown,
-            rebuilt(World::Takedown),
-            "test".into(),
-            "alice",
-        )
-        .await
-        .unwrap();
+    let report = swap_in_rebuilt(&host).await;
     assert!(report.changed);
     assert_eq!(report.previous.hash, old);
     assert_eq!(report.authority_generation, 1);
@@ -179,15 +183,7 @@ async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
     .await
     .unwrap();
     let planned = host.plugins.takedown_for_action().await.unwrap();
-    host.plugins
-        .swap(
-            World::Takedown,
-            rebuilt(World::Takedown),
-            "test".into(),
-            "alice",
-        )
-        .await
-        .unwrap();
+    swap_in_rebuilt(&host).await;
 
     let request = Request::new(
         repo.to_string(),
@@ -208,4 +204,270 @@ async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
     // Planned afresh, by the new plugin, it commits.
     let planned = host.plugins.takedown_for_action().await.unwrap();
     file(&host, planned, request).await.unwrap();
+}
+
+/// Two hosts, `alpha` and `beta`, sharing one KV, both configured with the
+/// bundled plugins.
+async fn two_hosts() -> (
+    Arc<dyn Kv>,
+    Arc<crate::serve::Host>,
+    Arc<crate::serve::Host>,
+) {
+    use crate::clock::SystemClock;
+    use crate::serve::RequestLimits;
+    use crate::serve::test_host::test_host_on;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let bundled = BTreeMap::new();
+    let alpha = test_host_on(
+        kv.clone(),
+        "alpha",
+        &bundled,
+        clock.clone(),
+        RequestLimits::default(),
+    )
+    .await;
+    let beta = test_host_on(
+        kv.clone(),
+        "beta",
+        &bundled,
+        clock,
+        RequestLimits::default(),
+    )
+    .await;
+    (kv, alpha, beta)
+}
+
+/// Another start of node `node` on `kv`, configured with `sources`.
+async fn restart(
+    kv: &Arc<dyn Kv>,
+    node: &str,
+    sources: &BTreeMap<World, Source>,
+) -> Arc<crate::serve::Host> {
+    use crate::clock::SystemClock;
+    use crate::serve::RequestLimits;
+    crate::serve::test_host::test_host_on(
+        kv.clone(),
+        node,
+        sources,
+        Arc::new(SystemClock),
+        RequestLimits::default(),
+    )
+    .await
+}
+
+fn takedown_hash(host: &crate::serve::Host) -> String {
+    host.plugins
+        .current(World::Takedown)
+        .plugin()
+        .info()
+        .hash
+        .clone()
+}
+
+async fn events(kv: &dyn Kv, event: &str) -> Vec<Record> {
+    let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
+    records.into_iter().filter(|r| r.event == event).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let old = takedown_hash(&beta);
+    let report = swap_in_rebuilt(&alpha).await;
+    assert_eq!(takedown_hash(&beta), old, "beta has not looked yet");
+
+    // The rebuilt plugin is not bundled: beta loads it from the KV.
+    assert_eq!(beta.plugins.follow().await.unwrap(), vec![World::Takedown]);
+    assert_eq!(takedown_hash(&beta), report.current.hash);
+    assert!(beta.plugins.shared_view().in_sync);
+    assert!(
+        beta.plugins.follow().await.unwrap().is_empty(),
+        "nothing more to follow"
+    );
+    let adopted = events(kv.as_ref(), "plugin/adopt").await;
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(adopted[0].actor, "host:beta");
+    assert!(adopted[0].targets.contains(&format!("from:{old}")));
+    assert!(
+        adopted[0]
+            .targets
+            .contains(&format!("to:{}", report.current.hash))
+    );
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_planned_on_a_host_cannot_commit_after_another_host_swaps() {
+    use crate::content::RepoName;
+    use crate::content::push::push_bytes;
+    use crate::policy::requests::RequestError;
+    use crate::policy::takedown::Request;
+
+    let (_kv, alpha, beta) = two_hosts().await;
+    let repo = RepoName::parse("acme/site").unwrap();
+    let entry = push_bytes(
+        beta.kv.as_ref(),
+        beta.stores["serving"].as_ref(),
+        &repo,
+        "a.txt",
+        bytes::Bytes::from_static(b"planned on beta"),
+    )
+    .await
+    .unwrap();
+    let planned = beta.plugins.takedown_for_action().await.unwrap();
+    swap_in_rebuilt(&alpha).await;
+    let request = Request::new(
+        repo.to_string(),
+        beta.clock.now_ms(),
+        vec![entry.id.0],
+        None,
+    );
+    let answer = file(&beta, planned, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+
+    // Still behind the set, beta's fresh plans fail too: its plugin is
+    // not the set's.
+    let stale = beta.plugins.takedown_for_action().await.unwrap();
+    let answer = file(&beta, stale, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+
+    beta.plugins.follow().await.unwrap();
+    let planned = beta.plugins.takedown_for_action().await.unwrap();
+    file(&beta, planned, request).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_an_unchanged_configuration_keeps_a_swap_made_since() {
+    let (kv, alpha, _beta) = two_hosts().await;
+    let report = swap_in_rebuilt(&alpha).await;
+    let again = restart(&kv, "beta", &BTreeMap::new()).await;
+    assert_eq!(takedown_hash(&again), report.current.hash);
+    let adopted = events(kv.as_ref(), "plugin/adopt").await;
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(adopted[0].actor, "host:beta");
+
+    // A node's first start follows the set too.
+    let newcomer = restart(&kv, "gamma", &BTreeMap::new()).await;
+    assert_eq!(takedown_hash(&newcomer), report.current.hash);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_a_changed_configuration_swaps_every_host() {
+    let (kv, alpha, _beta) = two_hosts().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("takedown.wasm");
+    std::fs::write(&path, rebuilt(World::Takedown)).unwrap();
+    let changed = BTreeMap::from([(World::Takedown, Source::File(path))]);
+    let bundled_hash = takedown_hash(&alpha);
+
+    let beta = restart(&kv, "beta", &changed).await;
+    let new = takedown_hash(&beta);
+    assert_ne!(new, bundled_hash);
+    let swaps = events(kv.as_ref(), "plugin/swap").await;
+    assert_eq!(swaps.len(), 1, "{swaps:?}");
+    assert_eq!(swaps[0].actor, "host:beta");
+    assert!(swaps[0].targets.contains(&format!("from:{bundled_hash}")));
+    assert!(swaps[0].targets.contains(&format!("to:{new}")));
+
+    alpha.plugins.follow().await.unwrap();
+    assert_eq!(takedown_hash(&alpha), new);
+
+    // Started again with the same file, beta changes nothing more.
+    let beta = restart(&kv, "beta", &changed).await;
+    assert_eq!(takedown_hash(&beta), new);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewhere() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let report = swap_in_rebuilt(&alpha).await;
+    let outcomes = beta.plugins.reconfigure(&BTreeMap::new(), "sighup").await;
+    assert!(
+        outcomes.is_empty(),
+        "nothing in beta's configuration changed: {:?}",
+        outcomes.iter().map(|(w, _)| *w).collect::<Vec<_>>()
+    );
+    beta.plugins.follow().await.unwrap();
+    assert_eq!(takedown_hash(&beta), report.current.hash);
+
+    // A reload that does change a world swaps it everywhere.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retention.wasm");
+    std::fs::write(&path, rebuilt(World::Retention)).unwrap();
+    let changed = BTreeMap::from([(World::Retention, Source::File(path))]);
+    let outcomes = beta.plugins.reconfigure(&changed, "sighup").await;
+    assert_eq!(outcomes.len(), 1);
+    let (world, swapped) = &outcomes[0];
+    assert_eq!(*world, World::Retention);
+    let retention = swapped.as_ref().unwrap().current.hash.clone();
+    alpha.plugins.follow().await.unwrap();
+    assert_eq!(
+        alpha.plugins.current(World::Retention).plugin().info().hash,
+        retention
+    );
+    assert_eq!(takedown_hash(&alpha), report.current.hash);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let mut other = rebuilt(World::Takedown);
+    other.extend_from_slice(&[0, 2, 1, b'x']);
+    let (a, b) = tokio::join!(
+        alpha.plugins.swap(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "a".into(),
+            "alice"
+        ),
+        beta.plugins.swap(World::Takedown, other, "b".into(), "bob"),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.changed && b.changed);
+    alpha.plugins.follow().await.unwrap();
+    beta.plugins.follow().await.unwrap();
+    assert_ne!(a.current.hash, b.current.hash);
+    let set = shared::read(kv.as_ref()).await.unwrap().unwrap().set;
+    let last = &set.member(World::Takedown).unwrap().hash;
+    assert!(*last == a.current.hash || *last == b.current.hash);
+    assert_eq!(&takedown_hash(&alpha), last);
+    assert_eq!(&takedown_hash(&beta), last);
+    // Ordered by the set: the later swap replaced the earlier one's plugin.
+    let (first, second) = if *last == b.current.hash {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert_eq!(second.previous.hash, first.current.hash);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_takedown_handler_carries_the_guard_of_the_set_its_plugin_belongs_to() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let guards = |host: &crate::serve::Host| {
+        host.plugins
+            .handlers
+            .get(takedown::KIND)
+            .expect("a takedown handler")
+            .guards()
+            .to_vec()
+    };
+    let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    assert_eq!(guards(&beta), vec![shared::guard(&row)]);
+
+    swap_in_rebuilt(&alpha).await;
+    let swapped = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    assert_ne!(swapped, row);
+    assert_eq!(guards(&alpha), vec![shared::guard(&swapped)]);
+    assert_eq!(
+        guards(&beta),
+        vec![shared::guard(&row)],
+        "beta's handler still runs the old plugin: its guard is the old set's"
+    );
+    beta.plugins.follow().await.unwrap();
+    assert_eq!(guards(&beta), vec![shared::guard(&swapped)]);
 }

@@ -7,6 +7,8 @@
 //! - every API request completes (retried on another host when the one it
 //!   reached died): status polls, and object writes and reads made
 //!   throughout, each object reading back as written;
+//! - takedowns filed during the chaos with an `Idempotency-Key` are filed
+//!   once each, however often a lost answer made the client retry;
 //! - every request's preserved pieces are all there, once each, once it is
 //!   verified (a legal hold keeps its purge away until the test has
 //!   looked), and none is left after its purge;
@@ -32,6 +34,8 @@ use crate::takedown::noise;
 
 const HOSTS: usize = 3;
 const TAKEDOWNS: usize = 50;
+/// Of those, filed once the chaos has begun, each under its own key.
+const FILED_DURING_CHAOS: usize = 10;
 const FILES: usize = 4;
 /// Short: a legal hold, set when a request is filed and released once the
 /// test has checked its pieces, keeps the purge away until then.
@@ -53,6 +57,8 @@ struct System {
     requests: u64,
     /// Objects written and read back during the chaos.
     objects: u64,
+    /// Keyed filings whose retry found the filing done (200, replayed).
+    replayed: u64,
 }
 
 impl System {
@@ -144,6 +150,27 @@ impl System {
         });
         assert_eq!(status, 200, "GET {path}");
         assert!(got == bytes, "GET {path}: the bytes differ from the PUT's");
+    }
+
+    /// Files a takedown of `objects` under the idempotency key `key`,
+    /// retried like any request: a retry after a lost answer finds the
+    /// filing done (200, replayed) instead of filing it again.
+    fn file(&mut self, objects: &[String], key: &str) -> String {
+        let body = json_body(json!({"repository": "acme/site", "objects": objects}));
+        let (status, created) = self.request("a takedown", |agent, base| {
+            agent
+                .post(&format!("{base}/v1/takedowns"))
+                .header("authorization", &bearer())
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .send(&body[..])
+        });
+        assert!(status == 201 || status == 200, "{status} {created}");
+        if status == 200 {
+            assert_eq!(created["replayed"], true, "{created}");
+            self.replayed += 1;
+        }
+        created["id"].as_str().unwrap().to_owned()
     }
 
     /// Sets or clears request `id`'s legal hold (idempotent, so a retry
@@ -282,6 +309,7 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
         retries: 0,
         requests: 0,
         objects: 0,
+        replayed: 0,
     };
 
     // Content, then the takedowns, each over all of it.
@@ -299,18 +327,9 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
             body["id"].as_str().unwrap().to_owned()
         })
         .collect();
-    let requests: Vec<String> = (0..TAKEDOWNS)
-        .map(|_| {
-            let body = json_body(json!({"repository": "acme/site", "objects": ids}));
-            let (status, created) = system.request("a takedown", |agent, base| {
-                agent
-                    .post(&format!("{base}/v1/takedowns"))
-                    .header("authorization", &bearer())
-                    .header("content-type", "application/json")
-                    .send(&body[..])
-            });
-            assert_eq!(status, 201, "{created}");
-            let id = created["id"].as_str().unwrap().to_owned();
+    let mut requests: Vec<String> = (0..TAKEDOWNS - FILED_DURING_CHAOS)
+        .map(|n| {
+            let id = system.file(&ids, &format!("before-{n}"));
             system.hold(&id, true);
             id
         })
@@ -336,6 +355,13 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
             "{} of {TAKEDOWNS} purged after {DEADLINE:?}",
             purged.len()
         );
+        // One more filing per round, so they meet kills along the way.
+        let n = requests.len() + FILED_DURING_CHAOS - TAKEDOWNS;
+        if n < FILED_DURING_CHAOS {
+            let id = system.file(&ids, &format!("during-{n}"));
+            system.hold(&id, true);
+            requests.push(id);
+        }
         poll(
             &mut system,
             &requests,
@@ -349,11 +375,13 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
     let (host_kills, member_kills) = (kills, kills);
     eprintln!(
         "purged {TAKEDOWNS} takedowns in {:?}: {host_kills} host kills, {member_kills} etcd member \
-         kills, {} requests ({} objects written and read back), {} failed over",
+         kills, {} requests ({} objects written and read back), {} failed over, {} keyed \
+         filings replayed",
         started.elapsed(),
         system.requests,
         system.objects,
-        system.retries
+        system.retries,
+        system.replayed
     );
     assert!(host_kills >= 5, "too few kills to prove anything");
     assert_eq!(
@@ -367,6 +395,11 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
     assert_eq!(preserved.versions("pieces/"), 0, "no version kept");
 
     let records = system.audit();
+    let filed: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["event"] == "takedown/create")
+        .collect();
+    assert_eq!(filed.len(), TAKEDOWNS, "each takedown filed once");
     assert_steps_committed_once(&mut system, &records);
     assert_transitions_audited_once(&records, &requests, FILES);
 }

@@ -14,6 +14,7 @@ mod retention_table;
 mod scale_out;
 mod serve;
 mod server;
+mod shared_plugins;
 mod support;
 mod takedown;
 mod takedown_crash;

@@ -12,11 +12,12 @@ use crate::server::{Server, TOKEN, agent, answer, bearer, json_body, wait_for};
 use crate::support::{Rng, custodian, future_contract, run, stepper, trapper};
 
 /// The bundled takedown plugin with a custom section appended: another
-/// build of the same policy, with its own content hash.
-fn rebuilt_takedown(dir: &Path) -> PathBuf {
+/// build of the same policy, with its own content hash (one per `build`
+/// name).
+pub fn rebuilt_takedown(dir: &Path, build: &str) -> PathBuf {
     let mut bytes = std::fs::read(env!("CUSTODIAN_BUNDLED_TAKEDOWN")).unwrap();
     let name = b"custodian-e2e-build";
-    let payload = b"rebuilt";
+    let payload = build.as_bytes();
     let mut content = vec![name.len() as u8];
     content.extend_from_slice(name);
     content.extend_from_slice(payload);
@@ -25,12 +26,12 @@ fn rebuilt_takedown(dir: &Path) -> PathBuf {
     bytes.push(0);
     bytes.push(content.len() as u8);
     bytes.extend_from_slice(&content);
-    let path = dir.join("takedown-rebuilt.wasm");
+    let path = dir.join(format!("takedown-{build}.wasm"));
     std::fs::write(&path, bytes).unwrap();
     path
 }
 
-fn plugin_hash(server: &Server, world: &str) -> String {
+pub fn plugin_hash(server: &Server, world: &str) -> String {
     let (status, body) = answer(
         agent()
             .get(&server.url("/v1/plugins"))
@@ -50,7 +51,7 @@ fn plugin_hash(server: &Server, world: &str) -> String {
 }
 
 /// The content hash a plugin file is known by.
-fn plugin_hash_of(path: &Path) -> String {
+pub fn plugin_hash_of(path: &Path) -> String {
     blake3::hash(&std::fs::read(path).unwrap())
         .to_hex()
         .to_string()
@@ -66,7 +67,7 @@ fn metric(server: &Server, series: &str) -> u64 {
 }
 
 /// Pushes `bytes` as `path` of `repo`; returns the object id.
-fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
+pub fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
     let (status, body) = answer(
         agent()
             .put(&server.url(&format!("/v1/repos/{repo}/files/{path}")))
@@ -77,7 +78,7 @@ fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
     body["id"].as_str().unwrap().to_owned()
 }
 
-fn takedown_status(server: &Server, id: &str) -> Value {
+pub fn takedown_status(server: &Server, id: &str) -> Value {
     let (status, body) = answer(
         agent()
             .get(&server.url(&format!("/v1/takedowns/{id}")))
@@ -190,7 +191,7 @@ fn audit(data: &Path) -> Vec<Value> {
 }
 
 /// `under authority N` in a step's audit detail.
-fn authority_of(detail: &str) -> u64 {
+pub fn authority_of(detail: &str) -> u64 {
     let rest = detail
         .split("under authority ")
         .nth(1)
@@ -206,7 +207,7 @@ fn authority_of(detail: &str) -> u64 {
 fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_old_plugin() {
     let mut server = Server::start("[server]\nworkers = 2\n\n[retention]\nretention_ms = 3000\n");
     let scratch = tempfile::tempdir().unwrap();
-    let rebuilt = rebuilt_takedown(scratch.path());
+    let rebuilt = rebuilt_takedown(scratch.path(), "rebuilt");
     let old_hash = plugin_hash(&server, "takedown");
 
     // Content, and a takedown of part of it.
@@ -419,7 +420,7 @@ fn unauthenticated_mutations_get_401_and_change_nothing() {
     let old_hash = plugin_hash(&server, "takedown");
     let object = server.url("/v1/stores/serving/objects/secret.txt");
     let scratch = tempfile::tempdir().unwrap();
-    let rebuilt = rebuilt_takedown(scratch.path());
+    let rebuilt = rebuilt_takedown(scratch.path(), "rebuilt");
     let attempts: Vec<(&str, Result<ureq::http::Response<ureq::Body>, ureq::Error>)> = vec![
         (
             "put without a token",
@@ -502,7 +503,7 @@ fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
     let scratch = tempfile::tempdir().unwrap();
     let original = scratch.path().join("takedown.wasm");
     std::fs::copy(env!("CUSTODIAN_BUNDLED_TAKEDOWN"), &original).unwrap();
-    let rebuilt = rebuilt_takedown(scratch.path());
+    let rebuilt = rebuilt_takedown(scratch.path(), "rebuilt");
     let config = |path: &Path| {
         format!(
             "[plugins.takedown]\npath = {:?}\n",

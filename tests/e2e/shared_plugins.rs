@@ -5,7 +5,7 @@
 //! either host after the swap, and must outlive beta's restarts; a changed
 //! configuration file on beta swaps both hosts.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use custodian::kv::etcd::local_server::EtcdCluster;
 use custodian::object::s3::local_server::{self, Kind};
@@ -164,9 +164,15 @@ fn a_plugin_swapped_through_one_host_runs_on_every_host_and_outlives_their_resta
     assert_eq!(report["previous"]["hash"], bundled.as_str());
     let swapped = report["current"]["hash"].as_str().unwrap().to_owned();
     let generation = report["authority_generation"].as_u64().unwrap();
+    let answered = Instant::now();
     wait_for("beta to follow the swap", Duration::from_secs(15), || {
         plugin_hash(&beta, "takedown") == swapped && in_sync(&beta)
     });
+    eprintln!(
+        "swap through alpha: {:.0} ms to answer; beta followed {:?} later",
+        report["elapsed_ms"].as_f64().unwrap(),
+        answered.elapsed()
+    );
     wait_for("every takedown to purge", Duration::from_secs(180), || {
         requests
             .iter()

@@ -410,6 +410,23 @@ fn adopt_record(node: &str, world: World, from: &str, to: &Member, at_ms: u64) -
     }
 }
 
+/// After publishing `row`: stores the `published` plugins again (undoing
+/// a collection that ran between their first store and the publish; see
+/// [`shared`], "Collecting") and collects the plugins `row` no longer
+/// names. Best effort: a failure is logged, and the next swap collects.
+async fn settle(kv: &dyn Kv, row: &SetRow, published: &[(&str, &[u8])]) {
+    for (hash, bytes) in published {
+        if let Err(error) = shared::store_blob(kv, hash, bytes).await {
+            tracing::warn!(plugin = %hash, "cannot store the published plugin again: {error}");
+        }
+    }
+    match shared::collect_garbage(kv, row).await {
+        Ok(0) => {}
+        Ok(deleted) => tracing::info!(deleted, "plugins no longer in the shared set deleted"),
+        Err(error) => tracing::warn!("cannot collect unused plugins: {error}"),
+    }
+}
+
 /// Reconciles the configured plugins with the shared set (see the module
 /// documentation, "At start"): what this host serves, and the set row
 /// that guards it.
@@ -496,10 +513,16 @@ async fn join(
         let installed = if changed {
             set.by = format!("host:{node}");
             set.at_ms = now;
-            match shared::publish(kv, row.as_ref(), set).await? {
-                Some(written) => written,
-                None => continue,
-            }
+            let Some(written) = shared::publish(kv, row.as_ref(), set).await? else {
+                continue;
+            };
+            let published: Vec<(&str, &[u8])> = configured
+                .iter()
+                .filter(|(world, _)| serving[world].plugin.info().hash == hashes[world.name()])
+                .map(|(world, mine)| (hashes[world.name()].as_str(), &mine.bytes[..]))
+                .collect();
+            settle(kv, &written, &published).await;
+            written
         } else {
             row.expect("an unchanged set was read")
         };
@@ -871,8 +894,9 @@ impl PluginSet {
             };
             // 2. New calls use the new plugin, under the new set's guard.
             self.slot(world).replace(loaded.clone());
-            self.install(row);
+            self.install(row.clone());
             state.unfenced = true;
+            settle(self.kv.as_ref(), &row, &[(&new_member.hash, &bytes)]).await;
             break previous;
         };
         let changed = previous.plugin.info().hash != loaded.plugin.info().hash;

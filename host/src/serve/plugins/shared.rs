@@ -5,12 +5,23 @@
 //!   source. A swap on any host is a compare-and-set of this row, so two
 //!   hosts' swaps are ordered and neither is lost.
 //! - `blob/<hash>/<index>`: the plugin's bytes in chunks of at most
-//!   [`CHUNK_BYTES`], written before the set names the hash, so a host
-//!   that reads the set can always load what it names (BLAKE3 checked).
+//!   [`CHUNK_BYTES`], written before the set names the hash and again
+//!   after (see "Collecting"), so a host that reads the set can load what
+//!   it names (BLAKE3 checked).
+//! - `stored/<hash>`: the size of a stored plugin, an index of the blobs
+//!   for [`collect_garbage`] (a scan of the chunks would read every byte).
 //! - `configured/<node>`: the hashes of the plugins this node's own
 //!   configuration named at its last start, so a restart tells a
 //!   deliberate change of its configuration (a swap) from an old
 //!   configuration (follow the set).
+//!
+//! # Collecting
+//! After a swap, the plugins the set no longer names are deleted, in
+//! batches guarded on the set row: a swap published meanwhile fails the
+//! guard. A publisher stores its plugin, publishes, then stores it again,
+//! so a collection that ran between its first store and its publish
+//! (under the older set, which did not name it) is undone before any host
+//! needs the bytes for longer than one poll.
 //!
 //! # Invariant
 //! Every step commit and operator action carries an `Equals` guard on the
@@ -95,6 +106,10 @@ fn partition() -> Partition {
 
 fn chunk_key(hash: &str, index: usize) -> Vec<u8> {
     format!("blob/{hash}/{index:05}").into_bytes()
+}
+
+fn stored_key(hash: &str) -> Vec<u8> {
+    format!("stored/{hash}").into_bytes()
 }
 
 fn configured_key(node: &str) -> Vec<u8> {
@@ -185,7 +200,82 @@ pub async fn store_blob(kv: &dyn Kv, hash: &str, bytes: &[u8]) -> Result<(), Sha
         };
         kv.apply(&batch).await?;
     }
+    let batch = Batch {
+        preconditions: Vec::new(),
+        writes: vec![Write::Put {
+            partition: partition(),
+            key: stored_key(hash),
+            value: bytes.len().to_string().into_bytes(),
+        }],
+    };
+    kv.apply(&batch).await?;
     Ok(())
+}
+
+/// Deletes every stored plugin `row` does not name, while `row` is the
+/// set; the number of plugins deleted. Stops without error when the set
+/// moves on (the next swap collects).
+///
+/// # Errors
+/// The KV failed, or an index row does not decode; what was deleted
+/// stays deleted.
+pub async fn collect_garbage(kv: &dyn Kv, row: &SetRow) -> Result<usize, SharedError> {
+    let named: std::collections::BTreeSet<&str> =
+        row.set.worlds.values().map(|m| m.hash.as_str()).collect();
+    let mut unnamed = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(
+                &partition(),
+                b"stored/",
+                Some(b"stored0"),
+                cursor.as_deref(),
+                crate::kv::MAX_PAGE_ENTRIES,
+            )
+            .await?;
+        for (key, value) in page.entries {
+            let hash = String::from_utf8_lossy(&key["stored/".len()..]).into_owned();
+            let size: u64 = std::str::from_utf8(&value)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| SharedError::Corrupt(format!("the index row of plugin {hash}")))?;
+            if !named.contains(hash.as_str()) {
+                unnamed.push((hash, size));
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut deleted = 0;
+    for (hash, size) in unnamed {
+        // The index row goes last: a collection cut short finds the rest
+        // of the plugin again next time.
+        let keys: Vec<Vec<u8>> = (0..chunk_count(size))
+            .map(|index| chunk_key(&hash, index))
+            .chain([stored_key(&hash)])
+            .collect();
+        // Bounded batches: a large plugin has hundreds of chunks.
+        for group in keys.chunks(64) {
+            let batch = Batch {
+                preconditions: vec![guard(row)],
+                writes: group
+                    .iter()
+                    .map(|key| Write::Delete {
+                        partition: partition(),
+                        key: key.clone(),
+                    })
+                    .collect(),
+            };
+            if kv.apply(&batch).await? != Outcome::Committed {
+                return Ok(deleted);
+            }
+        }
+        deleted += 1;
+    }
+    Ok(deleted)
 }
 
 /// The bytes of `member`, checked against its size and hash.
@@ -329,6 +419,47 @@ mod tests {
             "a set read before another host's swap loses"
         );
         assert_eq!(read(&kv).await.unwrap(), Some(second));
+    }
+
+    #[tokio::test]
+    async fn plugins_the_set_no_longer_names_are_collected_while_it_stays_the_set() {
+        let kv = MemoryKv::new(Arc::new(SystemClock));
+        let old: Vec<u8> = vec![1; CHUNK_BYTES + 5];
+        let new: Vec<u8> = vec![2; 10];
+        let (old_member, new_member) = (member(&old), member(&new));
+        store_blob(&kv, &old_member.hash, &old).await.unwrap();
+        store_blob(&kv, &new_member.hash, &new).await.unwrap();
+        let named = |m: &Member| SharedSet {
+            worlds: BTreeMap::from([("takedown".to_owned(), m.clone())]),
+            by: "test".into(),
+            at_ms: 1,
+        };
+        let first = publish(&kv, None, named(&old_member))
+            .await
+            .unwrap()
+            .unwrap();
+        let second = publish(&kv, Some(&first), named(&new_member))
+            .await
+            .unwrap()
+            .unwrap();
+
+        // Under a set that has moved on, nothing is collected.
+        assert_eq!(collect_garbage(&kv, &first).await.unwrap(), 0);
+        assert!(load_blob(&kv, &old_member).await.is_ok());
+
+        assert_eq!(collect_garbage(&kv, &second).await.unwrap(), 1);
+        assert!(load_blob(&kv, &old_member).await.is_err());
+        assert_eq!(load_blob(&kv, &new_member).await.unwrap(), new);
+        assert_eq!(
+            collect_garbage(&kv, &second).await.unwrap(),
+            0,
+            "nothing left"
+        );
+        let rest = kv
+            .scan(&partition(), b"blob/", Some(b"blob0"), None, 1000)
+            .await
+            .unwrap();
+        assert_eq!(rest.entries.len(), 1, "only the named plugin's chunk");
     }
 
     #[tokio::test]

@@ -295,6 +295,15 @@ async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
             .contains(&format!("to:{}", report.current.hash))
     );
     assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
+
+    // The swapped-out plugin's bytes were collected: one stored plugin
+    // per world is left.
+    let partition = crate::kv::Partition::new(shared::PARTITION).unwrap();
+    let stored = kv
+        .scan(&partition, b"stored/", Some(b"stored0"), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(stored.entries.len(), World::ALL.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,6 +78,40 @@ pub fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
     body["id"].as_str().unwrap().to_owned()
 }
 
+/// `custodian plugin swap --world takedown --json [extra] PLUGIN` against
+/// `server`, which must succeed; its report.
+pub fn swap_takedown_with_cli(server: &Server, plugin: &Path, extra: &[&str]) -> Value {
+    let swapped = custodian()
+        .args(["plugin", "swap", "--world", "takedown", "--json"])
+        .args(extra)
+        .args(["--server", &server.base])
+        .arg(plugin)
+        .env("CUSTODIAN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        swapped.status.success(),
+        "custodian plugin swap: {}",
+        String::from_utf8_lossy(&swapped.stderr)
+    );
+    serde_json::from_slice(&swapped.stdout).unwrap()
+}
+
+/// Files a takedown of `objects` of `acme/site` through `server`; its id.
+pub fn file_takedown(server: &Server, objects: &[String]) -> String {
+    let (status, created) = answer(
+        agent()
+            .post(&server.url("/v1/takedowns"))
+            .header("authorization", &bearer())
+            .header("content-type", "application/json")
+            .send(&json_body(
+                json!({"repository": "acme/site", "objects": objects}),
+            )),
+    );
+    assert_eq!(status, 201, "filing a takedown: {created}");
+    created["id"].as_str().unwrap().to_owned()
+}
+
 pub fn takedown_status(server: &Server, id: &str) -> Value {
     let (status, body) = answer(
         agent()
@@ -191,7 +225,7 @@ fn audit(data: &Path) -> Vec<Value> {
 }
 
 /// `under authority N` in a step's audit detail.
-pub fn authority_of(detail: &str) -> u64 {
+fn authority_of(detail: &str) -> u64 {
     let rest = detail
         .split("under authority ")
         .nth(1)
@@ -225,17 +259,7 @@ fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_
         ));
     }
     let load = Load::start(&server, 4);
-    let (status, created) = answer(
-        agent()
-            .post(&server.url("/v1/takedowns"))
-            .header("authorization", &bearer())
-            .header("content-type", "application/json")
-            .send(&json_body(
-                json!({"repository": "acme/site", "objects": ids}),
-            )),
-    );
-    assert_eq!(status, 201, "{created}");
-    let request = created["id"].as_str().unwrap().to_owned();
+    let request = file_takedown(&server, &ids);
 
     // Let the old plugin commit a few steps, then swap it mid-run.
     let old_steps = format!(
@@ -245,26 +269,7 @@ fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_
     wait_for("steps by the old plugin", Duration::from_secs(60), || {
         metric(&server, &old_steps) >= 2
     });
-    let swapped = custodian()
-        .args([
-            "plugin",
-            "swap",
-            "--world",
-            "takedown",
-            "--json",
-            "--server",
-            &server.base,
-        ])
-        .arg(&rebuilt)
-        .env("CUSTODIAN_TOKEN", TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        swapped.status.success(),
-        "{}",
-        String::from_utf8_lossy(&swapped.stderr)
-    );
-    let report: Value = serde_json::from_slice(&swapped.stdout).unwrap();
+    let report = swap_takedown_with_cli(&server, &rebuilt, &[]);
     assert_eq!(report["previous"]["hash"], old_hash.as_str());
     let new_hash = report["current"]["hash"].as_str().unwrap().to_owned();
     assert_ne!(new_hash, old_hash);
@@ -402,16 +407,7 @@ fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
 
     // The old plugin still serves: it plans a new takedown.
     let id = push(&server, "acme/site", "a.txt", b"still served");
-    let (status, created) = answer(
-        agent()
-            .post(&server.url("/v1/takedowns"))
-            .header("authorization", &bearer())
-            .header("content-type", "application/json")
-            .send(&json_body(
-                json!({"repository": "acme/site", "objects": [id]}),
-            )),
-    );
-    assert_eq!(status, 201, "{created}");
+    file_takedown(&server, &[id]);
 }
 
 #[test]

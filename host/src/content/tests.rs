@@ -12,9 +12,10 @@ use super::push::push_bytes;
 use super::*;
 use crate::checksum::crc64_nvme;
 use crate::clock::{Clock, FixedClock};
+use crate::kv::intercept::{Call, Hook, Intercepted};
 use crate::kv::memory::MemoryKv;
 use crate::kv::redb::RedbKv;
-use crate::kv::{Batch, Kv, KvError, Outcome, Page};
+use crate::kv::{Kv, KvError, Page};
 use crate::object::ObjectStore;
 use crate::object::fs::FsStore;
 use crate::object::memory::MemoryStore;
@@ -361,47 +362,21 @@ async fn a_file_of_exactly_4_mib_is_one_blob_and_one_byte_more_is_a_manifest_of_
     assert_no_row_without_bytes(&kv, &serving).await;
 }
 
-/// A KV that fails every commit after the first `commits` ones, as if the
-/// process died there.
-struct DyingKv {
-    inner: MemoryKv,
+/// Fails every commit after the first `commits` ones, as if the process
+/// died there.
+struct Dying {
     commits: AtomicUsize,
 }
 
 #[async_trait]
-impl Kv for DyingKv {
-    async fn get(
-        &self,
-        partition: &crate::kv::Partition,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(partition, key).await
-    }
-
-    async fn get_many(
-        &self,
-        partition: &crate::kv::Partition,
-        keys: &[Vec<u8>],
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.get_many(partition, keys).await
-    }
-
-    async fn scan(
-        &self,
-        partition: &crate::kv::Partition,
-        start: &[u8],
-        end: Option<&[u8]>,
-        cursor: Option<&[u8]>,
-        limit: u32,
-    ) -> Result<Page, KvError> {
-        self.inner.scan(partition, start, end, cursor, limit).await
-    }
-
-    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
-        self.commits
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .map_err(|_| KvError::Unavailable("the process died".into()))?;
-        self.inner.apply(batch).await
+impl Hook for Dying {
+    async fn before(&self, _: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        if let Call::Apply(_) = call {
+            self.commits
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .map_err(|_| KvError::Unavailable("the process died".into()))?;
+        }
+        Ok(())
     }
 }
 
@@ -431,9 +406,11 @@ async fn a_push_interrupted_midway_leaves_no_row_without_its_bytes_and_a_re_push
     assert!(clean_rows.len() > 3 * 96 / 2);
 
     for survived in [0, 1, 3] {
-        let kv = DyingKv {
-            inner: MemoryKv::new(clock()),
-            commits: AtomicUsize::new(survived),
+        let kv = Intercepted {
+            inner: Arc::new(MemoryKv::new(clock())),
+            hook: Dying {
+                commits: AtomicUsize::new(survived),
+            },
         };
         let serving = MemoryStore::versioned(clock());
         let died = push_quietly(&kv, &serving, &site, &paths, NOW).await;

@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use super::codec::{self, EpochLease, EpochRow, LeasedShard, RevokeCheckpoint};
 use super::*;
 use crate::clock::{Clock, FixedClock};
+use crate::kv::intercept::{Call, Hook, Intercepted};
 use crate::kv::memory::MemoryKv;
-use crate::kv::{Batch, Kv, KvError, Outcome, Page, Partition, Write};
+use crate::kv::{Batch, Kv, KvError, Outcome, Partition, Write};
 
 const T0: u64 = 100_000;
 const TTL: u64 = 10_000;
@@ -28,9 +29,9 @@ struct Seen {
     pushes: usize,
 }
 
-/// A store that records what fencing does to it, and can interfere.
+/// What a store records of what fencing does to it, and how it
+/// interferes.
 struct Probe {
-    inner: MemoryKv,
     clock: Arc<FixedClock>,
     seen: Mutex<Seen>,
     /// Runs before each `apply`; a batch it returns commits first, as a
@@ -64,46 +65,30 @@ impl Probe {
 }
 
 #[async_trait]
-impl Kv for Probe {
-    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+impl Hook for Probe {
+    async fn before(&self, inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
         self.tick();
-        self.inner.get(partition, key).await
-    }
-
-    async fn get_many(
-        &self,
-        partition: &Partition,
-        keys: &[Vec<u8>],
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.tick();
-        self.inner.get_many(partition, keys).await
-    }
-
-    async fn scan(
-        &self,
-        partition: &Partition,
-        start: &[u8],
-        end: Option<&[u8]>,
-        cursor: Option<&[u8]>,
-        limit: u32,
-    ) -> Result<Page, KvError> {
-        self.tick();
-        self.seen().scan_cursors.push(cursor.map(<[u8]>::to_vec));
-        self.inner.scan(partition, start, end, cursor, limit).await
-    }
-
-    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
-        self.tick();
-        let first = self
-            .injector
-            .lock()
-            .unwrap()
-            .as_mut()
-            .and_then(|f| f(batch));
-        if let Some(first) = first {
-            assert_eq!(self.inner.apply(&first).await, Ok(Outcome::Committed));
+        match call {
+            Call::Scan { cursor } => {
+                self.seen().scan_cursors.push(cursor.map(<[u8]>::to_vec));
+            }
+            Call::Apply(batch) => {
+                let first = self
+                    .injector
+                    .lock()
+                    .unwrap()
+                    .as_mut()
+                    .and_then(|f| f(batch));
+                if let Some(first) = first {
+                    assert_eq!(inner.apply(&first).await, Ok(Outcome::Committed));
+                }
+            }
+            Call::Get { .. } | Call::GetMany => {}
         }
-        let outcome = self.inner.apply(batch).await?;
+        Ok(())
+    }
+
+    fn applied(&self, batch: &Batch, outcome: &Outcome) {
         let writes_to = |name: &str| {
             batch.writes.iter().any(|w| match w {
                 Write::Put { partition, .. } | Write::Delete { partition, .. } => {
@@ -111,19 +96,18 @@ impl Kv for Probe {
                 }
             })
         };
-        if outcome == Outcome::Committed
+        if *outcome == Outcome::Committed
             && writes_to(SHARDS_PARTITION)
             && !writes_to(COORDINATOR_PARTITION)
         {
             self.seen().pushes += 1;
         }
-        Ok(outcome)
     }
 }
 
 struct Harness {
     clock: Arc<FixedClock>,
-    kv: Arc<Probe>,
+    kv: Arc<Intercepted<Probe>>,
     fences: Coordinator,
     ns: Namespace,
 }
@@ -134,12 +118,14 @@ fn harness() -> Harness {
 
 fn harness_with(config: FenceConfig) -> Harness {
     let clock = Arc::new(FixedClock::new(T0));
-    let kv = Arc::new(Probe {
-        inner: MemoryKv::new(clock.clone()),
-        clock: clock.clone(),
-        seen: Mutex::default(),
-        injector: Mutex::new(None),
-        tick_ms: AtomicU64::new(0),
+    let kv = Arc::new(Intercepted {
+        inner: Arc::new(MemoryKv::new(clock.clone())),
+        hook: Probe {
+            clock: clock.clone(),
+            seen: Mutex::default(),
+            injector: Mutex::new(None),
+            tick_ms: AtomicU64::new(0),
+        },
     });
     let fences = Coordinator::new(kv.clone(), clock.clone(), config).unwrap();
     Harness {

@@ -43,6 +43,8 @@ pub mod redb;
 
 #[cfg(test)]
 pub(crate) mod conformance;
+#[cfg(test)]
+pub(crate) mod intercept;
 
 use async_trait::async_trait;
 

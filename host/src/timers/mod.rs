@@ -372,17 +372,30 @@ pub async fn cancel(kv: &dyn Kv, kind: &str, reference: &[u8]) -> Result<bool, T
 pub async fn get(kv: &dyn Kv, kind: &str, reference: &[u8]) -> Result<Option<Timer>, TimerError> {
     validate(kind, reference)?;
     let partition = partition();
-    let Some(index) = kv.get(&partition, &index_key(kind, reference)).await? else {
+    let index_key = index_key(kind, reference);
+    let Some(mut index) = kv.get(&partition, &index_key).await? else {
         return Ok(None);
     };
-    let key = due_key(decode_due_ms(&index)?, kind, reference);
-    match kv.get(&partition, &key).await? {
-        Some(value) => parse_due(&key, &value).map(Some),
-        None => Err(TimerError::Corrupt(format!(
-            "the index of timer {kind}/{} names a missing row",
-            display_reference(reference)
-        ))),
+    // The index and the due row are two reads: a step committed between
+    // them moves (or deletes) the due row the index named. A missing row
+    // is corruption only if the index still names it.
+    for _ in 0..SCHEDULE_ATTEMPTS {
+        let key = due_key(decode_due_ms(&index)?, kind, reference);
+        if let Some(value) = kv.get(&partition, &key).await? {
+            return parse_due(&key, &value).map(Some);
+        }
+        match kv.get(&partition, &index_key).await? {
+            None => return Ok(None),
+            Some(again) if again == index => {
+                return Err(TimerError::Corrupt(format!(
+                    "the index of timer {kind}/{} names a missing row",
+                    display_reference(reference)
+                )));
+            }
+            Some(again) => index = again,
+        }
     }
+    Err(TimerError::Contention)
 }
 
 /// One page of timers in due order, resuming after `cursor` (the `next`

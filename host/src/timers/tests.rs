@@ -7,8 +7,9 @@ use super::*;
 use crate::budget::{BudgetedKv, SliceBudget};
 use crate::clock::{Clock, FixedClock};
 use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
+use crate::kv::intercept::{Call, Hook, Intercepted};
 use crate::kv::memory::MemoryKv;
-use crate::kv::{MAX_BATCH_OPS, Partition};
+use crate::kv::{KvError, MAX_BATCH_OPS, Partition};
 
 const START: u64 = 1_000_000;
 
@@ -642,6 +643,81 @@ async fn a_corrupt_timer_row_is_reported_as_corrupt() {
         vec![Arc::new(Handler::new("work", Mode::Count { steps: 1 }))],
     );
     assert!(matches!(worker.tick().await, Err(TimerError::Corrupt(_))));
+}
+
+/// What another writer does to timer `work/r` the first time a reader
+/// asks for `row`: commits between the reader's two reads.
+struct Meanwhile {
+    row: Vec<u8>,
+    then: tokio::sync::Mutex<Option<Then>>,
+}
+
+enum Then {
+    Reschedule(u64),
+    Cancel,
+}
+
+#[async_trait]
+impl Hook for Meanwhile {
+    async fn before(&self, inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        if let Call::Get { key } = call
+            && key == self.row
+        {
+            match self.then.lock().await.take() {
+                Some(Then::Reschedule(due_ms)) => {
+                    schedule(inner, "work", b"r", due_ms).await.unwrap();
+                }
+                Some(Then::Cancel) => assert!(cancel(inner, "work", b"r").await.unwrap()),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn meanwhile(kv: &Arc<dyn Kv>, row: Vec<u8>, then: Then) -> Intercepted<Meanwhile> {
+    Intercepted {
+        inner: kv.clone(),
+        hook: Meanwhile {
+            row,
+            then: tokio::sync::Mutex::new(Some(then)),
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_timer_moved_between_the_reads_of_a_get_is_read_where_it_moved_not_called_corrupt() {
+    let (kv, _clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let moving = meanwhile(
+        &kv,
+        due_key(START, "work", b"r"),
+        Then::Reschedule(START + 500),
+    );
+    let timer = get(&moving, "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.due_ms, START + 500);
+
+    let cancelling = meanwhile(&kv, due_key(START + 500, "work", b"r"), Then::Cancel);
+    assert_eq!(get(&cancelling, "work", b"r").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn an_index_naming_a_row_that_is_not_there_is_corrupt() {
+    let (kv, _clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    kv.apply(&Batch {
+        preconditions: vec![],
+        writes: vec![Write::Delete {
+            partition: partition(),
+            key: due_key(START, "work", b"r"),
+        }],
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        get(kv.as_ref(), "work", b"r").await,
+        Err(TimerError::Corrupt(_))
+    ));
 }
 
 #[test]

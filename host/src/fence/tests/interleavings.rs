@@ -17,8 +17,9 @@ use crate::fence::{
     Coordinator, Fence, FenceConfig, FenceError, FenceKind, Namespace, RevokeBudget,
     RevokeProgress, ShardId,
 };
+use crate::kv::intercept::{Call, Hook, Intercepted};
 use crate::kv::memory::MemoryKv;
-use crate::kv::{Batch, Kv, KvError, Outcome, Page, Partition, Write};
+use crate::kv::{Batch, Kv, KvError, Outcome, Partition, Write};
 
 const SEEDS: u64 = 64;
 const SHARDS: u64 = 6;
@@ -51,55 +52,22 @@ impl Rng {
     }
 }
 
-/// A store that lets the other actors run before each call.
+/// Lets the other actors run before each call. Only before: the outcome
+/// of a commit is observed by its caller with no other actor in between,
+/// so the order the actors record events in is the order the store
+/// committed them in.
 struct Interleaver {
-    inner: Arc<MemoryKv>,
     rng: Mutex<Rng>,
 }
 
-impl Interleaver {
-    async fn interleave(&self) {
+#[async_trait]
+impl Hook for Interleaver {
+    async fn before(&self, _: &dyn Kv, _: Call<'_>) -> Result<(), KvError> {
         let yields = self.rng.lock().unwrap().below(3);
         for _ in 0..yields {
             tokio::task::yield_now().await;
         }
-    }
-}
-
-#[async_trait]
-impl Kv for Interleaver {
-    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.interleave().await;
-        self.inner.get(partition, key).await
-    }
-
-    async fn get_many(
-        &self,
-        partition: &Partition,
-        keys: &[Vec<u8>],
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.interleave().await;
-        self.inner.get_many(partition, keys).await
-    }
-
-    async fn scan(
-        &self,
-        partition: &Partition,
-        start: &[u8],
-        end: Option<&[u8]>,
-        cursor: Option<&[u8]>,
-        limit: u32,
-    ) -> Result<Page, KvError> {
-        self.interleave().await;
-        self.inner.scan(partition, start, end, cursor, limit).await
-    }
-
-    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
-        // Yield only before: the outcome is observed by the caller with no
-        // other actor in between, so the order the actors record events in
-        // is the order the store committed them in.
-        self.interleave().await;
-        self.inner.apply(batch).await
+        Ok(())
     }
 }
 
@@ -114,7 +82,7 @@ fn kind_index(kind: FenceKind) -> usize {
 struct World {
     seed: u64,
     ns: Namespace,
-    kv: Arc<Interleaver>,
+    kv: Arc<Intercepted<Interleaver>>,
     clock: Arc<FixedClock>,
     fences: Coordinator,
     /// The same fencing straight over the store, for reads that must not
@@ -292,9 +260,11 @@ impl World {
 async fn run(seed: u64) -> (u64, u64, u64) {
     let clock = Arc::new(FixedClock::new(1_000_000));
     let inner = Arc::new(MemoryKv::new(clock.clone()));
-    let kv = Arc::new(Interleaver {
+    let kv = Arc::new(Intercepted {
         inner: inner.clone(),
-        rng: Mutex::new(Rng(seed)),
+        hook: Interleaver {
+            rng: Mutex::new(Rng(seed)),
+        },
     });
     let config = FenceConfig {
         epoch_lease_ms: 1_000,

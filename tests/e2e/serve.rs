@@ -411,6 +411,44 @@ fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
 }
 
 #[test]
+fn an_unauthenticated_upload_written_whole_before_reading_still_gets_its_401() {
+    use std::io::{Read, Write};
+    let server = Server::start("");
+    let address = server.base.trim_start_matches("http://");
+    // A server that answered without reading would have closed the
+    // connection under the writer by the time the body comes.
+    let body = vec![7u8; 900 << 10];
+    for token in ["", "authorization: Bearer wrong-token-0123456789\r\n"] {
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let head = format!(
+            "PUT /v1/plugins/takedown HTTP/1.1\r\nhost: {address}\r\n{token}\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        // The server decides on the headers alone; the body follows late,
+        // as it does from a slow client or over a long link.
+        std::thread::sleep(Duration::from_millis(300));
+        stream
+            .write_all(&body)
+            .unwrap_or_else(|e| panic!("the server closed the upload ({token:?}): {e}"));
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("no answer to the upload ({token:?}): {e}"));
+        assert!(
+            answer.starts_with("HTTP/1.1 401"),
+            "{token:?}: {}",
+            answer.lines().next().unwrap_or_default()
+        );
+        assert!(answer.contains("unauthorized"), "{answer}");
+    }
+}
+
+#[test]
 fn unauthenticated_mutations_get_401_and_change_nothing() {
     let server = Server::start("");
     let old_hash = plugin_hash(&server, "takedown");

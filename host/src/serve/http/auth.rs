@@ -14,6 +14,7 @@ use subtle::ConstantTimeEq;
 use super::ApiError;
 use crate::serve::Host;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The server's secret, redacted in `Debug`.
 #[derive(Clone)]
@@ -106,13 +107,41 @@ pub async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
-    match presented {
-        Some(token) if host.auth.token.matches(token) => Ok(next.run(request).await),
-        Some(_) => Err(ApiError::unauthorized("the bearer token is not valid")),
-        None => Err(ApiError::unauthorized(
-            "this route needs an `Authorization: Bearer <token>` header",
-        )),
+    let refusal = match presented {
+        Some(token) if host.auth.token.matches(token) => return Ok(next.run(request).await),
+        Some(_) => ApiError::unauthorized("the bearer token is not valid"),
+        None => {
+            ApiError::unauthorized("this route needs an `Authorization: Bearer <token>` header")
+        }
+    };
+    drain(request).await;
+    Err(refusal)
+}
+
+/// Most bytes of a refused request's body read (and dropped) before the
+/// refusal is sent: a client that writes its whole body before it reads
+/// (one that does not send `Expect: 100-continue`) would otherwise meet a
+/// closed connection instead of the 401. Small, so a stranger cannot make
+/// the server read much; a larger body gets the closed connection.
+const DRAIN_BYTES: usize = 1 << 20;
+
+/// Longest wait for that body.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads `request`'s body up to [`DRAIN_BYTES`], unless its client waits
+/// for a go-ahead (`Expect: 100-continue`: reading would send it one) or
+/// declares a larger body.
+async fn drain(request: Request) {
+    let headers = request.headers();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if headers.contains_key(header::EXPECT) || declared.is_some_and(|n| n > DRAIN_BYTES as u64) {
+        return;
     }
+    let body = axum::body::to_bytes(request.into_body(), DRAIN_BYTES);
+    let _ = tokio::time::timeout(DRAIN_TIME, body).await;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::server::{Server, TOKEN, agent, answer, bearer, json_body, wait_for};
-use crate::support::{Rng, custodian, future_contract, run, stepper, trapper};
+use crate::support::{Rng, custodian, future_contract, outcome, run, stepper, trapper};
 
 /// The bundled takedown plugin with a custom section appended: another
 /// build of the same policy, with its own content hash (one per `build`
@@ -344,6 +344,67 @@ fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_
         format!("plugin:takedown@{}", &new_hash[..12]),
         "the takedown finished under the new plugin"
     );
+}
+
+#[test]
+fn the_cli_on_a_stopped_servers_data_runs_the_plugin_the_server_swapped_in() {
+    let mut server = Server::start("[server]\nworkers = 1\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let rebuilt = rebuilt_takedown(scratch.path(), "cli");
+    let object = push(&server, "acme/site", "a.txt", b"for the cli");
+    let swapped = swap_takedown_with_cli(&server, &rebuilt, &[])["current"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(server.terminate().success(), "{}", server.log());
+    let data = server.data.to_str().unwrap();
+
+    // A plugin other than the one the server swapped in is refused by
+    // every command that changes state.
+    for command in [
+        &["takedown", "create", "acme/site", "--object", &object][..],
+        &["tick"][..],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--data", data, "--plugin", "builtin:takedown"]);
+        let (code, _, stderr) = outcome(&run(&args));
+        assert_eq!(code, 2, "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("shared plugin set names") && stderr.contains(&swapped[..12]),
+            "{command:?}: {stderr}"
+        );
+    }
+
+    // Without --plugin, the CLI runs the swapped-in build from the KV.
+    let (code, stdout, stderr) = outcome(&run(&[
+        "takedown",
+        "create",
+        "acme/site",
+        "--object",
+        &object,
+        "--data",
+        data,
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let id: Value = serde_json::from_str(&stdout).unwrap();
+    let (code, stdout, stderr) = outcome(&run(&["tick", "--data", data, "--json"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("plugin:takedown@{}", &swapped[..12])),
+        "the tick ran another plugin: {stdout}"
+    );
+    // Reading a status may use any build.
+    let (code, _, stderr) = outcome(&run(&[
+        "takedown",
+        "status",
+        id["id"].as_str().unwrap(),
+        "--data",
+        data,
+        "--plugin",
+        "builtin:takedown",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
 }
 
 #[test]

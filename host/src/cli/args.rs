@@ -284,7 +284,9 @@ pub struct TickArgs {
     #[command(flatten)]
     pub data: DataArgs,
     /// A policy plugin that handles timers: a `.wasm` file or
-    /// `builtin:WORLD` (repeatable).
+    /// `builtin:WORLD` (repeatable) [default: the takedown plugin the data
+    /// directory's shared plugin set names, else builtin:takedown]. A
+    /// takedown plugin the set does not name is refused.
     #[arg(long = "plugin", value_name = "PATH")]
     pub plugins: Vec<String>,
     /// Keep ticking until nothing is due (at most --max-ticks ticks).
@@ -336,9 +338,12 @@ pub struct RetentionArgs {
 pub struct TakedownPolicyArgs {
     #[command(flatten)]
     pub data: DataArgs,
-    /// The takedown plugin: a `.wasm` file or `builtin:takedown`.
-    #[arg(long, default_value = "builtin:takedown", value_name = "PATH")]
-    pub plugin: String,
+    /// The takedown plugin: a `.wasm` file or `builtin:takedown`
+    /// [default: the plugin the data directory's shared plugin set names
+    /// (what a server on it last ran), else builtin:takedown]. A command
+    /// that changes state refuses a plugin the set does not name.
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<String>,
     /// Who is acting, for the audit log.
     #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
     pub operator: String,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
+use custodian::bundled;
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Kv;
@@ -12,7 +13,8 @@ use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, Action, RequestError};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
-use custodian::runtime::{CallContext, Limits, Runtime, Services};
+use custodian::runtime::{CallContext, Limits, Plugin, Runtime, Services, World};
+use custodian::serve::plugins::shared;
 use custodian::timers;
 use serde_json::json;
 
@@ -114,10 +116,62 @@ impl Environment {
         })
     }
 
-    /// Loads a takedown-world plugin.
-    pub(super) fn takedown_policy(&self, spec: &str) -> Result<TakedownPolicy, Failure> {
-        TakedownPolicy::new(Arc::new(load(&self.runtime, spec)?))
+    /// The takedown policy `spec` names (see [`Environment::plugin`]).
+    pub(super) fn takedown_policy(
+        &self,
+        spec: Option<&str>,
+        changes: bool,
+    ) -> Result<TakedownPolicy, Failure> {
+        TakedownPolicy::new(Arc::new(self.plugin(spec, changes)?))
             .map_err(|e| Failure::Usage(e.into()))
+    }
+
+    /// The plugin a command runs: `spec` when given, else the takedown
+    /// plugin the data directory's shared set names (what a server on it
+    /// last ran: swaps outlive it), else the bundled one. A command that
+    /// `changes` state refuses a takedown plugin the set does not name,
+    /// since it would commit a policy a swap replaced.
+    pub(super) fn plugin(&self, spec: Option<&str>, changes: bool) -> Result<Plugin, Failure> {
+        let row = self
+            .io
+            .block_on(shared::read(self.kv.as_ref()))
+            .context("cannot read the shared plugin set")
+            .map_err(Failure::Failed)?;
+        let member = row.and_then(|row| Some((row.set.member(World::Takedown)?.clone(), row)));
+        let plugin = match (spec, &member) {
+            (Some(spec), _) => load(&self.runtime, spec)?,
+            (None, Some((member, _))) => {
+                let bytes = match bundled::plugin(World::Takedown)
+                    .filter(|bytes| blake3::hash(bytes).to_hex().as_str() == member.hash)
+                {
+                    Some(bytes) => bytes.to_vec(),
+                    None => self
+                        .io
+                        .block_on(shared::load_blob(self.kv.as_ref(), member))
+                        .context("cannot load the shared set's takedown plugin")
+                        .map_err(Failure::Failed)?,
+                };
+                self.runtime
+                    .load_bytes(&bytes, &member.source)
+                    .map_err(|e| Failure::Failed(e.into()))?
+            }
+            (None, None) => load(&self.runtime, "builtin:takedown")?,
+        };
+        let takedown = plugin.info().worlds.first() == Some(&World::Takedown);
+        if let Some((member, row)) = &member
+            && changes
+            && takedown
+            && plugin.info().hash != member.hash
+        {
+            return Err(Failure::Usage(anyhow!(
+                "{} is not the takedown plugin this data directory's shared plugin set names                  ({}, hash {}, set by {}): a server swapped it in, and a step of another                  plugin would commit a policy the swap replaced; leave --plugin out to run                  the set's plugin, or swap this one in through the server",
+                spec.unwrap_or("builtin:takedown"),
+                member.source,
+                &member.hash[..12],
+                row.set.by
+            )));
+        }
+        Ok(plugin)
     }
 }
 
@@ -163,7 +217,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let clock = clock(now);
             let environment =
                 Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let plugin = environment.takedown_policy(policy.plugin.as_deref(), true)?;
             let request = Request::new(repository, clock.now_ms(), objects, pack);
             requests::create(
                 &plugin,
@@ -192,7 +246,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let id = parse_id(&id, "request id")?;
             let clock = clock(None);
             let environment = Environment::open(global, &policy.data, &policy.retention, clock)?;
-            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let plugin = environment.takedown_policy(policy.plugin.as_deref(), false)?;
             let mut status = plugin
                 .status(environment.call(&plugin, &limits), &id)
                 .map_err(|e| Failure::Failed(e.into()))?
@@ -231,7 +285,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let clock = clock(now);
             let environment =
                 Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let plugin = environment.takedown_policy(&policy.plugin)?;
+            let plugin = environment.takedown_policy(policy.plugin.as_deref(), true)?;
             let enabled = state == "on";
             requests::hold(
                 &plugin,

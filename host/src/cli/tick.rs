@@ -12,7 +12,6 @@ use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, Worke
 use serde_json::json;
 
 use super::args::{Global, TickArgs};
-use super::plugin::load;
 use super::takedown::Environment;
 use super::{Failure, Outcome};
 
@@ -35,17 +34,22 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         Some(fixed) => fixed.clone(),
         None => Arc::new(SystemClock),
     };
-    // Plugins load before the data directory is opened: a bad plugin is a
-    // usage error that must not hold the directory even briefly.
+    // The retention plugin loads before the data directory is opened; the
+    // takedown plugin after, since by default it comes from the directory's
+    // shared plugin set.
     let environment = Environment::open(global, &args.data, &args.retention, clock.clone())?;
-    let specs = if args.plugins.is_empty() {
-        vec!["builtin:takedown".to_owned()]
+    let specs: Vec<Option<&str>> = if args.plugins.is_empty() {
+        vec![None]
     } else {
-        args.plugins.clone()
+        args.plugins
+            .iter()
+            .map(|spec| Some(spec.as_str()))
+            .collect()
     };
     let mut policies = Vec::new();
-    for spec in &specs {
-        let plugin = Arc::new(load(&environment.runtime, spec)?);
+    for spec in specs {
+        let plugin = Arc::new(environment.plugin(spec, true)?);
+        let spec = spec.unwrap_or("the shared set's takedown plugin");
         match plugin.info().worlds.first() {
             Some(World::Takedown) => {
                 policies.push(Arc::new(TakedownPolicy::new(plugin).map_err(usage)?));

@@ -23,7 +23,8 @@ use custodian::object::s3::local_server::{self, Kind};
 use serde_json::Value;
 
 use crate::serve::{
-    file_takedown, plugin_hash_of, push, rebuilt_takedown, swap_takedown_with_cli, takedown_status,
+    file_takedown, plugin_hash_of, plugins, push, rebuilt_takedown, swap_takedown_with_cli,
+    takedown_status,
 };
 use crate::server::{Server, agent, answer, bearer, wait_for};
 use crate::support::Rng;
@@ -106,18 +107,6 @@ impl Cluster {
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         Server::start_in_env(&self.config(node), &[], &env, |_| {})
     }
-}
-
-/// `GET /v1/plugins` of `server`.
-fn plugins(server: &Server) -> Value {
-    let (status, body) = answer(
-        agent()
-            .get(&server.url("/v1/plugins"))
-            .header("authorization", &bearer())
-            .call(),
-    );
-    assert_eq!(status, 200, "GET /v1/plugins: {body}");
-    body
 }
 
 /// The hash of the takedown plugin in a `GET /v1/plugins` answer.

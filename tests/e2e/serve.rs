@@ -31,15 +31,20 @@ pub fn rebuilt_takedown(dir: &Path, build: &str) -> PathBuf {
     path
 }
 
-pub fn plugin_hash(server: &Server, world: &str) -> String {
+/// `GET /v1/plugins` of `server`.
+pub fn plugins(server: &Server) -> Value {
     let (status, body) = answer(
         agent()
             .get(&server.url("/v1/plugins"))
             .header("authorization", &bearer())
             .call(),
     );
-    assert_eq!(status, 200, "{body}");
-    body["plugins"]
+    assert_eq!(status, 200, "GET /v1/plugins: {body}");
+    body
+}
+
+pub fn plugin_hash(server: &Server, world: &str) -> String {
+    plugins(server)["plugins"]
         .as_array()
         .unwrap()
         .iter()

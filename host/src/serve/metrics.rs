@@ -80,6 +80,9 @@ struct Families {
     store_errors: BTreeMap<(String, &'static str), u64>,
     timer_lag: Histogram,
     swaps: BTreeMap<(String, &'static str), u64>,
+    /// Whether this host runs exactly the shared plugin set (1) or not
+    /// (0); a gauge, so an alert can fire on a host that cannot follow.
+    in_sync: u64,
     kv_calls: BTreeMap<&'static str, u64>,
     kv_errors: BTreeMap<&'static str, u64>,
     kv_batch: BatchSizes,
@@ -181,9 +184,15 @@ impl Metrics {
         });
     }
 
-    /// One plugin swap of `world`: `completed` or `refused`.
+    /// One plugin swap of `world`: `completed`, `refused`, or `adopted`
+    /// (made on another host, followed here).
     pub fn swap(&self, world: &str, result: &'static str) {
         self.with(|f| *f.swaps.entry((world.to_owned(), result)).or_default() += 1);
+    }
+
+    /// Whether this host now runs exactly the shared plugin set.
+    pub fn in_sync(&self, in_sync: bool) {
+        self.with(|f| f.in_sync = u64::from(in_sync));
     }
 
     /// One KV call, by operation, and whether it failed.
@@ -222,6 +231,7 @@ impl Metrics {
                 store_errors: f.store_errors.clone(),
                 timer_lag: f.timer_lag.clone(),
                 swaps: f.swaps.clone(),
+                in_sync: f.in_sync,
                 kv_calls: f.kv_calls.clone(),
                 kv_errors: f.kv_errors.clone(),
                 kv_batch: f.kv_batch,
@@ -337,6 +347,13 @@ impl Metrics {
                 escape(world)
             );
         }
+        header(
+            &mut out,
+            "custodian_plugin_set_in_sync",
+            "gauge",
+            "1 while this host runs exactly the shared plugin set; 0 while it cannot follow it (its steps and actions fail their set guard).",
+        );
+        let _ = writeln!(out, "custodian_plugin_set_in_sync {}", f.in_sync);
         header(
             &mut out,
             "custodian_kv_calls_total",

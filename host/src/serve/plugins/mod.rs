@@ -606,6 +606,7 @@ impl PluginSet {
             swapping: tokio::sync::Mutex::new(SwapState::default()),
         });
         set.register_handler();
+        set.metrics.in_sync(true);
         Ok(set)
     }
 
@@ -773,6 +774,7 @@ impl PluginSet {
 
     async fn follow_locked(&self) -> Result<Vec<World>, SwapError> {
         let followed = self.catch_up().await;
+        self.metrics.in_sync(followed.is_ok());
         let mut sync = self
             .sync
             .lock()

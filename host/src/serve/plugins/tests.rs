@@ -480,3 +480,48 @@ async fn the_takedown_handler_carries_the_guard_of_the_set_its_plugin_belongs_to
     beta.plugins.follow().await.unwrap();
     assert_eq!(guards(&beta), vec![shared::guard(&swapped)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    let mut set = row.set.clone();
+    // A plugin whose bytes were never stored.
+    set.worlds.insert(
+        World::Takedown.name().to_owned(),
+        shared::Member {
+            hash: "ab".repeat(32),
+            size: 10,
+            source: "lost.wasm".into(),
+        },
+    );
+    shared::publish(kv.as_ref(), Some(&row), set)
+        .await
+        .unwrap()
+        .unwrap();
+    let before = takedown_hash(&beta);
+
+    let error = beta.plugins.follow().await.unwrap_err();
+    assert!(error.to_string().contains("missing"), "{error}");
+    assert_eq!(takedown_hash(&beta), before, "beta keeps its plugin");
+    let view = beta.plugins.shared_view();
+    assert!(!view.in_sync);
+    assert!(view.last_error.unwrap().contains("missing"));
+    assert!(
+        beta.metrics
+            .render()
+            .contains("custodian_plugin_set_in_sync 0")
+    );
+    // Its plans fail their set guard until it follows.
+    let (_, guards) = beta.plugins.takedown_for_action().await.unwrap();
+    assert!(
+        guards.contains(&shared::guard(&row)),
+        "beta still plans under the set it installed"
+    );
+    assert!(
+        alpha
+            .metrics
+            .render()
+            .contains("custodian_plugin_set_in_sync 1")
+    );
+}

@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::server::{Server, agent, bearer, json_body};
 use crate::support::{Rng, custodian, outcome};
-use crate::takedown::noise;
+use crate::takedown::{events_by, noise};
 
 const HOSTS: usize = 3;
 const TAKEDOWNS: usize = 50;
@@ -218,35 +218,30 @@ struct Preserved {
 impl Preserved {
     /// Current objects under `prefix`.
     fn current(&self, prefix: &str) -> usize {
-        self.io.block_on(async {
-            let (mut count, mut cursor) = (0, None);
-            loop {
-                let page = self
-                    .store
-                    .list(prefix, cursor.as_deref(), 1000)
-                    .await
-                    .unwrap();
-                count += page.items.len();
-                match page.next {
-                    Some(next) => cursor = Some(next),
-                    None => return count,
-                }
-            }
-        })
+        self.count(prefix, false)
     }
 
     /// Stored versions and delete markers under `prefix`.
     fn versions(&self, prefix: &str) -> usize {
+        self.count(prefix, true)
+    }
+
+    /// Objects (or all `versions`) under `prefix`, every page counted.
+    fn count(&self, prefix: &str, versions: bool) -> usize {
         self.io.block_on(async {
-            let (mut count, mut cursor) = (0, None);
+            let (mut count, mut cursor) = (0, None::<String>);
             loop {
-                let page = self
-                    .store
-                    .list_versions(prefix, cursor.as_deref(), 1000)
-                    .await
-                    .unwrap();
-                count += page.items.len();
-                match page.next {
+                let (items, next) = if versions {
+                    let page = self.store.list_versions(prefix, cursor.as_deref(), 1000);
+                    let page = page.await.unwrap();
+                    (page.items.len(), page.next)
+                } else {
+                    let page = self.store.list(prefix, cursor.as_deref(), 1000);
+                    let page = page.await.unwrap();
+                    (page.items.len(), page.next)
+                };
+                count += items;
+                match next {
                     Some(next) => cursor = Some(next),
                     None => return count,
                 }
@@ -544,22 +539,7 @@ fn assert_steps_committed_once(system: &mut System, records: &[Value]) {
 /// Transitions that happen once per request are audited once; each source
 /// is selected once; each piece is deleted at most once per purge pass.
 fn assert_transitions_audited_once(records: &[Value], requests: &[String], files: usize) {
-    let events: Vec<(String, Vec<String>, Option<String>)> = records
-        .iter()
-        .filter(|r| r["actor"].as_str().unwrap().starts_with("plugin:takedown"))
-        .map(|r| {
-            (
-                r["event"].as_str().unwrap().to_owned(),
-                r["targets"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|t| t.as_str().unwrap().to_owned())
-                    .collect(),
-                r["detail"].as_str().map(str::to_owned),
-            )
-        })
-        .collect();
+    let events = events_by(records, "plugin:takedown");
     // Plain files have no manifest closure to wait for; the purge's hourly
     // re-sweep comes long after the test, so each request had one pass.
     for once in [

@@ -79,9 +79,18 @@ pub(crate) fn audit(data: &str) -> Vec<Value> {
 
 /// The events of the audit log, in order, that the takedown policy wrote.
 pub(crate) fn policy_events(data: &str) -> Vec<(String, Vec<String>, Option<String>)> {
-    audit(data)
-        .into_iter()
-        .filter(|r| r["actor"].as_str().unwrap().starts_with("plugin:"))
+    events_by(&audit(data), "plugin:")
+}
+
+/// `(event, targets, detail)` of the `records` whose actor starts with
+/// `actor`, in order.
+pub(crate) fn events_by(
+    records: &[Value],
+    actor: &str,
+) -> Vec<(String, Vec<String>, Option<String>)> {
+    records
+        .iter()
+        .filter(|r| r["actor"].as_str().unwrap().starts_with(actor))
         .map(|r| {
             (
                 r["event"].as_str().unwrap().to_owned(),

@@ -943,9 +943,9 @@ fn claiming(
     worker
 }
 
-#[tokio::test]
-async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
-    let (kv, clock) = setup();
+/// Schedules `work/r1` at [`START`] and claims it for `node-a/0`, as a
+/// worker of another host would.
+async fn claimed_elsewhere(kv: &Arc<dyn Kv>) {
     schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
     let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
     let other = claim::ClaimConfig {
@@ -958,6 +958,12 @@ async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
             .unwrap(),
         claim::Claimed::Held
     );
+}
+
+#[tokio::test]
+async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
+    let (kv, clock) = setup();
+    claimed_elsewhere(&kv).await;
     let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
     let worker = claiming(&kv, &clock, "node-b/0", handler.clone());
 
@@ -976,15 +982,7 @@ async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
 #[tokio::test]
 async fn a_claim_on_an_earlier_due_row_of_the_timer_keeps_nobody_away() {
     let (kv, clock) = setup();
-    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
-    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
-    let other = claim::ClaimConfig {
-        holder: "node-a/0".into(),
-        ttl_ms: 30_000,
-    };
-    claim::claim(kv.as_ref(), &other, &timer, START)
-        .await
-        .unwrap();
+    claimed_elsewhere(&kv).await;
     // The claimed attempt failed and backed the timer off: a new due row.
     schedule(kv.as_ref(), "work", b"r1", START + 10)
         .await
@@ -1028,15 +1026,7 @@ async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the
 #[tokio::test]
 async fn cancelling_a_claimed_timer_removes_its_claim() {
     let (kv, _clock) = setup();
-    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
-    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
-    let config = claim::ClaimConfig {
-        holder: "node-a/0".into(),
-        ttl_ms: 30_000,
-    };
-    claim::claim(kv.as_ref(), &config, &timer, START)
-        .await
-        .unwrap();
+    claimed_elsewhere(&kv).await;
     assert!(
         claim::current(kv.as_ref(), "work", b"r1")
             .await

@@ -153,7 +153,7 @@ fn list(as_json: bool) -> Outcome {
                     "world": world.name(),
                     "name": bundled::name(*world),
                     "size": bytes.len(),
-                    "hash": blake3::hash(bytes).to_hex().to_string(),
+                    "hash": custodian::runtime::content_hash(bytes),
                 })
             })
             .collect();

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use custodian::bundled;
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Kv;
@@ -141,16 +140,15 @@ impl Environment {
         let plugin = match (spec, &member) {
             (Some(spec), _) => load(&self.runtime, spec)?,
             (None, Some((member, _))) => {
-                let bytes = match bundled::plugin(World::Takedown)
-                    .filter(|bytes| blake3::hash(bytes).to_hex().as_str() == member.hash)
-                {
-                    Some(bytes) => bytes.to_vec(),
-                    None => self
-                        .io
-                        .block_on(shared::load_blob(self.kv.as_ref(), member))
-                        .context("cannot load the shared set's takedown plugin")
-                        .map_err(Failure::Failed)?,
-                };
+                let bytes = self
+                    .io
+                    .block_on(shared::plugin_bytes(
+                        self.kv.as_ref(),
+                        World::Takedown,
+                        member,
+                    ))
+                    .context("cannot load the shared set's takedown plugin")
+                    .map_err(Failure::Failed)?;
                 self.runtime
                     .load_bytes(&bytes, &member.source)
                     .map_err(|e| Failure::Failed(e.into()))?

@@ -183,6 +183,13 @@ pub struct ExportInfo {
     pub functions: Vec<String>,
 }
 
+/// The content hash a plugin is known by everywhere (its info, the
+/// compile cache, swaps, the shared plugin set, the audit): BLAKE3 of its
+/// bytes, as lowercase hex.
+pub fn content_hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
 /// What is known about a loaded plugin.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PluginInfo {
@@ -332,7 +339,7 @@ impl Runtime {
             }
             _ => return Err(LoadError::NotWasm(source_name)),
         }
-        let hash = blake3::hash(bytes).to_hex().to_string();
+        let hash = content_hash(bytes);
         let cached = self
             .cache
             .as_ref()

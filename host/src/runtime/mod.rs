@@ -30,7 +30,7 @@ use wasmtime::component::Linker;
 
 pub use call::{CallContext, CallError, Function, Grants, Services, Session, TypedFunction};
 pub use limits::{LimitExceeded, Limits};
-pub use load::{CONTRACT_VERSION, ExportInfo, LoadError, Plugin, PluginInfo, World};
+pub use load::{CONTRACT_VERSION, ExportInfo, LoadError, Plugin, PluginInfo, World, content_hash};
 
 pub(crate) use bindings::policy;
 pub(crate) use call::{classify, classify_instantiate};

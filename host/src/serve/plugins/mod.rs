@@ -69,7 +69,9 @@ use crate::policy::retention::{
     Assessment, Item, RetentionOracle, RetentionPolicy, RetentionRoute, Settings,
 };
 use crate::policy::takedown::{self, TakedownHandler, TakedownPolicy};
-use crate::runtime::{CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World};
+use crate::runtime::{
+    CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World, content_hash,
+};
 use crate::timers::{self, Handlers};
 use proof::prove;
 use shared::{Member, SetRow, SharedError, SharedSet};
@@ -364,11 +366,7 @@ impl Prover<'_> {
         world: World,
         member: &Member,
     ) -> Result<Loaded, SwapError> {
-        let bytes =
-            match crate::bundled::plugin(world).filter(|bytes| hex_hash(bytes) == member.hash) {
-                Some(bytes) => bytes.to_vec(),
-                None => shared::load_blob(kv, member).await?,
-            };
+        let bytes = shared::plugin_bytes(kv, world, member).await?;
         self.prove(world, bytes, member.source.clone()).await
     }
 }
@@ -377,10 +375,6 @@ impl Prover<'_> {
 struct Configured {
     loaded: Loaded,
     bytes: Vec<u8>,
-}
-
-fn hex_hash(bytes: &[u8]) -> String {
-    blake3::hash(bytes).to_hex().to_string()
 }
 
 fn member_of(loaded: &Loaded) -> Member {
@@ -454,13 +448,12 @@ async fn join(
                 at_ms: now,
             },
         };
-        let mut changed = row.is_none();
+        // The worlds whose configured plugin this host publishes.
+        let mut publishing = Vec::new();
         for (world, mine) in &configured {
             let hash = &hashes[world.name()];
-            match set.member(*world) {
-                Some(member) if &member.hash == hash => {
-                    serving.insert(*world, mine.loaded.clone());
-                }
+            let publish = match set.member(*world) {
+                Some(member) if &member.hash == hash => false,
                 // This node's configuration names a plugin other than at
                 // its last start: a deliberate change, so a swap.
                 Some(member)
@@ -483,11 +476,7 @@ async fn join(
                             mine.loaded.plugin.info().source
                         )),
                     });
-                    shared::store_blob(kv, hash, &mine.bytes).await?;
-                    set.worlds
-                        .insert(world.name().to_owned(), member_of(&mine.loaded));
-                    serving.insert(*world, mine.loaded.clone());
-                    changed = true;
+                    true
                 }
                 Some(member) => {
                     let member = member.clone();
@@ -500,31 +489,28 @@ async fn join(
                     );
                     records.push(adopt_record(node, *world, hash, &member, now));
                     serving.insert(*world, prover.load_member(kv, *world, &member).await?);
+                    continue;
                 }
-                None => {
-                    shared::store_blob(kv, hash, &mine.bytes).await?;
-                    set.worlds
-                        .insert(world.name().to_owned(), member_of(&mine.loaded));
-                    serving.insert(*world, mine.loaded.clone());
-                    changed = true;
-                }
+                None => true,
+            };
+            if publish {
+                shared::store_blob(kv, hash, &mine.bytes).await?;
+                set.worlds
+                    .insert(world.name().to_owned(), member_of(&mine.loaded));
+                publishing.push((hash.as_str(), &mine.bytes[..]));
             }
+            serving.insert(*world, mine.loaded.clone());
         }
-        let installed = if changed {
+        let installed = if publishing.is_empty() {
+            row.expect("a set that needed nothing of this host was read")
+        } else {
             set.by = format!("host:{node}");
             set.at_ms = now;
             let Some(written) = shared::publish(kv, row.as_ref(), set).await? else {
                 continue;
             };
-            let published: Vec<(&str, &[u8])> = configured
-                .iter()
-                .filter(|(world, _)| serving[world].plugin.info().hash == hashes[world.name()])
-                .map(|(world, mine)| (hashes[world.name()].as_str(), &mine.bytes[..]))
-                .collect();
-            settle(kv, &written, &published).await;
+            settle(kv, &written, &publishing).await;
             written
-        } else {
-            row.expect("an unchanged set was read")
         };
         for record in &records {
             audit::append(kv, record).await?;
@@ -983,7 +969,9 @@ impl PluginSet {
         for world in World::ALL {
             let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
             let swapped = match read_source(world, &source) {
-                Ok((bytes, _)) if hashes.get(world.name()) == Some(&hex_hash(&bytes)) => continue,
+                Ok((bytes, _)) if hashes.get(world.name()) == Some(&content_hash(&bytes)) => {
+                    continue;
+                }
                 Ok((bytes, name)) => self.swap(world, bytes, name, operator).await,
                 Err(error) => Err(error),
             };

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
-use crate::runtime::World;
+use crate::runtime::{World, content_hash};
 
 /// The partition the shared plugin set lives in.
 pub const PARTITION: &str = "custodian.plugins";
@@ -278,6 +278,22 @@ pub async fn collect_garbage(kv: &dyn Kv, row: &SetRow) -> Result<usize, SharedE
     Ok(deleted)
 }
 
+/// The bytes of `world`'s plugin `member`: the bundled plugin's when the
+/// hashes match (nothing to read), else the stored ones.
+///
+/// # Errors
+/// As [`load_blob`].
+pub async fn plugin_bytes(
+    kv: &dyn Kv,
+    world: World,
+    member: &Member,
+) -> Result<Vec<u8>, SharedError> {
+    match crate::bundled::plugin(world).filter(|bytes| content_hash(bytes) == member.hash) {
+        Some(bytes) => Ok(bytes.to_vec()),
+        None => load_blob(kv, member).await,
+    }
+}
+
 /// The bytes of `member`, checked against its size and hash.
 ///
 /// # Errors
@@ -299,7 +315,7 @@ pub async fn load_blob(kv: &dyn Kv, member: &Member) -> Result<Vec<u8>, SharedEr
             bytes.extend_from_slice(&value);
         }
     }
-    let hash = blake3::hash(&bytes).to_hex().to_string();
+    let hash = content_hash(&bytes);
     if bytes.len() as u64 != member.size || hash != member.hash {
         return Err(SharedError::Corrupt(format!(
             "the stored bytes of plugin {} ({} bytes) hash to {hash} ({} bytes)",
@@ -356,7 +372,7 @@ mod tests {
 
     fn member(bytes: &[u8]) -> Member {
         Member {
-            hash: blake3::hash(bytes).to_hex().to_string(),
+            hash: content_hash(bytes),
             size: bytes.len() as u64,
             source: "test".into(),
         }

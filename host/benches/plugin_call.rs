@@ -21,7 +21,7 @@ use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Se
 use custodian_plugin_retention::Policy;
 use custodian_sdk::retention::RetentionRules;
 
-include!("../build/wasm.rs");
+include!("../runtime/build/wasm.rs");
 
 const PROBE: &str = "custodian-test:probe/probe@0.1.0";
 const BATCHES: usize = 9;
@@ -78,11 +78,12 @@ fn row(what: &str, ns: f64, note: &str) {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let target = wasm_target_dir(Path::new(env!("OUT_DIR")));
+    let target = custodian::bundled::wasm_target_dir().to_path_buf();
     let probe = build_wasm(root, &target, &["custodian-guest-probe"])
         .expect("the probe guest builds")[0]
         .clone();
-    let retention = Path::new(env!("CUSTODIAN_BUNDLED_RETENTION"));
+    let retention =
+        Path::new(custodian::bundled::path(custodian::runtime::World::Retention).expect("bundled"));
 
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -184,7 +184,10 @@ fn main() {
         .to_owned();
 
     // Two builds of the takedown policy to swap between.
-    let original = std::fs::read(env!("CUSTODIAN_BUNDLED_TAKEDOWN")).unwrap();
+    let original = std::fs::read(
+        custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled"),
+    )
+    .unwrap();
     let mut rebuilt = original.clone();
     let name = b"custodian-bench-build";
     rebuilt.extend_from_slice(&[0, (name.len() + 1) as u8, name.len() as u8]);

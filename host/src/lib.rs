@@ -1,31 +1,24 @@
 //! Custodian: a storage host whose policy runs as WebAssembly components.
 //!
-//! The host implements the mechanisms — CRC-64/NVME content identity
-//! ([`checksum`]), conditional-publish object stores ([`object`]), a
-//! durable key-value store with guarded batches ([`kv`]), durable timers
-//! ([`timers`]), per-step budgets ([`budget`]), epoch fencing
-//! ([`fence`]), the audit log ([`audit`]) — and runs policy plugins
-//! ([`runtime`]) that decide what happens. [`policy`] holds the host-side
-//! drivers of each policy world; [`content`] the content model
-//! (content-addressed repositories) policies act on; [`data_dir`] the
-//! embedded default's on-disk layout.
+//! This crate is the `custodian` command and the whole house under one
+//! name. The house is several crates, each importing only those below it:
+//!
+//! | crate | holds |
+//! |---|---|
+//! | [`custodian_base`] | CRC-64/NVME ([`checksum`]), clocks ([`clock`]), the name alphabet |
+//! | [`custodian_object`] ([`object`]) | object stores: memory, filesystem, S3 |
+//! | [`custodian_kv`] ([`kv`]) | key-value stores with guarded batches: memory, redb, etcd |
+//! | [`custodian_core`] | [`fence`], [`timers`], [`audit`], [`budget`], [`content`], [`versions`], [`purge`], [`decisions`] |
+//! | [`custodian_runtime`] ([`runtime`]) | the WebAssembly runtime, the [`policy`] drivers, the [`bundled`] plugins |
+//! | [`custodian_server`] | [`serve`], [`config`], [`data_dir`] |
+//!
+//! The modules below re-export those crates under the names the command,
+//! the end-to-end tests and the benchmarks use.
 
-pub mod audit;
-pub mod budget;
-pub mod bundled;
-pub mod checksum;
-#[cfg(test)]
-mod child_tests;
-pub mod clock;
-pub mod config;
-pub mod content;
-pub mod data_dir;
-pub mod fence;
-pub mod kv;
-pub mod object;
-pub mod policy;
-pub mod purge;
-pub mod runtime;
-pub mod serve;
-pub mod timers;
-pub mod versions;
+pub use custodian_base::{checksum, clock};
+pub use custodian_core::{audit, budget, content, decisions, fence, purge, timers, versions};
+pub use custodian_kv as kv;
+pub use custodian_object as object;
+pub use custodian_runtime as runtime;
+pub use custodian_runtime::{bundled, policy};
+pub use custodian_server::{config, data_dir, serve};

@@ -37,6 +37,8 @@ pub mod testing;
 mod native;
 
 pub use batch::{Batch, Commit};
+/// The contract facts the host enforces: limits, version, names.
+pub use custodian_contract as contract;
 pub use policies::{archive, purge, retention, steps, takedown};
 
 /// Why a host call failed; see `wit/deps/host/types.wit` for each case.

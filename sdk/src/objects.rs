@@ -16,5 +16,4 @@ pub use crate::native::objects::{
     list_versions, put,
 };
 
-/// Largest body moved through one plugin call, in bytes.
-pub const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
+pub use custodian_contract::limits::MAX_BODY_BYTES;

@@ -5,6 +5,8 @@
 
 use crate::audit::Entry;
 use crate::log::Level;
+// Defined in the native host, whose state holds the installed one.
+pub use crate::native::retention_oracle::RetentionOracle;
 
 /// Empties the host and sets its clock to `now_ms`.
 pub fn reset(now_ms: u64) {
@@ -12,24 +14,6 @@ pub fn reset(now_ms: u64) {
         *host = Default::default();
         host.now_ms = now_ms;
     });
-}
-
-/// The retention policy the native host routes `retention-oracle` calls
-/// to: typically a retention plugin's own functions with fixed settings,
-/// e.g. `|item, now| Policy::assess(settings, item, now)`.
-#[derive(Clone, Copy)]
-pub struct RetentionOracle {
-    /// Answers `retention-oracle.assess`.
-    pub assess:
-        fn(crate::retention::Item, u64) -> Result<crate::retention::Assessment, crate::Error>,
-    /// Answers `retention-oracle.set-hold`.
-    pub set_hold: fn(crate::retention::Item, bool) -> Result<crate::retention::Item, crate::Error>,
-}
-
-impl std::fmt::Debug for RetentionOracle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RetentionOracle")
-    }
 }
 
 /// Routes `retention-oracle` calls to `oracle` (until the next [`reset`]).

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use custodian::decisions::purge::{Candidate, Governance, Mapping, Verdict};
 use custodian::policy::PolicyError;
 use custodian::policy::purge::PurgePolicy;
-use custodian::purge::judge::{Candidate, Governance, Mapping, Verdict};
 use custodian::runtime::{Limits, World};
 
 fn candidate(version: &str) -> Candidate {

@@ -15,7 +15,10 @@ use crate::support::{Rng, custodian, future_contract, outcome, run, stepper, tra
 /// build of the same policy, with its own content hash (one per `build`
 /// name).
 pub fn rebuilt_takedown(dir: &Path, build: &str) -> PathBuf {
-    let mut bytes = std::fs::read(env!("CUSTODIAN_BUNDLED_TAKEDOWN")).unwrap();
+    let mut bytes = std::fs::read(
+        custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled"),
+    )
+    .unwrap();
     let name = b"custodian-e2e-build";
     let payload = build.as_bytes();
     let mut content = vec![name.len() as u8];
@@ -422,7 +425,9 @@ fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
     let cases: [(&str, &Path, &str); 4] = [
         (
             "wrong world",
-            Path::new(env!("CUSTODIAN_BUNDLED_RETENTION")),
+            Path::new(
+                custodian::bundled::path(custodian::runtime::World::Retention).expect("bundled"),
+            ),
             "is not a takedown plugin",
         ),
         (
@@ -602,7 +607,11 @@ fn config_example_prints_a_file_that_config_check_accepts() {
 fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
     let scratch = tempfile::tempdir().unwrap();
     let original = scratch.path().join("takedown.wasm");
-    std::fs::copy(env!("CUSTODIAN_BUNDLED_TAKEDOWN"), &original).unwrap();
+    std::fs::copy(
+        custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled"),
+        &original,
+    )
+    .unwrap();
     let rebuilt = rebuilt_takedown(scratch.path(), "rebuilt");
     let config = |path: &Path| {
         format!(

@@ -12,14 +12,14 @@ use custodian::object::ObjectStore;
 use custodian::object::memory::MemoryStore;
 use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
 
-include!("../../host/build/wasm.rs");
+include!("../../host/runtime/build/wasm.rs");
 
 /// The test guests, built once per test process.
 fn guests() -> &'static [PathBuf] {
     static GUESTS: OnceLock<Vec<PathBuf>> = OnceLock::new();
     GUESTS.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let target = wasm_target_dir(Path::new(env!("OUT_DIR")));
+        let target = custodian::bundled::wasm_target_dir().to_path_buf();
         build_wasm(
             root,
             &target,
@@ -58,7 +58,7 @@ pub fn trapper() -> &'static Path {
 
 /// The bundled retention plugin, as built from `plugins/retention`.
 pub fn retention() -> &'static Path {
-    Path::new(env!("CUSTODIAN_BUNDLED_RETENTION"))
+    Path::new(custodian::bundled::path(custodian::runtime::World::Retention).expect("bundled"))
 }
 
 /// The probe's interface.

@@ -3,11 +3,27 @@
 use std::sync::Arc;
 
 use anyhow::anyhow;
+use clap::Args;
 use custodian::audit;
 use custodian::clock::SystemClock;
 
-use super::args::AuditArgs;
+use super::options::DataArgs;
 use super::{Failure, Outcome, io_runtime, open_data};
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Only records at or after this time, ms since the epoch.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub since: u64,
+    /// Print at most this many records.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Print one JSON object a line.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Records read per page.
 const PAGE: u32 = 500;

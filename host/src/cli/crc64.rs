@@ -3,15 +3,36 @@
 
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
+use clap::Args;
 use custodian::checksum::{self, ReadCrc};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use super::args::Crc64Args;
 use super::{Failure, Outcome, report};
+
+#[derive(Debug, Args)]
+pub struct Crc64Args {
+    /// The files to checksum, in order; `-` reads stdin.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print one JSON array of {path, size, crc64, wire} instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Threads hashing each block, at most 64; 0 uses every available
+    /// core.
+    // Bounded so a typo cannot ask for thousands of threads; the checksum
+    // module caps the count at the same number.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(0..=custodian::checksum::MAX_THREADS as i64)
+    )]
+    pub threads: u16,
+}
 
 /// Files at least this large get a progress bar (when stderr is a
 /// terminal). Smaller ones take well under a second even from a slow disk

@@ -1,10 +1,12 @@
-//! The `custodian` command line: argument parsing in [`args`], one module
-//! per command group, errors printed as `error:` with their causes.
+//! The `custodian` command line: the commands in [`args`], one module per
+//! command group (with its own arguments), the options several share in
+//! [`options`], errors printed as `error:` with their causes.
 
 mod args;
 mod audit;
 mod crc64;
 mod object;
+mod options;
 mod plugin;
 mod purge;
 mod repo;
@@ -21,7 +23,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use custodian::runtime::{Runtime, RuntimeConfig};
 
-use args::{Cli, Command, Global};
+use args::{Cli, Command};
+use options::Global;
 
 /// How a command failed, which decides the exit code.
 pub enum Failure {
@@ -93,7 +96,7 @@ fn report(error: &anyhow::Error) {
     }
 }
 
-fn init_logging(verbose: u8, format: args::LogFormat, server: bool) {
+fn init_logging(verbose: u8, format: options::LogFormat, server: bool) {
     // `tick` prints every failed step itself; the worker's own warning
     // about it (meant for a server's log) would repeat it at this level.
     let default = match (verbose, server) {
@@ -110,8 +113,8 @@ fn init_logging(verbose: u8, format: args::LogFormat, server: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(true);
     match format {
-        args::LogFormat::Text => builder.init(),
-        args::LogFormat::Json => builder.json().init(),
+        options::LogFormat::Text => builder.init(),
+        options::LogFormat::Json => builder.json().init(),
     }
 }
 
@@ -132,7 +135,7 @@ fn runtime(global: &Global) -> Result<Runtime, Failure> {
 
 /// The data directory and its KV, read with `clock`.
 fn open_data(
-    data: &args::DataArgs,
+    data: &options::DataArgs,
     clock: std::sync::Arc<dyn custodian::clock::Clock>,
 ) -> Result<std::sync::Arc<dyn custodian::kv::Kv>, Failure> {
     use anyhow::Context;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use bytes::Bytes;
+use clap::{Args, Subcommand};
 use custodian::checksum;
 use custodian::clock::SystemClock;
 use custodian::config::Config;
@@ -16,8 +17,136 @@ use custodian::object::{
 };
 use serde_json::{Value, json};
 
-use super::args::{Global, ObjectCommand, PutGuard, StoreArgs};
+use super::options::{Global, StoreArgs};
 use super::{Failure, Outcome};
+
+/// The condition a publish must meet; exactly one is required.
+#[derive(Debug, Args)]
+pub struct PutGuard {
+    /// Replace the object only while its etag is ETAG.
+    #[arg(long, value_name = "ETAG")]
+    pub if_match: Option<String>,
+    /// Create the object only if the key has none.
+    #[arg(long)]
+    pub if_none_match: bool,
+    /// No guard: only for content-addressed keys, where every writer writes
+    /// the same bytes.
+    #[arg(long)]
+    pub unconditional: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ObjectCommand {
+    /// Publish a file (or stdin) at KEY; print the new etag, version id and
+    /// CRC. Files over 64 MiB are composed in parts.
+    Put {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The object key: `/`-separated, no empty, `.` or `..` segments.
+        key: String,
+        /// The file to publish; `-` reads stdin.
+        #[arg(default_value = "-")]
+        file: String,
+        #[command(flatten)]
+        guard: PutGuard,
+        /// User metadata to set, KEY=VALUE (repeatable; keys of lowercase
+        /// [a-z0-9_-], printable ASCII values, 2 KiB in all).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write an object (or one version, or a range of it) to a file or
+    /// stdout. Long reads are pinned to one generation: if the object is
+    /// replaced midway, nothing is written and the command exits 1.
+    #[command(disable_version_flag = true)]
+    Get {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The object key.
+        key: String,
+        /// Where to write; `-` is stdout. A file is written whole or not at
+        /// all.
+        #[arg(default_value = "-")]
+        file: String,
+        /// Read this exact version.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+        /// Only bytes A through B (inclusive, as in HTTP), or from A to the
+        /// end with `A-`.
+        #[arg(long, value_name = "A-B")]
+        range: Option<String>,
+        /// Fail unless the current object has this etag.
+        #[arg(long, value_name = "ETAG")]
+        if_match: Option<String>,
+    },
+    /// Show an object's (or a version's) etag, version, size, CRC and
+    /// metadata.
+    #[command(disable_version_flag = true)]
+    Head {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The object key.
+        key: String,
+        /// This exact version.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List current objects under a prefix.
+    Ls {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only keys starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every version and delete marker under a prefix, newest first
+    /// within a key (`*` marks the current one).
+    Versions {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only keys starting with this.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check (and where needed set up) a store: whether it keeps versions,
+    /// whether abandoned uploads are cleaned up, whether the server
+    /// validates checksums (an S3-compatible server that does not is
+    /// probed and then verified by reading back every publish). Prints
+    /// notes, warnings and errors; exits 1 if the store is not usable.
+    Bootstrap {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The key prefix the host will use.
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an object (a delete marker on a versioned store), or one
+    /// exact version permanently with --version.
+    #[command(disable_version_flag = true)]
+    Rm {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The object key.
+        key: String,
+        /// Remove this exact version permanently.
+        #[arg(long, value_name = "ID")]
+        version: Option<String>,
+    },
+}
 
 /// Objects up to this size are published whole; larger ones are composed
 /// from parts of this size, so memory stays bounded by one part.

@@ -1,14 +1,86 @@
 //! `custodian plugin …`: inspect, check, list and export plugins.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
+use clap::Subcommand;
 use custodian::bundled;
 use custodian::runtime::{Plugin, Runtime, World};
 use serde_json::json;
 
-use super::args::{Global, PluginCommand};
+use super::options::Global;
 use super::{Failure, Outcome, runtime};
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Show a plugin's world, contract version, imports, exports, size,
+    /// content hash and load time.
+    Inspect {
+        /// A `.wasm` file, or `builtin:WORLD` for a bundled plugin.
+        plugin: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that a plugin loads (and, with --world, implements that world);
+    /// exit 0 if so, 2 with the reason if not.
+    Check {
+        /// A `.wasm` file, or `builtin:WORLD` for a bundled plugin.
+        plugin: String,
+        /// The world it must implement.
+        #[arg(long)]
+        world: Option<World>,
+    },
+    /// List the bundled plugins.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a bundled plugin's `.wasm` to a file (a starting point, or to
+    /// inspect it with other tools).
+    Export {
+        /// The world whose bundled plugin to write.
+        world: World,
+        /// Where to write it.
+        #[arg(long, short)]
+        output: PathBuf,
+    },
+    /// Replace a running server's plugin of a world, without a restart.
+    ///
+    /// The server checks the plugin (a component of that world, built
+    /// against a compatible contract, answering a smoke call), then swaps
+    /// it: calls already running finish on the old plugin, and once the
+    /// command reports success no step of the old plugin can commit. A
+    /// refused plugin leaves the old one serving; the reason is printed
+    /// and the exit code is 1.
+    ///
+    /// The token comes from $CUSTODIAN_TOKEN or --token-file.
+    #[command(verbatim_doc_comment)]
+    Swap {
+        /// The world to swap.
+        #[arg(long)]
+        world: World,
+        /// The new `.wasm` file.
+        plugin: PathBuf,
+        /// The server's base URL.
+        #[arg(
+            long,
+            env = "CUSTODIAN_SERVER",
+            default_value = "http://127.0.0.1:7420"
+        )]
+        server: String,
+        /// A file holding the API token (when $CUSTODIAN_TOKEN is unset).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Who is swapping, for the audit log.
+        #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
+        operator: String,
+        /// Print the server's JSON report.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 /// Loads `spec`: a `.wasm` path, or `builtin:WORLD`.
 pub(super) fn load(runtime: &Runtime, spec: &str) -> Result<Plugin, Failure> {

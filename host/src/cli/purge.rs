@@ -17,7 +17,7 @@ use custodian::runtime::Limits;
 use custodian::versions::pins::ManifestOptions;
 use serde_json::{Value, json};
 
-use super::args::{Global, RetentionArgs, StoreArgs};
+use super::options::{Global, RetentionArgs, StoreArgs};
 use super::{Failure, Outcome, io_runtime};
 
 /// `custodian purge` subcommands.

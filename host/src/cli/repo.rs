@@ -12,7 +12,7 @@ use custodian::content::{self, ContentError, Entry, PushProgress, RepoName};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::args::{DataArgs, Global};
+use super::options::{DataArgs, Global};
 use super::{Failure, Outcome, io_runtime, open_data};
 
 /// Pushes at least this large show a progress bar (on a terminal).

@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
+use clap::Args;
 use custodian::bundled;
 use custodian::clock::{Clock, FixedClock, SystemClock};
 use custodian::kv::Kv;
@@ -15,9 +17,50 @@ use custodian::object::memory::MemoryStore;
 use custodian::runtime::{CallContext, CallError, Grants, Limits, Services, World};
 use serde_json::Value;
 
-use super::args::{DataArgs, Global, RunArgs};
+use super::options::{DataArgs, Global};
 use super::plugin::load;
 use super::{Failure, Outcome, open_data, runtime};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plugin's world (takedown, retention, purge, archive), or a full
+    /// exported interface name such as `ns:pkg/iface@1.0.0`.
+    pub world: String,
+    /// The function to call, as the WIT spells it (e.g. `assess`).
+    pub function: String,
+    /// The plugin: a `.wasm` file or `builtin:WORLD` [default: the bundled
+    /// plugin of WORLD].
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<String>,
+    /// The input: JSON text, `@FILE` to read a file, or `-` for stdin.
+    #[arg(long, default_value = "{}", value_name = "JSON")]
+    pub input: String,
+    /// Grant the plugin this KV partition (repeatable).
+    #[arg(long = "grant-partition", value_name = "NAME")]
+    pub partitions: Vec<String>,
+    /// Grant the plugin an object store of this name (repeatable).
+    #[arg(long = "grant-store", value_name = "NAME")]
+    pub stores: Vec<String>,
+    /// Wall-clock limit of the call.
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Memory limit of the call.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub memory_mib: usize,
+    /// Budget of host calls (kv, objects, audit) for the call.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub host_calls: u32,
+    /// Pin the clock the plugin sees, in ms since the epoch.
+    #[arg(long, value_name = "MS")]
+    pub now: Option<u64>,
+    /// Serve the plugin's KV partitions from this data directory's
+    /// durable KV instead of memory.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Print the JSON on one line instead of indented.
+    #[arg(long)]
+    pub compact: bool,
+}
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())

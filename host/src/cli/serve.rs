@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
 use custodian::clock::{Clock, SystemClock};
 use custodian::config::{
     Config, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, KvBackend,
@@ -29,8 +30,35 @@ use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http, metere
 use custodian::timers::Handlers;
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::args::{ConfigCommand, Global, ServeArgs};
+use super::options::Global;
 use super::{Failure, Outcome};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The data directory [default: `[server] data`, else
+    /// $XDG_DATA_HOME/custodian, else ~/.local/share/custodian].
+    #[arg(long, env = "CUSTODIAN_DATA", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// The address to listen on [default: `[server] listen`, else
+    /// 127.0.0.1:7420]. Port 0 picks a free port (printed on stdout).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Timer worker loops [default: `[server] workers`, else 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: Option<u32>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print a commented configuration file with every setting.
+    Example,
+    /// Check a configuration file: exit 0 if `custodian serve` would
+    /// accept it, 2 with the reason if not.
+    Check {
+        /// The file.
+        file: PathBuf,
+    },
+}
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())

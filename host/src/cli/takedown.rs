@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Kv;
@@ -17,9 +18,98 @@ use custodian::serve::plugins::shared;
 use custodian::timers;
 use serde_json::json;
 
-use super::args::{DataArgs, Global, RetentionArgs, TakedownCommand};
+use super::options::{DataArgs, Global, RetentionArgs};
 use super::plugin::load;
 use super::{Failure, Outcome, io_runtime, open_data, runtime};
+
+/// The takedown policy and the data directory a takedown command uses.
+#[derive(Debug, Args)]
+pub struct TakedownPolicyArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// The takedown plugin: a `.wasm` file or `builtin:takedown`
+    /// [default: the plugin the data directory's shared plugin set names
+    /// (what a server on it last ran), else builtin:takedown]. A command
+    /// that changes state refuses a plugin the set does not name.
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<String>,
+    /// Who is acting, for the audit log.
+    #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
+    pub operator: String,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TakedownCommand {
+    /// File a request against objects of NS/NAME (or a pack's inventory);
+    /// print its id.
+    ///
+    /// The repository must hold every object (see `custodian repo ls`).
+    /// The request is recorded with its timer due now, so the next
+    /// `custodian tick` starts it. --json prints {"id": ..}.
+    #[command(verbatim_doc_comment)]
+    Create {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The repository, `namespace/name`.
+        repository: String,
+        /// An object id (64 hex digits) to take down (repeatable, at most
+        /// 1024).
+        #[arg(
+            long = "object",
+            value_name = "ID",
+            required_unless_present = "pack",
+            conflicts_with = "pack"
+        )]
+        objects: Vec<String>,
+        /// A pack id: take down everything in its inventory, nested sealed
+        /// packs included.
+        #[arg(long, value_name = "ID")]
+        pack: Option<String>,
+        /// Filing time, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a request: phase, verification, counts, retain-until, hold,
+    /// the next purge pass and the last error.
+    ///
+    /// Phases in order: seed, acquire, closure, discover, retain,
+    /// purging, purged. The last error is the policy's (e.g. a corrupt
+    /// source) or the one its last failed step left on the timer.
+    /// --json prints one object with the same fields.
+    #[command(verbatim_doc_comment)]
+    Status {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set (`on`) or clear (`off`) a request's legal hold.
+    ///
+    /// A held request is never purged; a hold cannot be placed once
+    /// purging has begun (exit 1, saying so). The request's timer moves
+    /// to now so the change takes effect at the next tick.
+    #[command(verbatim_doc_comment)]
+    Hold {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+        /// When, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
+    },
+}
 
 /// A data directory opened for policy calls: the KV, the stores, the
 /// retention route, and the runtime that must outlive every call.

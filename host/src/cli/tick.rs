@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use clap::Args;
 use custodian::clock::{Clock, FixedClock, SystemClock};
 use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
 use custodian::policy::takedown::{self, TakedownHandler, TakedownPolicy};
@@ -11,9 +12,49 @@ use custodian::runtime::{Limits, World};
 use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
 use serde_json::json;
 
-use super::args::{Global, TickArgs};
+use super::options::{DataArgs, Global, RetentionArgs};
 use super::takedown::Environment;
 use super::{Failure, Outcome};
+
+#[derive(Debug, Args)]
+pub struct TickArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// A policy plugin that handles timers: a `.wasm` file or
+    /// `builtin:WORLD` (repeatable) [default: the takedown plugin the data
+    /// directory's shared plugin set names, else builtin:takedown]. A
+    /// takedown plugin the set does not name is refused.
+    #[arg(long = "plugin", value_name = "PATH")]
+    pub plugins: Vec<String>,
+    /// Keep ticking until nothing is due (at most --max-ticks ticks).
+    #[arg(long)]
+    pub until_idle: bool,
+    /// Most ticks with --until-idle.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_ticks: u32,
+    /// Pretend it is this time (ms since the epoch) for due times, steps
+    /// and deadlines: for tests, demos and replaying a schedule.
+    #[arg(long, value_name = "MS")]
+    pub now: Option<u64>,
+    /// Store calls one step may make before it is stopped with
+    /// budget-exhausted (and commits nothing).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub step_calls: u32,
+    /// Wall-clock limit of one step.
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    pub timeout_ms: u64,
+    /// Memory limit of one step.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub memory_mib: usize,
+    /// Jump the --now clock to each next due timer until MS (see above).
+    #[arg(long, value_name = "MS", requires = "now")]
+    pub fast_forward_to: Option<u64>,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())

@@ -3,12 +3,48 @@
 use std::sync::Arc;
 
 use anyhow::anyhow;
+use clap::Subcommand;
 use custodian::clock::{Clock, SystemClock};
 use custodian::timers::{self, TimerError, display_reference, parse_reference};
 use serde_json::json;
 
-use super::args::TimerCommand;
+use super::options::DataArgs;
 use super::{Failure, Outcome, io_runtime, open_data};
+
+#[derive(Debug, Subcommand)]
+pub enum TimerCommand {
+    /// List timers in due order, with their step count and last error.
+    List {
+        #[command(flatten)]
+        data: DataArgs,
+        /// Print JSON (one object a line).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Schedule (or move) the timer KIND/REFERENCE.
+    Schedule {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The timer's kind: the world whose plugin runs it (e.g.
+        /// `takedown`).
+        kind: String,
+        /// What it is about: text, or `0x` and hex for bytes (so text that
+        /// itself starts with `0x` must be given in hex).
+        reference: String,
+        /// When it is due, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        due: Option<u64>,
+    },
+    /// Cancel the timer KIND/REFERENCE; exit 1 if there is none.
+    Cancel {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The timer's kind.
+        kind: String,
+        /// Its reference: text, or `0x` and hex.
+        reference: String,
+    },
+}
 
 /// Timers read per page when listing.
 const PAGE: u32 = 500;

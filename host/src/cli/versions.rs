@@ -18,7 +18,7 @@ use custodian::versions::verify::{Problem, require_versioned};
 use custodian::versions::{VersionsError, fetch, verify};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::{Global, StoreArgs};
+use super::options::{Global, StoreArgs};
 use super::{Failure, Outcome, io_runtime};
 
 /// `custodian versions` subcommands.

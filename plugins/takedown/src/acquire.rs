@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::closure::Checkpoint;
 use crate::codec::{Id, corrupt, decode, describe, encode, hex};
 use crate::content::{self, MANIFEST, PACK, SERVING, manifest, pack};
+use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::state::{self, ObjectInfo, Phase, Verification};
-use crate::step::Step;
 use crate::{copy, queue};
 
 /// Manifest chunks queued per step: each costs a commit write, and their

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, decode, encode, hex};
 use crate::content::{MANIFEST, manifest};
+use crate::context::Step;
 use crate::copy::{PIECE_BYTES, Piece};
 use crate::keys::{self, PARTITION, PRESERVED};
 use crate::state::{self, Phase, Verification};
-use crate::step::Step;
 
 /// Chunks verified per step: each costs a scan, and a get and two
 /// checksum calls per piece.

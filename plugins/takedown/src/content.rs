@@ -34,17 +34,7 @@ pub struct Repository {
     pub name: String,
 }
 
-/// Longest namespace or name, in bytes, as the host's content index
-/// allows: both end up inside keys, which the host bounds to 1 KiB.
-const MAX_PART_BYTES: usize = 64;
-
-fn valid_part(part: &str) -> bool {
-    (1..=MAX_PART_BYTES).contains(&part.len())
-        && !part.starts_with('.')
-        && part
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-}
+use custodian_sdk::contract::name::is_repository_part as valid_part;
 
 impl Repository {
     /// Parses `namespace/name` with the host's rules: exactly one `/`, each

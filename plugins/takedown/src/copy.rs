@@ -8,10 +8,10 @@ use custodian_sdk::{Batch, Error, checksum};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, encode, hex, id_from_hex};
+use crate::context::Step;
 use crate::keys::{self, PARTITION, PRESERVED};
 use crate::request::APPLY_WINDOW_MS;
 use crate::state::ObjectInfo;
-use crate::step::Step;
 
 /// Bytes per piece: a piece is one publish, small enough to retry cheaply.
 pub const PIECE_BYTES: u64 = 1024 * 1024;

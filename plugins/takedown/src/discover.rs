@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{corrupt, encode, hex};
 use crate::content;
+use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::state::{self, Phase, Verification};
-use crate::step::Step;
 
 /// Holders handled per step: each costs up to four commit operations
 /// (known namespace, marker guard and write, cache-purge row).

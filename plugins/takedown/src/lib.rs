@@ -78,6 +78,7 @@ pub mod acquire;
 pub mod closure;
 pub mod codec;
 pub mod content;
+pub mod context;
 pub mod copy;
 pub mod discover;
 pub mod hold;

@@ -5,10 +5,10 @@ use custodian_sdk::retention::{Stage, Verdict};
 use custodian_sdk::{Error, kv, objects};
 
 use crate::codec::{corrupt, decode, hex, unhex};
+use crate::context::{MAX_AUDIT, Step};
 use crate::copy::Piece;
 use crate::keys::{self, PARTITION, PRESERVED};
 use crate::state::Phase;
-use crate::step::{MAX_AUDIT, Step};
 
 /// Pieces handled per step: each is a head, maybe a delete, and an audit
 /// entry, and a commit carries at most [`MAX_AUDIT`] entries.

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use custodian_sdk::{Error, kv};
 
 use crate::codec::{Id, corrupt};
+use crate::context::Step;
 use crate::keys::{self, PARTITION};
-use crate::step::Step;
 
 /// Most objects queued by one call: two keys each are read in one
 /// `get-many`, and each queued object is one write of the commit.

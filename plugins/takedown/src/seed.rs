@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, decode, encode, hex};
 use crate::content::{self, SERVING, pack};
+use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::queue;
 use crate::state::Phase;
-use crate::step::Step;
 
 /// Actions or inventory entries handled per step: bounds the writes of
 /// one commit (two per entry at most) and the reads of one step.

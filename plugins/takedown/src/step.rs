@@ -5,115 +5,16 @@
 //! writes and audit entries), except piece intents, which are committed on
 //! their own before their bytes are written (see [`crate::copy`]).
 
-use custodian_sdk::audit::Entry;
-use custodian_sdk::retention::{Assessment, Item};
+use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer};
-use custodian_sdk::{Batch, Commit, Error, kv, retention_oracle};
 
-use crate::codec::{Id, encode, hex};
-use crate::keys::{self, PARTITION};
-use crate::request::{self, APPLY_WINDOW_MS, Request};
-use crate::state::{self, Phase, State};
+use crate::context;
+use crate::state::Phase;
 use crate::{acquire, closure, discover, purge, seed};
-
-/// Most audit entries one commit may carry (the host's bound).
-pub const MAX_AUDIT: usize = 8;
-/// The soonest a request is stepped again: a retention policy answering
-/// "now" (or the past) must not turn a request into a hot loop.
-const MIN_DELAY_MS: u64 = 1_000;
-
-/// A step in progress: what was read, and the commit being built.
-#[derive(Debug)]
-pub struct Step {
-    /// The request id.
-    pub id: Id,
-    /// The host's now for this step.
-    pub now: u64,
-    /// The request.
-    pub request: Request,
-    /// The state, as the step changes it.
-    pub state: State,
-    /// The state row as read, for the guards.
-    pub old: Option<Vec<u8>>,
-    batch: Batch,
-    audit: Vec<Entry>,
-    /// The last question asked of the retention policy and its answer: a
-    /// step asks about the same item at the same instant at its start and
-    /// its end unless the step moved the request to another stage, and
-    /// each question costs a call into the retention plugin.
-    assessed: Option<(Item, Assessment)>,
-}
-
-impl Step {
-    /// The retention policy's assessment of `item` now (asked once per
-    /// distinct item per step).
-    pub fn assess(&mut self, item: Item) -> Result<Assessment, Error> {
-        if let Some((asked, answer)) = &self.assessed
-            && *asked == item
-        {
-            return Ok(answer.clone());
-        }
-        let answer = retention_oracle::assess(item, self.now)?;
-        self.assessed = Some((item, answer.clone()));
-        Ok(answer)
-    }
-
-    /// Adds a write to the commit.
-    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.batch = std::mem::take(&mut self.batch).put(PARTITION, key, value);
-    }
-
-    /// Adds a delete to the commit.
-    pub fn delete(&mut self, key: Vec<u8>) {
-        self.batch = std::mem::take(&mut self.batch).delete(PARTITION, key);
-    }
-
-    /// Guards the commit on `key` still holding `observed` (`None`:
-    /// absent).
-    pub fn require_observed(&mut self, key: Vec<u8>, observed: Option<&[u8]>) {
-        self.batch = std::mem::take(&mut self.batch).require_observed(PARTITION, key, observed);
-    }
-
-    /// Adds an audit entry; its targets start with the request id.
-    pub fn event(&mut self, event: &str, targets: &[String], detail: Option<String>) {
-        let mut all = vec![hex(&self.id)];
-        all.extend_from_slice(targets);
-        self.audit.push(Entry {
-            event: event.to_owned(),
-            targets: all,
-            detail,
-        });
-    }
-
-    /// Audit entries added so far.
-    pub fn audit_len(&self) -> usize {
-        self.audit.len()
-    }
-
-    /// The state row's key.
-    pub fn state_key(&self) -> Vec<u8> {
-        keys::key(keys::STATE, &self.id, &[])
-    }
-}
 
 /// `step`: see `wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
-    let id = Id::try_from(timer.reference.as_slice()).map_err(|_| {
-        Error::InvalidArgument("a takedown timer's reference is a 32-byte request id".into())
-    })?;
-    let now = timer.now_ms;
-    let request = request::require(&id)?;
-    let loaded = state::load(&id, &request, now)?;
-    let mut step = Step {
-        id,
-        now,
-        request,
-        state: loaded.state,
-        old: loaded.raw,
-        batch: Batch::new(),
-        audit: Vec::new(),
-        assessed: None,
-    };
+    let mut step = context::load(timer)?;
     if !purge::start(&mut step)? {
         match step.state.phase {
             Phase::Seed => seed::run(&mut step)?,
@@ -129,39 +30,5 @@ pub fn run(timer: &Timer) -> Result<StepResult, Error> {
             Phase::Retain | Phase::Purged => {}
         }
     }
-    finish(step)
-}
-
-fn finish(mut step: Step) -> Result<StepResult, Error> {
-    if step.audit.is_empty() {
-        let phase = step.state.phase.name().to_owned();
-        step.event("PreservationCheckpoint", &[], Some(phase));
-    }
-    // A bug here must fail the step, not write a state no step can read.
-    step.state.check(&step.request)?;
-    let stage = step.state.schedule_stage();
-    let item = step.state.item(&step.request, stage);
-    let next = step.assess(item)?;
-    let due = next
-        .next_check_ms
-        .max(step.now.saturating_add(MIN_DELAY_MS));
-    let key = step.state_key();
-    let value = encode(&step.state)?;
-    let batch = std::mem::take(&mut step.batch)
-        .require_observed(PARTITION, key.clone(), step.old.as_deref())
-        .not_after(step.now.saturating_add(APPLY_WINDOW_MS))
-        .put(PARTITION, key, value);
-    if batch.len() > kv::MAX_BATCH_OPS || step.audit.len() > MAX_AUDIT {
-        return Err(Error::InvalidArgument(format!(
-            "a takedown step planned {} operations and {} audit entries",
-            batch.len(),
-            step.audit.len()
-        )));
-    }
-    let mut commit = Commit::new(batch);
-    for entry in step.audit {
-        commit = commit.audit(entry);
-    }
-    // Never `done`: a purged request keeps being re-swept for late writes.
-    Ok(commit.reschedule(due))
+    context::finish(step)
 }

@@ -1,5 +1,5 @@
 use crate::Error;
-use crate::audit::Entry;
+use crate::bindings::host::custodian::host::audit::Entry;
 
 /// The native host's `audit.append`; see `wit/deps/host/audit.wit`.
 pub fn append(entry: &Entry) -> Result<(), Error> {

@@ -1,9 +1,11 @@
 use std::ops::Bound;
 
 use crate::Error;
-use crate::kv::{
-    Entry, KeyRef, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
-    MAX_VALUE_BYTES, Outcome, Page, Precondition, WitBatch, Write,
+use crate::bindings::host::custodian::host::kv::{
+    Batch as WitBatch, Entry, KeyRef, Outcome, Page, Precondition, Write,
+};
+use custodian_contract::limits::{
+    MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_VALUE_BYTES,
 };
 
 fn invalid(message: String) -> Error {
@@ -11,11 +13,8 @@ fn invalid(message: String) -> Error {
 }
 
 fn check_partition(partition: &str) -> Result<(), Error> {
-    let ok = (1..=64).contains(&partition.len())
-        && partition
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
-    if ok {
+    if custodian_contract::name::is_name(partition, custodian_contract::limits::MAX_PARTITION_BYTES)
+    {
         Ok(())
     } else {
         Err(invalid(format!("{partition:?} is not a partition name")))

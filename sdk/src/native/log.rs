@@ -1,4 +1,4 @@
-use crate::log::Level;
+use crate::bindings::host::custodian::host::log::Level;
 
 /// The native host's `log.log`; see `wit/deps/host/log.wit`.
 pub fn log(level: Level, message: &str) {

@@ -6,6 +6,12 @@
 //! and store, since a unit test is its own deployer. One host per thread,
 //! so parallel tests do not see each other; [`crate::testing`] resets and
 //! inspects it.
+//!
+//! This module sits below the capability modules (`kv`, `objects`, `audit`,
+//! `log`, ...) and [`crate::testing`], which re-export its functions and
+//! types; so it takes the WIT types straight from [`crate::bindings`] and
+//! the bounds from [`custodian_contract::limits`], never from those
+//! modules, to keep the imports one-way.
 
 pub(crate) mod audit;
 pub(crate) mod checksum;
@@ -18,8 +24,9 @@ pub(crate) mod retention_oracle;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use crate::audit::Entry;
-use crate::log::Level;
+use crate::bindings::host::custodian::host::audit::Entry;
+use crate::bindings::host::custodian::host::log::Level;
+use retention_oracle::RetentionOracle;
 
 /// One stored object of the native host.
 #[derive(Debug, Clone)]
@@ -41,7 +48,7 @@ pub(crate) struct State {
     /// Makes every publish's etag distinct, as a real store's are.
     pub publishes: u64,
     /// What `retention-oracle` answers with, when a test installed one.
-    pub retention: Option<crate::testing::RetentionOracle>,
+    pub retention: Option<RetentionOracle>,
 }
 
 thread_local! {

@@ -1,8 +1,9 @@
 use super::StoredObject;
 use crate::Error;
-use crate::objects::{
-    ListedObject, MAX_BODY_BYTES, ObjectMeta, ObjectPage, PutCondition, VersionPage,
+use crate::bindings::host::custodian::host::objects::{
+    ListedObject, ObjectMeta, ObjectPage, PutCondition, VersionPage,
 };
+use custodian_contract::limits::MAX_BODY_BYTES;
 
 fn unversioned() -> Error {
     Error::InvalidArgument("the native test host's stores are unversioned".into())

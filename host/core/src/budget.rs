@@ -1,0 +1,513 @@
+//! Per-step budgets of store calls, and the budgeted wrappers that enforce
+//! them around the KV and the object stores a plugin reaches.
+//!
+//! A timer step is one bounded checkpoint: whatever the policy does, it
+//! makes at most a fixed number of store calls, so one step cannot hold a
+//! worker (or a shared backend) for long. A [`SliceBudget`] counts those
+//! calls; a budget may have a parent (a tick's budget over all its steps)
+//! and a call is granted only if every budget up the chain has room.
+//!
+//! Exhaustion is sticky: once a budget refused a call it stays exhausted,
+//! and the step driver refuses to commit the step's batch even if the
+//! policy ignored the `budget-exhausted` answer and returned a result
+//! anyway (see [`SliceBudget::exhausted`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition};
+use custodian_object::{
+    BootstrapReport, ComposeSpec, LifecycleView, ListPage, ListedObject, ListedVersion, Metadata,
+    ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome,
+};
+
+/// A bounded number of store calls, optionally inside a parent budget.
+/// Clones share the same count.
+#[derive(Debug, Clone)]
+pub struct SliceBudget {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    limit: u32,
+    left: AtomicU32,
+    exhausted: AtomicBool,
+    parent: Option<SliceBudget>,
+}
+
+/// A store call was refused because a budget is spent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the step's budget of {limit} store calls is spent")]
+pub struct BudgetExhausted {
+    /// The limit of the budget that ran out.
+    pub limit: u32,
+}
+
+impl SliceBudget {
+    /// A budget of `calls` store calls.
+    pub fn new(calls: u32) -> Self {
+        Self::build(calls, None)
+    }
+
+    /// A budget of `calls` store calls that also draws on `parent`.
+    pub fn with_parent(calls: u32, parent: Self) -> Self {
+        Self::build(calls, Some(parent))
+    }
+
+    fn build(calls: u32, parent: Option<Self>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                limit: calls,
+                left: AtomicU32::new(calls),
+                exhausted: AtomicBool::new(false),
+                parent,
+            }),
+        }
+    }
+
+    /// Takes one call from this budget and every parent.
+    ///
+    /// # Errors
+    /// [`BudgetExhausted`] naming the first budget (innermost first) that
+    /// has no call left; the budgets below it keep the call they gave, which
+    /// is harmless because exhaustion ends the step.
+    pub fn charge(&self) -> Result<(), BudgetExhausted> {
+        let mut budget = Some(self);
+        while let Some(current) = budget {
+            let inner = &current.inner;
+            let taken = inner
+                .left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                    left.checked_sub(1)
+                });
+            if taken.is_err() {
+                // Mark the whole chain below too, so the step that was
+                // refused sees `exhausted()` on its own budget.
+                let mut marked = Some(self);
+                while let Some(m) = marked {
+                    m.inner.exhausted.store(true, Ordering::Release);
+                    if std::ptr::eq(m, current) {
+                        break;
+                    }
+                    marked = m.inner.parent.as_ref();
+                }
+                return Err(BudgetExhausted { limit: inner.limit });
+            }
+            budget = inner.parent.as_ref();
+        }
+        Ok(())
+    }
+
+    /// Whether a call was ever refused by this budget (or by a parent on
+    /// its behalf). A step whose budget is exhausted commits nothing.
+    pub fn exhausted(&self) -> bool {
+        self.inner.exhausted.load(Ordering::Acquire)
+    }
+
+    /// Calls left in this budget alone.
+    pub fn remaining(&self) -> u32 {
+        self.inner.left.load(Ordering::Acquire)
+    }
+
+    /// Calls this budget started with.
+    pub fn limit(&self) -> u32 {
+        self.inner.limit
+    }
+}
+
+/// A [`Kv`] that charges every call to a budget before making it.
+pub struct BudgetedKv {
+    inner: Arc<dyn Kv>,
+    budget: SliceBudget,
+}
+
+impl BudgetedKv {
+    /// Wraps `inner`, charging `budget`.
+    pub fn new(inner: Arc<dyn Kv>, budget: SliceBudget) -> Self {
+        Self { inner, budget }
+    }
+
+    fn charge(&self) -> Result<(), KvError> {
+        self.budget
+            .charge()
+            .map_err(|e| KvError::BudgetExhausted(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl Kv for BudgetedKv {
+    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.charge()?;
+        self.inner.get(partition, key).await
+    }
+
+    async fn get_many(
+        &self,
+        partition: &Partition,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.charge()?;
+        self.inner.get_many(partition, keys).await
+    }
+
+    async fn scan(
+        &self,
+        partition: &Partition,
+        start: &[u8],
+        end: Option<&[u8]>,
+        cursor: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Page, KvError> {
+        self.charge()?;
+        self.inner.scan(partition, start, end, cursor, limit).await
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
+        self.charge()?;
+        self.inner.apply(batch).await
+    }
+}
+
+/// An [`ObjectStore`] that charges every backend call to a budget before
+/// making it. Epoch cells are left to the trait's provided
+/// implementations, so each primitive they make is charged; a compose is
+/// charged for its calls up front and run by the backend.
+pub struct BudgetedStore {
+    inner: Arc<dyn ObjectStore>,
+    budget: SliceBudget,
+}
+
+impl BudgetedStore {
+    /// Wraps `inner`, charging `budget`.
+    pub fn new(inner: Arc<dyn ObjectStore>, budget: SliceBudget) -> Self {
+        Self { inner, budget }
+    }
+
+    fn charge(&self) -> Result<(), ObjectError> {
+        self.budget
+            .charge()
+            .map_err(|e| ObjectError::BudgetExhausted(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl ObjectStore for BudgetedStore {
+    fn versioned(&self) -> bool {
+        self.inner.versioned()
+    }
+
+    fn min_part_size(&self) -> u64 {
+        self.inner.min_part_size()
+    }
+
+    fn max_parts(&self) -> u32 {
+        self.inner.max_parts()
+    }
+
+    async fn put_whole(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.charge()?;
+        self.inner
+            .put_whole(key, body, condition, metadata, crc64)
+            .await
+    }
+
+    async fn copy_object(
+        &self,
+        source: &str,
+        source_if_match: Option<&str>,
+        destination: &str,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.charge()?;
+        self.inner
+            .copy_object(source, source_if_match, destination, condition, metadata)
+            .await
+    }
+
+    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
+        // Charged up front for the calls it makes (create, one per part,
+        // complete), then left to the backend: S3 must send the metadata
+        // when the upload is created, which the bare primitives cannot.
+        for _ in 0..spec.parts.len() + 2 {
+            self.charge()?;
+        }
+        self.inner.compose_generation(spec).await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
+        self.charge()?;
+        self.inner.head(key).await
+    }
+
+    async fn get_whole(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        self.charge()?;
+        self.inner.get_whole(key, if_match).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: &str,
+    ) -> Result<Bytes, ObjectError> {
+        self.charge()?;
+        self.inner.get_range(key, range, if_match).await
+    }
+
+    async fn get_range_segments(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: &str,
+    ) -> Result<Vec<Bytes>, ObjectError> {
+        self.charge()?;
+        self.inner.get_range_segments(key, range, if_match).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
+        self.charge()?;
+        self.inner.delete(key).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedObject>, ObjectError> {
+        self.charge()?;
+        self.inner.list(prefix, cursor, limit).await
+    }
+
+    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
+        self.charge()?;
+        self.inner.head_version(key, version_id).await
+    }
+
+    async fn get_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        self.charge()?;
+        self.inner.get_version(key, version_id).await
+    }
+
+    async fn get_version_range(
+        &self,
+        key: &str,
+        version_id: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes, ObjectError> {
+        self.charge()?;
+        self.inner.get_version_range(key, version_id, range).await
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
+        self.charge()?;
+        self.inner.delete_version(key, version_id).await
+    }
+
+    async fn list_versions(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        self.charge()?;
+        self.inner.list_versions(prefix, cursor, limit).await
+    }
+
+    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
+        self.charge()?;
+        self.inner.create_upload(key).await
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: Bytes,
+        crc64: u64,
+    ) -> Result<(), ObjectError> {
+        self.charge()?;
+        self.inner
+            .upload_part(key, upload_id, part, body, crc64)
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        source: &str,
+        source_if_match: &str,
+        range: Range<u64>,
+    ) -> Result<u64, ObjectError> {
+        self.charge()?;
+        self.inner
+            .upload_part_copy(key, upload_id, part, source, source_if_match, range)
+            .await
+    }
+
+    async fn complete_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: u32,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.charge()?;
+        self.inner
+            .complete_upload(key, upload_id, parts, condition, metadata, crc64)
+            .await
+    }
+
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+        // Never refused: an abort is cleanup on a failure path, and a spent
+        // budget must not leave an upload behind.
+        let _ = self.budget.charge();
+        self.inner.abort_upload(key, upload_id).await
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
+        self.charge()?;
+        self.inner.list_uploads(prefix).await
+    }
+
+    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
+        self.charge()?;
+        self.inner.bootstrap(prefix).await
+    }
+
+    async fn lifecycle_rules(&self) -> Result<Vec<LifecycleView>, ObjectError> {
+        self.charge()?;
+        self.inner.lifecycle_rules().await
+    }
+
+    async fn ensure_noncurrent_retention(
+        &self,
+        prefix: &str,
+        days: u64,
+    ) -> Result<RetentionOutcome, ObjectError> {
+        self.charge()?;
+        self.inner.ensure_noncurrent_retention(prefix, days).await
+    }
+
+    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+        self.charge()?;
+        self.inner.presign_get(key, ttl_secs).await
+    }
+
+    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+        self.charge()?;
+        self.inner.presign_put(key, ttl_secs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use custodian_base::clock::FixedClock;
+    use custodian_kv::memory::MemoryKv;
+    use custodian_object::memory::MemoryStore;
+
+    fn partition() -> Partition {
+        Partition::new("p").expect("valid")
+    }
+
+    #[test]
+    fn a_budget_grants_exactly_its_calls_then_stays_exhausted() {
+        let budget = SliceBudget::new(2);
+        assert!(budget.charge().is_ok());
+        assert!(budget.charge().is_ok());
+        assert!(!budget.exhausted());
+        assert_eq!(budget.charge(), Err(BudgetExhausted { limit: 2 }));
+        assert!(budget.exhausted());
+        assert_eq!(budget.remaining(), 0);
+    }
+
+    #[test]
+    fn a_child_budget_is_refused_when_its_parent_runs_out() {
+        let parent = SliceBudget::new(3);
+        let first = SliceBudget::with_parent(2, parent.clone());
+        let second = SliceBudget::with_parent(2, parent.clone());
+        assert!(first.charge().is_ok());
+        assert!(first.charge().is_ok());
+        assert!(first.charge().is_err(), "the child's own limit holds");
+        assert!(second.charge().is_ok());
+        assert_eq!(second.charge(), Err(BudgetExhausted { limit: 3 }));
+        assert!(second.exhausted(), "the refused child knows it is spent");
+        assert!(parent.exhausted());
+    }
+
+    #[tokio::test]
+    async fn a_budgeted_kv_refuses_calls_past_the_budget_without_touching_the_store() {
+        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(Arc::new(FixedClock::new(0))));
+        let budgeted = BudgetedKv::new(kv.clone(), SliceBudget::new(1));
+        let put = Batch {
+            preconditions: vec![],
+            writes: vec![custodian_kv::Write::Put {
+                partition: partition(),
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+            }],
+        };
+        assert_eq!(budgeted.get(&partition(), b"k").await, Ok(None));
+        assert!(matches!(
+            budgeted.apply(&put).await,
+            Err(KvError::BudgetExhausted(_))
+        ));
+        assert_eq!(kv.get(&partition(), b"k").await, Ok(None));
+    }
+
+    #[tokio::test]
+    async fn a_budgeted_store_charges_each_primitive_call() {
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(MemoryStore::versioned(Arc::new(FixedClock::new(0))));
+        let budget = SliceBudget::new(2);
+        let budgeted = BudgetedStore::new(store.clone(), budget.clone());
+        let body = Bytes::from_static(b"hello");
+        let crc = custodian_base::checksum::crc64_nvme(&body);
+        budgeted
+            .put_whole(
+                "a",
+                body,
+                &PutCondition::IfNoneMatchAny,
+                &Metadata::new(),
+                crc,
+            )
+            .await
+            .expect("within budget");
+        budgeted.head("a").await.expect("within budget");
+        assert!(matches!(
+            budgeted.delete("a").await,
+            Err(ObjectError::BudgetExhausted(_))
+        ));
+        assert!(
+            store.head("a").await.is_ok(),
+            "the refused delete never ran"
+        );
+    }
+}

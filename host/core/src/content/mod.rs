@@ -1,0 +1,304 @@
+//! The host's content model: content-addressed objects in the `serving`
+//! store, and the index (KV partition `content`) that says what they are
+//! and which repositories hold them.
+//!
+//! A takedown policy plugin reads this layout (see `interface
+//! takedown-steps` in `wit/takedown.wit`); it is a contract, so every byte
+//! below is fixed.
+//!
+//! # Objects
+//!
+//! An object's id ([`ObjectId`]) is the BLAKE3 hash of its bytes (32
+//! bytes); its bytes live in the object store named `serving` under
+//! `content/` + the id in lowercase hex ([`object_key`]). Kinds
+//! ([`ObjectKind`]):
+//!
+//! - **blob** (1): a file of at most [`CHUNK_BYTES`] (4 MiB), or one
+//!   chunk of a larger file (4 MiB, the last one possibly shorter);
+//! - **manifest** (2): a larger file, as its chunks' ids ([`manifest`]):
+//!   `CUSTMNFT`, the file's length (u64 LE), format 1 (u16 LE), the chunk
+//!   count (u32 LE, bytes 18..22), the chunk ids (32 bytes each, from
+//!   byte 22), then the CRC-64/NVME of the reassembled file (u64 LE);
+//! - **pack** (3): a directory, as the inventory of its entries ([`pack`]):
+//!   `CUSTPACK`, format 1 (u16 LE), the member count (u32 LE), then one
+//!   33-byte entry per member: id and kind. Members are in the order of
+//!   their names (bytewise); a subdirectory is a member of kind pack.
+//!
+//! # The index (partition `content`)
+//!
+//! Keys are ordered bytewise; integers are big-endian ([`index`]):
+//!
+//! | key | value |
+//! |---|---|
+//! | `o` id | kind (1 byte), size (u64), CRC-64/NVME of the bytes (u64) |
+//! | `h` id namespace `0x00` name | empty: the repository holds the object |
+//! | `s` pack-id | sealed-at ms (u64): the pack is complete and immutable |
+//! | `r` namespace `0x00` name `0x00` path | id, kind (1 byte), size (u64) |
+//!
+//! An `r` entry's size is the object's byte size, except for a manifest,
+//! whose entry size is the logical length of the file it describes.
+//!
+//! # Durability
+//!
+//! Bytes reach `serving` before any index row names them, and a pack is
+//! sealed only once every member's bytes and rows are stored; so an index
+//! row never points at missing bytes. A push interrupted midway leaves at
+//! most bytes (and `o`/`h` rows of objects) that no entry names yet;
+//! pushing again converges, uploading nothing twice ([`push()`]).
+
+pub mod index;
+mod index_writer;
+pub mod manifest;
+pub mod pack;
+pub mod push;
+mod serving;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use custodian_kv::{KvError, Partition};
+use custodian_object::ObjectError;
+
+pub use index::{Entry, EntryPage, HolderPage, ObjectRow, entries, holders, object_row, sealed_at};
+pub use manifest::Manifest;
+pub use pack::{Pack, PackMember};
+pub use push::{PushProgress, push};
+
+/// The KV partition holding the content index.
+pub const PARTITION: &str = "content";
+
+/// The name of the object store holding content as users pushed it.
+pub const SERVING_STORE: &str = "serving";
+
+/// The key prefix of content objects in the serving store.
+pub const OBJECT_KEY_PREFIX: &str = "content/";
+
+/// The largest blob: files up to this size are one blob, larger ones are
+/// cut into chunks of this size and described by a manifest.
+pub const CHUNK_BYTES: u64 = 4 << 20;
+
+/// Longest namespace or repository name, in bytes (a contract fact the
+/// takedown plugin shares). Bounds the holder and entry keys (with
+/// [`index::MAX_PATH_BYTES`], every key stays within the KV's key bound).
+pub use custodian_contract::name::MAX_REPOSITORY_PART_BYTES as MAX_REPO_PART_BYTES;
+
+/// The content index partition.
+pub fn partition() -> Partition {
+    Partition::new(PARTITION).expect("`content` is a valid partition name")
+}
+
+/// Why a content operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    /// An argument (a repository name, a path, a file) is outside what the
+    /// content model accepts; nothing about it was stored.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Stored bytes or index rows cannot be decoded, or disagree with
+    /// their content address.
+    #[error("corrupt content: {0}")]
+    Corrupt(String),
+    /// Concurrent writers kept changing the same index rows; nothing of
+    /// the last attempt was written, and retrying later is safe.
+    #[error("conflicting concurrent writes: {0}")]
+    Conflict(String),
+    /// A local file or directory cannot be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The content index failed.
+    #[error("the content index failed")]
+    Index(#[from] KvError),
+    /// The serving store failed.
+    #[error("the serving store failed")]
+    Store(#[from] ObjectError),
+}
+
+/// A content address: the BLAKE3 hash of an object's bytes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId(pub [u8; 32]);
+
+impl ObjectId {
+    /// The id of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(*blake3::hash(bytes).as_bytes())
+    }
+
+    /// The id from its 32 bytes.
+    ///
+    /// # Errors
+    /// [`ContentError::Corrupt`] for any other length (ids come from
+    /// stored rows and objects).
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, ContentError> {
+        <[u8; 32]>::try_from(bytes).map(Self).map_err(|_| {
+            ContentError::Corrupt(format!("an object id of {} bytes, not 32", bytes.len()))
+        })
+    }
+
+    /// The id from 64 hex digits (either case).
+    ///
+    /// # Errors
+    /// [`ContentError::InvalidArgument`] for anything else.
+    pub fn from_hex(hex: &str) -> Result<Self, ContentError> {
+        let bad = || ContentError::InvalidArgument(format!("{hex:?} is not 64 hex digits"));
+        if hex.len() != 64 {
+            return Err(bad());
+        }
+        let mut id = [0u8; 32];
+        hex::decode_to_slice(hex, &mut id).map_err(|_| bad())?;
+        Ok(Self(id))
+    }
+
+    /// The id in lowercase hex.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({})", self.to_hex())
+    }
+}
+
+/// Where object `id` lives in the serving store: `content/` + hex.
+pub fn object_key(id: &ObjectId) -> String {
+    format!("{OBJECT_KEY_PREFIX}{}", id.to_hex())
+}
+
+/// What an object's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    /// File bytes: a whole small file or one chunk of a large one.
+    Blob,
+    /// A large file's chunk list ([`Manifest`]).
+    Manifest,
+    /// A directory's inventory ([`Pack`]).
+    Pack,
+}
+
+impl ObjectKind {
+    /// The kind's byte in rows and packs.
+    pub fn byte(self) -> u8 {
+        match self {
+            ObjectKind::Blob => 1,
+            ObjectKind::Manifest => 2,
+            ObjectKind::Pack => 3,
+        }
+    }
+
+    /// The kind a stored byte names.
+    ///
+    /// # Errors
+    /// [`ContentError::Corrupt`] for a byte that names no kind.
+    pub fn from_byte(byte: u8) -> Result<Self, ContentError> {
+        match byte {
+            1 => Ok(ObjectKind::Blob),
+            2 => Ok(ObjectKind::Manifest),
+            3 => Ok(ObjectKind::Pack),
+            other => Err(ContentError::Corrupt(format!(
+                "object kind {other} (expected 1 blob, 2 manifest or 3 pack)"
+            ))),
+        }
+    }
+
+    /// The kind's name: `blob`, `manifest` or `pack`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Blob => "blob",
+            ObjectKind::Manifest => "manifest",
+            ObjectKind::Pack => "pack",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A validated repository name, `namespace/name`: each part 1..=64 bytes
+/// of `[a-z0-9._-]`, not starting with `.` (no hidden or relative-looking
+/// names, and never a NUL, which separates the parts in index keys).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RepoName {
+    namespace: String,
+    name: String,
+}
+
+impl RepoName {
+    /// Validates `namespace` and `name`.
+    ///
+    /// # Errors
+    /// [`ContentError::InvalidArgument`] naming the part that is wrong.
+    pub fn new(namespace: &str, name: &str) -> Result<Self, ContentError> {
+        for (what, part) in [("namespace", namespace), ("name", name)] {
+            if !custodian_contract::name::is_repository_part(part) {
+                return Err(ContentError::InvalidArgument(format!(
+                    "repository {what} {part:?}: expected 1..={MAX_REPO_PART_BYTES} bytes of \
+                     [a-z0-9._-], not starting with '.'"
+                )));
+            }
+        }
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// Parses `namespace/name`.
+    ///
+    /// # Errors
+    /// [`ContentError::InvalidArgument`] if there is not exactly one `/`
+    /// or a part is invalid.
+    pub fn parse(text: &str) -> Result<Self, ContentError> {
+        match text.split_once('/') {
+            Some((namespace, name)) if !name.contains('/') => Self::new(namespace, name),
+            _ => Err(ContentError::InvalidArgument(format!(
+                "repository {text:?}: expected NAMESPACE/NAME"
+            ))),
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The name within the namespace.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for RepoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl std::str::FromStr for RepoName {
+    type Err = ContentError;
+
+    fn from_str(text: &str) -> Result<Self, ContentError> {
+        Self::parse(text)
+    }
+}

@@ -1,0 +1,25 @@
+//! Custodian's core: the mechanisms built on the object and KV stores,
+//! and the vocabulary of the decisions policies make about them.
+//!
+//! - [`fence`]: epoch fencing of writers (a plugin swap is one bump);
+//! - [`timers`]: durable timers, stepped by workers, each step committed
+//!   once, guarded on its timer row;
+//! - [`audit`]: the append-only record of who did what;
+//! - [`budget`]: per-step bounds on host calls;
+//! - [`content`]: content-addressed repositories (blobs, manifests,
+//!   packs) and the index of who holds what;
+//! - [`versions`]: exact-version reads through archive registries;
+//! - [`purge`]: permanent retirement of exact versions;
+//! - [`decisions`]: what the host asks policies, and their answers.
+//!
+//! Nothing here links the WebAssembly runtime: policies are reached
+//! through the traits in [`decisions`], which the runtime implements.
+
+pub mod audit;
+pub mod budget;
+pub mod content;
+pub mod decisions;
+pub mod fence;
+pub mod purge;
+pub mod timers;
+pub mod versions;

@@ -1,0 +1,268 @@
+//! Published registries as the purge needs them: the exact version and
+//! etag of the registry object, its content, and its rows as
+//! [`Mapping`]s; and the check that a registry is the one coordinated.
+//!
+//! The first check of a source reads the registry's current version once
+//! and compares its version id, etag and content with the plan's proof
+//! (and `prefixes` entry). Every later check, before each deletion, is a
+//! HEAD comparing the current version id and etag: a version's bytes
+//! never change, so the same version is the same content.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::error::PurgeError;
+use super::plan::{Plan, registry_key};
+use crate::decisions::purge::Mapping;
+use crate::versions::VersionsError;
+use crate::versions::registry::{MAX_REGISTRY_BYTES, parse};
+use custodian_object::{ObjectError, ObjectStore};
+
+/// A registry object as read.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// The source prefix it governs.
+    pub source: String,
+    /// Its key, `source/.custodian-archive.json`.
+    pub key: String,
+    /// The version read.
+    pub version_id: String,
+    /// That version's etag.
+    pub etag: String,
+    /// Its content.
+    pub document: Value,
+    /// `copied` (a `planned` registry maps nothing).
+    pub copied: bool,
+    mappings: HashMap<(String, String), Mapping>,
+}
+
+impl Published {
+    /// The row mapping `key@version_id`, when the registry is copied and
+    /// has one (delete markers included, with no destination version).
+    pub fn mapping(&self, key: &str, version_id: &str) -> Option<&Mapping> {
+        self.mappings.get(&(key.to_owned(), version_id.to_owned()))
+    }
+}
+
+fn text(row: &Value, field: &str) -> String {
+    row[field].as_str().unwrap_or_default().to_owned()
+}
+
+/// Reads the registry of `prefix`, if one is published.
+///
+/// # Errors
+/// [`PurgeError::Registry`] when it is malformed or too large,
+/// [`PurgeError::Store`] when it cannot be read.
+pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Published>, PurgeError> {
+    let key = registry_key(prefix);
+    let corrupt = |reason: String| {
+        PurgeError::Registry(VersionsError::CorruptRegistry {
+            key: key.clone(),
+            reason,
+        })
+    };
+    let meta = match store.head(&key).await {
+        Ok(meta) => meta,
+        Err(ObjectError::NotFound(_) | ObjectError::InvalidArgument(_)) => return Ok(None),
+        Err(e) => return Err(PurgeError::store(&key, e)),
+    };
+    // A registry larger than this would exhaust the purger's memory.
+    if meta.size > MAX_REGISTRY_BYTES {
+        return Err(corrupt(format!(
+            "{} bytes, more than the {MAX_REGISTRY_BYTES} read",
+            meta.size
+        )));
+    }
+    let version_id = meta
+        .version_id
+        .clone()
+        .ok_or_else(|| corrupt("the store gave its current object no version id".into()))?;
+    let (meta, bytes) = match store.get_version(&key, &version_id).await {
+        Ok(found) => found,
+        Err(ObjectError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(PurgeError::store(format!("{key}@{version_id}"), e)),
+    };
+    let registry = parse(&key, prefix, &bytes).map_err(PurgeError::Registry)?;
+    let document: Value =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
+    let mut mappings = HashMap::new();
+    if registry.copied {
+        // `parse` checked every row's fields; markers keep no destination.
+        for row in document["versions"].as_array().into_iter().flatten() {
+            let mapping = Mapping {
+                source_key: text(row, "source_object"),
+                source_version_id: text(row, "source_version_id"),
+                source_etag: row["source_etag"].as_str().map(str::to_owned),
+                destination_key: text(row, "destination_object"),
+                destination_version_id: text(row, "destination_version_id"),
+                destination_etag: text(row, "destination_etag"),
+                size: row["size"].as_u64().unwrap_or(0),
+            };
+            mappings.insert(
+                (
+                    mapping.source_key.clone(),
+                    mapping.source_version_id.clone(),
+                ),
+                mapping,
+            );
+        }
+    }
+    Ok(Some(Published {
+        source: prefix.to_owned(),
+        key,
+        version_id,
+        etag: meta.etag,
+        document,
+        copied: registry.copied,
+        mappings,
+    }))
+}
+
+fn differs(source: &str, why: &str) -> PurgeError {
+    PurgeError::Refused(format!(
+        "the registry of {source:?} differs from the coordinated receipt: {why}"
+    ))
+}
+
+/// The registries of one run, each read at most once, and which of them
+/// were checked against the plan's proofs.
+pub struct Coordination<'a> {
+    store: &'a dyn ObjectStore,
+    plan: &'a Plan,
+    read: Mutex<HashMap<String, Option<Arc<Published>>>>,
+    verified: Mutex<BTreeSet<String>>,
+}
+
+impl<'a> Coordination<'a> {
+    /// Nothing read yet.
+    pub fn new(store: &'a dyn ObjectStore, plan: &'a Plan) -> Self {
+        Self {
+            store,
+            plan,
+            read: Mutex::new(HashMap::new()),
+            verified: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The registry published for `prefix`, if any (cached).
+    ///
+    /// # Errors
+    /// As [`read`].
+    pub async fn at(&self, prefix: &str) -> Result<Option<Arc<Published>>, PurgeError> {
+        if let Some(found) = self.read.lock().expect("registry cache").get(prefix) {
+            return Ok(found.clone());
+        }
+        let found = read(self.store, prefix).await?.map(Arc::new);
+        self.read
+            .lock()
+            .expect("registry cache")
+            .insert(prefix.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The registry of the nearest ancestor prefix of `key` that has one.
+    ///
+    /// # Errors
+    /// As [`read`].
+    pub async fn nearest(&self, key: &str) -> Result<Option<Arc<Published>>, PurgeError> {
+        for (at, _) in key.rmatch_indices('/') {
+            if let Some(found) = self.at(&key[..at]).await? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The registry of `source`, checked against the plan: published,
+    /// copied, equal to the `prefixes` entry (if any), and exactly the
+    /// version, etag and content of the coordination proof.
+    ///
+    /// # Errors
+    /// [`PurgeError::Refused`] saying which check failed; as [`read`].
+    pub async fn verified(&self, source: &str) -> Result<Arc<Published>, PurgeError> {
+        let published = self.at(source).await?.ok_or_else(|| {
+            PurgeError::Refused(format!(
+                "archive cleanup of {source:?} requires a published registry at {}",
+                registry_key(source)
+            ))
+        })?;
+        if self.verified.lock().expect("verified").contains(source) {
+            return Ok(published);
+        }
+        if !published.copied {
+            return Err(PurgeError::Refused(format!(
+                "the registry of {source:?} is only planned: nothing was moved"
+            )));
+        }
+        if self
+            .plan
+            .prefixes
+            .get(source)
+            .is_some_and(|expected| *expected != published.document)
+        {
+            return Err(PurgeError::Refused(format!(
+                "the retirement prefix {source:?} differs from its published registry"
+            )));
+        }
+        let proof = self.plan.coordination.get(source).ok_or_else(|| {
+            PurgeError::Refused(format!(
+                "archive cleanup of {source:?} requires a coordination proof of its registry"
+            ))
+        })?;
+        if proof.registry_version_id != published.version_id {
+            return Err(differs(
+                source,
+                &format!(
+                    "its current version is {}, the proof's {}",
+                    published.version_id, proof.registry_version_id
+                ),
+            ));
+        }
+        if proof.registry_etag != published.etag {
+            return Err(differs(
+                source,
+                &format!(
+                    "its etag is {}, the proof's {}",
+                    published.etag, proof.registry_etag
+                ),
+            ));
+        }
+        if proof.receipt != published.document {
+            return Err(differs(source, "its content is not the receipt"));
+        }
+        self.verified
+            .lock()
+            .expect("verified")
+            .insert(source.to_owned());
+        Ok(published)
+    }
+
+    /// Re-checks, right before a deletion, that the registry of
+    /// `published` (already [`Self::verified`]) is still the current one.
+    ///
+    /// # Errors
+    /// [`PurgeError::Refused`] when it was re-published or deleted.
+    pub async fn recheck(&self, published: &Published) -> Result<(), PurgeError> {
+        let source = &published.source;
+        match self.store.head(&published.key).await {
+            Ok(meta)
+                if meta.version_id.as_deref() == Some(published.version_id.as_str())
+                    && meta.etag == published.etag =>
+            {
+                Ok(())
+            }
+            Ok(meta) => Err(differs(
+                source,
+                &format!(
+                    "it was re-published (now {} with etag {})",
+                    meta.version_id.unwrap_or_default(),
+                    meta.etag
+                ),
+            )),
+            Err(ObjectError::NotFound(_)) => Err(differs(source, "it was deleted")),
+            Err(e) => Err(PurgeError::store(&published.key, e)),
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Step claims: how workers on several hosts avoid running the same step.
+//!
+//! Correctness never depends on a claim: every step commits guarded on the
+//! due row it read (invariant 2 of the module), so of two workers that run
+//! the same step at most one commits. What a claim saves is the loser's
+//! work: a plugin call, its store calls, and the pieces it wrote before
+//! losing. Before firing a timer a claiming worker writes a claim row,
+//! guarded on the row it read, naming itself, the due row it is about to
+//! fire and an expiry; another worker that finds a live claim on the same
+//! due row skips the timer.
+//!
+//! # Key layout (partition `custodian.timers`)
+//!
+//! - claim row: `b'c'`, `kind`, `0x00`, `reference` → [`ClaimRow`] as
+//!   versioned JSON.
+//!
+//! A claim names the due row by its `due_ms`. Every change to a timer
+//! moves its due row to a later time (a committed step reschedules it
+//! after the step's `now`, a failure backs it off), so a claim on an older
+//! `due_ms` is stale at once and the next attempt may be claimed by
+//! anyone. The row is deleted with the timer's last step; a timer that is
+//! cancelled leaves its claim row behind, which the next claim of the same
+//! `(kind, reference)` overwrites.
+//!
+//! A worker that dies holding a claim delays the step by at most the claim's
+//! time to live, after which any worker takes it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Timer, TimerError, partition};
+use custodian_kv::{Batch, Kv, Outcome, Precondition, Write};
+
+const CLAIM: u8 = b'c';
+/// Format byte leading every stored claim, so the encoding can change.
+const CLAIM_FORMAT: u8 = 1;
+/// Longest holder name: a host's node id and a worker index.
+pub const MAX_HOLDER_BYTES: usize = 128;
+
+/// Who claims steps, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimConfig {
+    /// The claiming worker, unique across the cluster (`<node>/<worker>`).
+    pub holder: String,
+    /// How long a claim keeps other workers away, in ms. Longer than a
+    /// step may run (its plugin's time limit plus the commit), or a slow
+    /// step would be run twice; short enough that a crashed host's steps
+    /// are taken over promptly.
+    pub ttl_ms: u64,
+}
+
+/// A stored claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRow {
+    /// The worker that claimed the step.
+    pub holder: String,
+    /// The due row it claimed, by its due time.
+    pub due_ms: u64,
+    /// When the claim lapses, ms since the epoch.
+    pub until_ms: u64,
+}
+
+impl ClaimRow {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![CLAIM_FORMAT];
+        out.extend(serde_json::to_vec(self).expect("claims serialize"));
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, TimerError> {
+        match bytes.split_first() {
+            Some((&CLAIM_FORMAT, json)) => serde_json::from_slice(json)
+                .map_err(|e| TimerError::Corrupt(format!("timer claim: {e}"))),
+            _ => Err(TimerError::Corrupt(
+                "timer claim has an unknown format".into(),
+            )),
+        }
+    }
+
+    /// Whether this claim keeps `holder` away from `timer` at `now_ms`.
+    fn excludes(&self, holder: &str, timer: &Timer, now_ms: u64) -> bool {
+        self.holder != holder && self.due_ms == timer.due_ms && self.until_ms > now_ms
+    }
+}
+
+/// The claim row's key for `(kind, reference)`.
+pub(crate) fn claim_key(kind: &str, reference: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(2 + kind.len() + reference.len());
+    key.push(CLAIM);
+    key.extend_from_slice(kind.as_bytes());
+    key.push(0);
+    key.extend_from_slice(reference);
+    key
+}
+
+/// The write that removes `timer`'s claim, for the batch of its last step.
+pub(crate) fn release(timer: &Timer) -> Write {
+    Write::Delete {
+        partition: partition(),
+        key: claim_key(&timer.kind, &timer.reference),
+    }
+}
+
+/// Whether this worker may fire `timer` now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The claim is this worker's for its time to live.
+    Held,
+    /// Another worker holds a live claim on this due row.
+    Elsewhere {
+        /// Who.
+        holder: String,
+    },
+}
+
+/// Claims `timer` for `config.holder` until `now_ms + ttl_ms`: one read
+/// and one batch guarded on the claim row as read, so of two workers
+/// claiming together exactly one gets it.
+///
+/// # Errors
+/// A KV failure, or a corrupt claim row.
+pub async fn claim(
+    kv: &dyn Kv,
+    config: &ClaimConfig,
+    timer: &Timer,
+    now_ms: u64,
+) -> Result<Claimed, TimerError> {
+    let partition = partition();
+    let key = claim_key(&timer.kind, &timer.reference);
+    let current = kv.get(&partition, &key).await?;
+    if let Some(bytes) = &current {
+        let row = ClaimRow::decode(bytes)?;
+        if row.excludes(&config.holder, timer, now_ms) {
+            return Ok(Claimed::Elsewhere { holder: row.holder });
+        }
+    }
+    let guard = match current {
+        Some(value) => Precondition::Equals {
+            partition: partition.clone(),
+            key: key.clone(),
+            value,
+        },
+        None => Precondition::Absent {
+            partition: partition.clone(),
+            key: key.clone(),
+        },
+    };
+    let row = ClaimRow {
+        holder: config.holder.clone(),
+        due_ms: timer.due_ms,
+        // A ttl from configuration is bounded far below u64; saturating
+        // keeps a broken clock harmless.
+        until_ms: now_ms.saturating_add(config.ttl_ms),
+    };
+    let batch = Batch {
+        preconditions: vec![guard],
+        writes: vec![Write::Put {
+            partition,
+            key,
+            value: row.encode(),
+        }],
+    };
+    match kv.apply(&batch).await? {
+        Outcome::Committed => Ok(Claimed::Held),
+        // Someone claimed between the read and the write: theirs.
+        Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => Ok(Claimed::Elsewhere {
+            holder: "another worker".into(),
+        }),
+    }
+}
+
+/// The claim on `(kind, reference)`, if any (for tests and operators).
+///
+/// # Errors
+/// A KV failure, or a corrupt claim row.
+pub async fn current(
+    kv: &dyn Kv,
+    kind: &str,
+    reference: &[u8],
+) -> Result<Option<ClaimRow>, TimerError> {
+    kv.get(&partition(), &claim_key(kind, reference))
+        .await?
+        .map(|bytes| ClaimRow::decode(&bytes))
+        .transpose()
+}

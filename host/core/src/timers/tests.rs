@@ -1,0 +1,1057 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::budget::{BudgetedKv, SliceBudget};
+use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
+use custodian_base::clock::{Clock, FixedClock};
+use custodian_kv::intercept::{Call, Hook, Intercepted};
+use custodian_kv::memory::MemoryKv;
+use custodian_kv::{KvError, MAX_BATCH_OPS, Partition};
+
+const START: u64 = 1_000_000;
+
+fn work() -> Partition {
+    Partition::new("work").expect("valid")
+}
+
+fn setup() -> (Arc<dyn Kv>, Arc<FixedClock>) {
+    let clock = Arc::new(FixedClock::new(START));
+    (Arc::new(MemoryKv::new(clock.clone())), clock)
+}
+
+/// What the test handler does on each step.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Write one fresh row per commit and reschedule, `steps` times.
+    Count { steps: u64 },
+    /// Always fail.
+    Fail,
+    /// Return a batch above the caller bounds.
+    Oversized,
+    /// Guard on a row that never exists with the value it checks.
+    Stale,
+}
+
+struct Handler {
+    kind: &'static str,
+    mode: Mode,
+    max_per_tick: Option<u32>,
+    /// Distinct row per fire, so a double commit would leave two rows.
+    fires: AtomicU64,
+    /// Holds every fire until two have started, to make workers race.
+    barrier: Option<tokio::sync::Barrier>,
+    /// Who it says it is; `test:<kind>` when `None`.
+    actor: Option<&'static str>,
+    /// What every commit of its steps carries (see
+    /// [`TimerHandler::guards`]).
+    guards: Vec<Precondition>,
+}
+
+impl Handler {
+    fn new(kind: &'static str, mode: Mode) -> Self {
+        Self {
+            kind,
+            mode,
+            max_per_tick: None,
+            fires: AtomicU64::new(0),
+            barrier: None,
+            actor: None,
+            guards: Vec::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl TimerHandler for Handler {
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn actor(&self) -> String {
+        self.actor
+            .map_or_else(|| format!("test:{}", self.kind), str::to_owned)
+    }
+
+    fn max_per_tick(&self) -> Option<u32> {
+        self.max_per_tick
+    }
+
+    fn guards(&self) -> &[Precondition] {
+        &self.guards
+    }
+
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        now_ms: u64,
+        _: &SliceBudget,
+    ) -> Result<Fired, StepFailure> {
+        if let Some(barrier) = &self.barrier {
+            barrier.wait().await;
+        }
+        let fire = self.fires.fetch_add(1, Ordering::SeqCst);
+        let row = |key: Vec<u8>| Write::Put {
+            partition: work(),
+            key,
+            value: b"x".to_vec(),
+        };
+        let mut key = timer.reference.clone();
+        key.extend_from_slice(format!("/step{}/fire{fire}", timer.steps + 1).as_bytes());
+        let commit = |batch: Batch| StepCommit {
+            batch,
+            audit: vec![AuditEntry {
+                event: "Counted".into(),
+                targets: vec![display_reference(&timer.reference)],
+                detail: Some(format!("step {}", timer.steps + 1)),
+            }],
+        };
+        match self.mode {
+            Mode::Count { steps } => {
+                let batch = Batch {
+                    preconditions: vec![],
+                    writes: vec![row(key)],
+                };
+                if timer.steps + 1 >= steps {
+                    Ok(Fired::Done(commit(batch)))
+                } else {
+                    Ok(Fired::Reschedule {
+                        due_ms: now_ms + 1_000,
+                        commit: commit(batch),
+                    })
+                }
+            }
+            Mode::Fail => Err(StepFailure::new("the policy is broken")),
+            Mode::Oversized => Ok(Fired::Done(commit(Batch {
+                preconditions: vec![],
+                writes: (0..=MAX_BATCH_OPS)
+                    .map(|i| row(format!("k{i}").into_bytes()))
+                    .collect(),
+            }))),
+            Mode::Stale => Ok(Fired::Done(commit(Batch {
+                preconditions: vec![Precondition::Equals {
+                    partition: work(),
+                    key: b"never".to_vec(),
+                    value: b"there".to_vec(),
+                }],
+                writes: vec![row(key)],
+            }))),
+        }
+    }
+}
+
+fn worker(kv: &Arc<dyn Kv>, clock: &Arc<FixedClock>, handlers: Vec<Arc<Handler>>) -> Worker {
+    let worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    for handler in handlers {
+        worker.register(handler);
+    }
+    worker
+}
+
+async fn rows(kv: &Arc<dyn Kv>) -> Vec<Vec<u8>> {
+    let page = kv
+        .scan(&work(), &[0], None, None, 1000)
+        .await
+        .expect("scan");
+    page.entries.into_iter().map(|(k, _)| k).collect()
+}
+
+async fn audit_events(kv: &Arc<dyn Kv>) -> Vec<String> {
+    let (records, _) = crate::audit::read(kv.as_ref(), 0, None, 1000)
+        .await
+        .expect("read");
+    records.into_iter().map(|r| r.event).collect()
+}
+
+#[tokio::test]
+async fn scheduling_a_timer_twice_moves_it_instead_of_adding_another() {
+    let (kv, _) = setup();
+    schedule(kv.as_ref(), "work", b"a", START + 5)
+        .await
+        .unwrap();
+    schedule(kv.as_ref(), "work", b"a", START + 9)
+        .await
+        .unwrap();
+    let (timers, next) = list(kv.as_ref(), None, 10).await.unwrap();
+    assert_eq!(timers.len(), 1);
+    assert_eq!(timers[0].due_ms, START + 9);
+    assert_eq!(next, None);
+    let timer = get(kv.as_ref(), "work", b"a").await.unwrap().unwrap();
+    assert_eq!(timer.due_ms, START + 9);
+    assert!(cancel(kv.as_ref(), "work", b"a").await.unwrap());
+    assert!(!cancel(kv.as_ref(), "work", b"a").await.unwrap());
+    assert_eq!(get(kv.as_ref(), "work", b"a").await.unwrap(), None);
+    assert!(list(kv.as_ref(), None, 10).await.unwrap().0.is_empty());
+}
+
+#[tokio::test]
+async fn bad_kinds_and_references_are_refused() {
+    let (kv, _) = setup();
+    for (kind, reference) in [
+        ("", b"a".as_slice()),
+        ("Upper", b"a"),
+        ("has\0nul", b"a"),
+        ("work", b""),
+        ("work", &[7u8; MAX_REFERENCE_BYTES + 1]),
+    ] {
+        let got = schedule(kv.as_ref(), kind, reference, START).await;
+        assert!(
+            matches!(got, Err(TimerError::InvalidArgument(_))),
+            "{kind:?}: {got:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn only_due_timers_fire_and_they_fire_in_due_order() {
+    let (kv, clock) = setup();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    for (reference, due) in [
+        (b"late", START + 10),
+        (b"b-ok", START),
+        (b"a-ok", START - 5),
+    ] {
+        schedule(kv.as_ref(), "work", reference, due).await.unwrap();
+    }
+    let worker = worker(&kv, &clock, vec![handler]);
+    let report = worker.tick().await.unwrap();
+    let fired: Vec<_> = report.fired.iter().map(|f| f.reference.as_str()).collect();
+    assert_eq!(fired, vec!["a-ok", "b-ok"]);
+    assert!(report.fired.iter().all(|f| f.outcome == FireOutcome::Done));
+    assert!(get(kv.as_ref(), "work", b"late").await.unwrap().is_some());
+    clock.set(START + 10);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].reference, "late");
+}
+
+#[tokio::test]
+async fn a_step_commits_its_batch_audit_and_reschedule_together() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = worker(
+        &kv,
+        &clock,
+        vec![Arc::new(Handler::new("work", Mode::Count { steps: 3 }))],
+    );
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(report.fired[0].next_due_ms, Some(START + 1_000));
+    assert_eq!(rows(&kv).await.len(), 1);
+    assert_eq!(audit_events(&kv).await, vec!["timer/step", "Counted"]);
+    let timer = get(kv.as_ref(), "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.state.steps, 1);
+
+    // Not due again until the clock reaches the reschedule.
+    assert!(worker.tick().await.unwrap().fired.is_empty());
+    for at in [START + 1_000, START + 2_000] {
+        clock.set(at);
+        worker.tick().await.unwrap();
+    }
+    assert_eq!(rows(&kv).await.len(), 3);
+    assert_eq!(get(kv.as_ref(), "work", b"r").await.unwrap(), None);
+    let events = audit_events(&kv).await;
+    assert_eq!(events.iter().filter(|e| *e == "Counted").count(), 3);
+    assert_eq!(events.last().map(String::as_str), Some("Counted"));
+    assert!(events.contains(&"timer/done".to_owned()));
+}
+
+#[tokio::test]
+async fn a_failed_step_commits_nothing_and_backs_off_exponentially_up_to_a_cap() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = Worker::new(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig {
+            base_backoff_ms: 1_000,
+            max_backoff_ms: 8_000,
+            ..WorkerConfig::default()
+        },
+    );
+    worker.register(Arc::new(Handler::new("work", Mode::Fail)));
+    let mut delays = Vec::new();
+    for _ in 0..6 {
+        let report = worker.tick().await.unwrap();
+        let fired = &report.fired[0];
+        assert_eq!(fired.outcome, FireOutcome::Failed);
+        assert_eq!(fired.error.as_deref(), Some("the policy is broken"));
+        let next = fired.next_due_ms.unwrap();
+        delays.push(next - clock.now_ms());
+        clock.set(next);
+    }
+    for (delay, base) in delays
+        .iter()
+        .zip([1_000, 2_000, 4_000, 8_000, 8_000, 8_000])
+    {
+        assert!(
+            (base..=base + base / 4).contains(delay),
+            "delays {delays:?}"
+        );
+    }
+    assert!(rows(&kv).await.is_empty());
+    assert!(audit_events(&kv).await.is_empty());
+    let timer = get(kv.as_ref(), "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.state.failures, 6);
+    assert_eq!(timer.state.steps, 0);
+    assert_eq!(
+        timer.state.last_error.as_deref(),
+        Some("the policy is broken")
+    );
+}
+
+/// Two workers tick together over 20 due timers; a barrier makes both
+/// fire each timer before either commits.
+async fn race_two_workers(kv: Arc<dyn Kv>, clock: Arc<FixedClock>) {
+    for i in 0..20u32 {
+        schedule(kv.as_ref(), "work", format!("r{i:02}").as_bytes(), START)
+            .await
+            .unwrap();
+    }
+    let handler = Arc::new(Handler {
+        barrier: Some(tokio::sync::Barrier::new(2)),
+        max_per_tick: Some(1),
+        ..Handler::new("work", Mode::Count { steps: 1 })
+    });
+    let first = Arc::new(worker(&kv, &clock, vec![handler.clone()]));
+    let second = Arc::new(worker(&kv, &clock, vec![handler.clone()]));
+    let mut outcomes = Vec::new();
+    for _ in 0..20 {
+        let (a, b) = (first.clone(), second.clone());
+        let (a, b) = tokio::join!(
+            tokio::spawn(async move { a.tick().await }),
+            tokio::spawn(async move { b.tick().await })
+        );
+        for report in [a.unwrap().unwrap(), b.unwrap().unwrap()] {
+            outcomes.extend(report.fired.into_iter().map(|f| f.outcome));
+        }
+    }
+    let done = outcomes.iter().filter(|o| **o == FireOutcome::Done).count();
+    let lost = outcomes.iter().filter(|o| **o == FireOutcome::Lost).count();
+    assert_eq!(done, 20, "{outcomes:?}");
+    assert_eq!(lost, 20, "both workers fired every timer: {outcomes:?}");
+    assert_eq!(rows(&kv).await.len(), 20, "one committed row per timer");
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 40);
+    let events = audit_events(&kv).await;
+    assert_eq!(events.iter().filter(|e| *e == "Counted").count(), 20);
+}
+
+#[tokio::test]
+async fn two_workers_firing_the_same_timer_commit_its_step_once() {
+    let (kv, clock) = setup();
+    race_two_workers(kv, clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_on_threads_over_the_durable_kv_commit_each_step_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FixedClock::new(START));
+    let kv: Arc<dyn Kv> = Arc::new(
+        custodian_kv::redb::RedbKv::open(&dir.path().join("kv.redb"), clock.clone()).unwrap(),
+    );
+    race_two_workers(kv, clock).await;
+}
+
+#[tokio::test]
+async fn max_per_tick_leaves_the_rest_for_later_ticks() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b", b"c"] {
+        schedule(kv.as_ref(), "slow", reference, START)
+            .await
+            .unwrap();
+    }
+    schedule(kv.as_ref(), "fast", b"z", START).await.unwrap();
+    let slow = Arc::new(Handler {
+        max_per_tick: Some(1),
+        ..Handler::new("slow", Mode::Count { steps: 1 })
+    });
+    let fast = Arc::new(Handler::new("fast", Mode::Count { steps: 1 }));
+    let worker = worker(&kv, &clock, vec![slow, fast]);
+    let report = worker.tick().await.unwrap();
+    let fired: Vec<_> = report.fired.iter().map(|f| f.reference.as_str()).collect();
+    // Due at the same time, so in kind order: `fast` before `slow`.
+    assert_eq!(fired, vec!["z", "a"]);
+    assert!(report.more_due);
+    let mut reports = Vec::new();
+    let ticks = worker
+        .run_until_idle(10, |report| reports.push(report.clone()))
+        .await
+        .unwrap();
+    assert_eq!(ticks as usize, reports.len());
+    let total: usize = reports.iter().map(|r| r.fired.len()).sum();
+    assert_eq!(total, 2);
+    assert!(!reports.last().unwrap().more_due);
+}
+
+#[tokio::test]
+async fn timers_of_unknown_kinds_are_counted_and_left_alone() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "other", b"a", START).await.unwrap();
+    let worker = worker(&kv, &clock, vec![]);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.unhandled, 1);
+    assert!(report.fired.is_empty());
+    assert!(get(kv.as_ref(), "other", b"a").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_step_whose_own_guard_fails_is_recorded_as_a_failure() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = worker(
+        &kv,
+        &clock,
+        vec![Arc::new(Handler::new("work", Mode::Stale))],
+    );
+    let report = worker.tick().await.unwrap();
+    let fired = &report.fired[0];
+    assert_eq!(fired.outcome, FireOutcome::Failed);
+    assert!(
+        fired.error.as_deref().unwrap().contains("precondition 0"),
+        "{fired:?}"
+    );
+    assert!(rows(&kv).await.is_empty());
+    assert!(audit_events(&kv).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_step_whose_handler_guard_no_longer_holds_is_fenced_and_commits_nothing() {
+    let (kv, clock) = setup();
+    let set = |value: &[u8]| Batch {
+        preconditions: vec![],
+        writes: vec![Write::Put {
+            partition: work(),
+            key: b"plugin-set".to_vec(),
+            value: value.to_vec(),
+        }],
+    };
+    kv.apply(&set(b"v1")).await.unwrap();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let mut handler = Handler::new("work", Mode::Count { steps: 3 });
+    handler.guards = vec![Precondition::Equals {
+        partition: work(),
+        key: b"plugin-set".to_vec(),
+        value: b"v1".to_vec(),
+    }];
+    let worker = worker(&kv, &clock, vec![Arc::new(handler)]);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+
+    // Another host's swap moves the set on.
+    kv.apply(&set(b"v2")).await.unwrap();
+    clock.set(START + 1_000);
+    let before = rows(&kv).await.len();
+    let report = worker.tick().await.unwrap();
+    assert!(report.fenced);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Fenced);
+    assert_eq!(
+        rows(&kv).await.len(),
+        before,
+        "nothing of the step committed"
+    );
+    let timer = get(kv.as_ref(), "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.state.steps, 1);
+    assert_eq!(
+        timer.state.failures, 0,
+        "a fenced step is not the step's failure"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_step_batch_is_a_failure_not_a_partial_commit() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = worker(
+        &kv,
+        &clock,
+        vec![Arc::new(Handler::new("work", Mode::Oversized))],
+    );
+    let fired = &worker.tick().await.unwrap().fired[0];
+    assert_eq!(fired.outcome, FireOutcome::Failed);
+    assert!(fired.error.as_deref().unwrap().contains("invalid batch"));
+    assert!(rows(&kv).await.is_empty());
+}
+
+/// Fires like `inner`, but while its first step is in flight raises the
+/// `fence` epoch to 1 and revokes it to completion, as a plugin swap does
+/// (first registering `successor`, when there is one, in `handlers`).
+struct BumpsMidStep {
+    coordinator: Arc<Coordinator>,
+    fence: crate::fence::FenceKind,
+    successor: Option<(Arc<Handlers>, Arc<dyn TimerHandler>)>,
+    inner: Handler,
+}
+
+#[async_trait]
+impl TimerHandler for BumpsMidStep {
+    fn kind(&self) -> &str {
+        "work"
+    }
+    fn actor(&self) -> String {
+        self.inner.actor()
+    }
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        now_ms: u64,
+        budget: &SliceBudget,
+    ) -> Result<Fired, StepFailure> {
+        if self.inner.fires.load(Ordering::SeqCst) == 0 {
+            if let Some((handlers, successor)) = &self.successor {
+                handlers.register(successor.clone());
+            }
+            let ns = Namespace::new(FENCE_NAMESPACE).unwrap();
+            self.coordinator
+                .transition_and_revoke(&ns, 1, self.fence)
+                .await
+                .expect("the bump completes");
+        }
+        self.inner.fire(timer, now_ms, budget).await
+    }
+}
+
+#[tokio::test]
+async fn a_step_in_flight_when_an_epoch_bump_completes_commits_nothing() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b"] {
+        schedule(kv.as_ref(), "work", reference, START)
+            .await
+            .unwrap();
+    }
+    let coordinator =
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).unwrap());
+    let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    worker.register(Arc::new(BumpsMidStep {
+        coordinator: coordinator.clone(),
+        fence: crate::fence::FenceKind::Grant,
+        successor: None,
+        inner: Handler::new("work", Mode::Count { steps: 1 }),
+    }));
+    worker.fence(
+        coordinator,
+        Namespace::new(FENCE_NAMESPACE).unwrap(),
+        ShardId::new("local").unwrap(),
+    );
+    let report = worker.tick().await.unwrap();
+    assert!(report.fenced);
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Fenced);
+    assert!(
+        rows(&kv).await.is_empty(),
+        "the old epoch's step wrote nothing"
+    );
+    assert!(audit_events(&kv).await.is_empty());
+
+    // The next tick takes a lease at the new epoch and carries on.
+    let report = worker.tick().await.unwrap();
+    assert!(!report.fenced);
+    let outcomes: Vec<_> = report.fired.iter().map(|f| f.outcome).collect();
+    assert_eq!(outcomes, vec![FireOutcome::Done, FireOutcome::Done]);
+    assert_eq!(rows(&kv).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_worker_whose_lease_expired_mid_step_commits_nothing() {
+    struct Slow {
+        clock: Arc<FixedClock>,
+        inner: Handler,
+    }
+    #[async_trait]
+    impl TimerHandler for Slow {
+        fn kind(&self) -> &str {
+            "work"
+        }
+        fn actor(&self) -> String {
+            "test".into()
+        }
+        async fn fire(
+            &self,
+            timer: &DueTimer,
+            now_ms: u64,
+            budget: &SliceBudget,
+        ) -> Result<Fired, StepFailure> {
+            // The step outlives the worker's lease.
+            self.clock
+                .set(now_ms + FenceConfig::default().epoch_lease_ms);
+            self.inner.fire(timer, now_ms, budget).await
+        }
+    }
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"a", START).await.unwrap();
+    let coordinator =
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).unwrap());
+    let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    worker.register(Arc::new(Slow {
+        clock: clock.clone(),
+        inner: Handler::new("work", Mode::Count { steps: 1 }),
+    }));
+    worker.fence(
+        coordinator,
+        Namespace::new(FENCE_NAMESPACE).unwrap(),
+        ShardId::new("local").unwrap(),
+    );
+    let report = worker.tick().await.unwrap();
+    assert!(report.fenced);
+    assert!(rows(&kv).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_reschedule_into_the_past_still_waits_for_the_next_tick() {
+    struct Past;
+    #[async_trait]
+    impl TimerHandler for Past {
+        fn kind(&self) -> &str {
+            "work"
+        }
+        fn actor(&self) -> String {
+            "test".into()
+        }
+        async fn fire(&self, _: &DueTimer, _: u64, _: &SliceBudget) -> Result<Fired, StepFailure> {
+            Ok(Fired::Reschedule {
+                due_ms: 0,
+                commit: StepCommit::default(),
+            })
+        }
+    }
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
+    worker.register(Arc::new(Past));
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].next_due_ms, Some(START + 1));
+}
+
+#[tokio::test]
+async fn a_corrupt_timer_row_is_reported_as_corrupt() {
+    let (kv, clock) = setup();
+    kv.apply(&Batch {
+        preconditions: vec![],
+        writes: vec![Write::Put {
+            partition: partition(),
+            key: due_key(START, "work", b"r"),
+            value: b"garbage".to_vec(),
+        }],
+    })
+    .await
+    .unwrap();
+    let worker = worker(
+        &kv,
+        &clock,
+        vec![Arc::new(Handler::new("work", Mode::Count { steps: 1 }))],
+    );
+    assert!(matches!(worker.tick().await, Err(TimerError::Corrupt(_))));
+}
+
+/// What another writer does to timer `work/r` the first time a reader
+/// asks for `row`: commits between the reader's two reads.
+struct Meanwhile {
+    row: Vec<u8>,
+    then: tokio::sync::Mutex<Option<Then>>,
+}
+
+enum Then {
+    Reschedule(u64),
+    Cancel,
+}
+
+#[async_trait]
+impl Hook for Meanwhile {
+    async fn before(&self, inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        if let Call::Get { key } = call
+            && key == self.row
+        {
+            match self.then.lock().await.take() {
+                Some(Then::Reschedule(due_ms)) => {
+                    schedule(inner, "work", b"r", due_ms).await.unwrap();
+                }
+                Some(Then::Cancel) => assert!(cancel(inner, "work", b"r").await.unwrap()),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn meanwhile(kv: &Arc<dyn Kv>, row: Vec<u8>, then: Then) -> Intercepted<Meanwhile> {
+    Intercepted {
+        inner: kv.clone(),
+        hook: Meanwhile {
+            row,
+            then: tokio::sync::Mutex::new(Some(then)),
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_timer_moved_between_the_reads_of_a_get_is_read_where_it_moved_not_called_corrupt() {
+    let (kv, _clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let moving = meanwhile(
+        &kv,
+        due_key(START, "work", b"r"),
+        Then::Reschedule(START + 500),
+    );
+    let timer = get(&moving, "work", b"r").await.unwrap().unwrap();
+    assert_eq!(timer.due_ms, START + 500);
+
+    let cancelling = meanwhile(&kv, due_key(START + 500, "work", b"r"), Then::Cancel);
+    assert_eq!(get(&cancelling, "work", b"r").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn an_index_naming_a_row_that_is_not_there_is_corrupt() {
+    let (kv, _clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    kv.apply(&Batch {
+        preconditions: vec![],
+        writes: vec![Write::Delete {
+            partition: partition(),
+            key: due_key(START, "work", b"r"),
+        }],
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        get(kv.as_ref(), "work", b"r").await,
+        Err(TimerError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn references_print_as_text_or_hex_and_parse_back() {
+    for reference in [b"plain".to_vec(), vec![0, 1, 255], b"0xab".to_vec()] {
+        let shown = display_reference(&reference);
+        assert_eq!(parse_reference(&shown), reference, "{shown}");
+    }
+}
+
+/// Reads its budget's worth of rows and then some, and returns a commit
+/// anyway: the worker must not commit it.
+struct Greedy;
+
+#[async_trait]
+impl TimerHandler for Greedy {
+    fn kind(&self) -> &str {
+        "greedy"
+    }
+    fn actor(&self) -> String {
+        "test:greedy".into()
+    }
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        _: u64,
+        budget: &SliceBudget,
+    ) -> Result<Fired, StepFailure> {
+        let kv = BudgetedKv::new(
+            Arc::new(MemoryKv::new(Arc::new(FixedClock::new(0)))),
+            budget.clone(),
+        );
+        let reads: u32 = timer.reference[0].into();
+        for _ in 0..reads {
+            // Ignores `budget-exhausted`, as a careless policy might.
+            let _ = kv.get(&work(), b"k").await;
+        }
+        Ok(Fired::Done(StepCommit {
+            batch: Batch {
+                preconditions: vec![],
+                writes: vec![Write::Put {
+                    partition: work(),
+                    key: timer.reference.clone(),
+                    value: b"x".to_vec(),
+                }],
+            },
+            audit: vec![],
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_spends_its_budget_commits_nothing_even_if_it_returns_a_commit() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "greedy", &[5], START).await.unwrap();
+    schedule(kv.as_ref(), "greedy", &[3], START).await.unwrap();
+    let worker = Worker::new(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig {
+            step_store_calls: 4,
+            ..WorkerConfig::default()
+        },
+    );
+    worker.register(Arc::new(Greedy));
+    let report = worker.tick().await.unwrap();
+    let outcomes: Vec<_> = report
+        .fired
+        .iter()
+        .map(|f| (f.reference.clone(), f.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("0x03".to_owned(), FireOutcome::Done),
+            ("0x05".to_owned(), FireOutcome::Failed)
+        ]
+    );
+    assert!(
+        report.fired[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("budget of 4 store calls")
+    );
+    assert_eq!(rows(&kv).await, vec![vec![3]]);
+}
+
+#[tokio::test]
+async fn when_the_tick_budget_runs_out_the_step_is_deferred_not_failed() {
+    let (kv, clock) = setup();
+    for reference in [[3u8], [4u8]] {
+        schedule(kv.as_ref(), "greedy", &reference, START)
+            .await
+            .unwrap();
+    }
+    let worker = Worker::new(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig {
+            step_store_calls: 10,
+            tick_store_calls: 5,
+            ..WorkerConfig::default()
+        },
+    );
+    worker.register(Arc::new(Greedy));
+    let report = worker.tick().await.unwrap();
+    let outcomes: Vec<_> = report.fired.iter().map(|f| f.outcome).collect();
+    assert_eq!(outcomes, vec![FireOutcome::Done, FireOutcome::Deferred]);
+    assert!(report.more_due);
+    let timer = get(kv.as_ref(), "greedy", &[4]).await.unwrap().unwrap();
+    assert_eq!(timer.state.failures, 0, "a deferred step is not a failure");
+    assert_eq!(timer.due_ms, START);
+}
+
+#[tokio::test]
+async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_successor_runs_under_the_new_authority()
+ {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"a", START).await.unwrap();
+    let coordinator =
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).unwrap());
+    let handlers = Arc::new(Handlers::new());
+    let mut worker = Worker::sharing(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+        handlers.clone(),
+    );
+    let successor = Handler {
+        actor: Some("plugin:new"),
+        ..Handler::new("work", Mode::Count { steps: 1 })
+    };
+    handlers.register(Arc::new(BumpsMidStep {
+        coordinator: coordinator.clone(),
+        fence: crate::fence::FenceKind::Authority,
+        successor: Some((handlers.clone(), Arc::new(successor))),
+        inner: Handler {
+            actor: Some("plugin:old"),
+            ..Handler::new("work", Mode::Count { steps: 1 })
+        },
+    }));
+    worker.fence(
+        coordinator,
+        Namespace::new(FENCE_NAMESPACE).unwrap(),
+        ShardId::new("local").unwrap(),
+    );
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Fenced);
+    assert_eq!(report.fired[0].actor, "plugin:old");
+    assert!(
+        rows(&kv).await.is_empty(),
+        "the old handler's step wrote nothing"
+    );
+    assert!(audit_events(&kv).await.is_empty());
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(report.fired[0].actor, "plugin:new");
+    assert_eq!(rows(&kv).await.len(), 1);
+    let (records, _) = crate::audit::read(kv.as_ref(), 0, None, 16).await.unwrap();
+    let step = records
+        .iter()
+        .find(|r| r.event == "timer/done")
+        .expect("the step is audited");
+    let detail = step.detail.as_deref().unwrap();
+    assert!(
+        detail.contains("by plugin:new on local under authority 1"),
+        "{detail}"
+    );
+    assert!(records.iter().all(|r| r.actor != "plugin:old"));
+}
+
+#[tokio::test]
+async fn workers_sharing_the_timers_fire_each_timer_in_exactly_one_share() {
+    let (kv, clock) = setup();
+    let references: Vec<Vec<u8>> = (0..40).map(|i| format!("r{i}").into_bytes()).collect();
+    for reference in &references {
+        schedule(kv.as_ref(), "work", reference, START)
+            .await
+            .unwrap();
+    }
+    let handlers = Arc::new(Handlers::new());
+    handlers.register(Arc::new(Handler::new("work", Mode::Count { steps: 1 })));
+    let mut fired = Vec::new();
+    for index in 0..3 {
+        let worker = Worker::sharing(
+            kv.clone(),
+            clock.clone(),
+            WorkerConfig {
+                share: Share { index, of: 3 },
+                ..WorkerConfig::default()
+            },
+            handlers.clone(),
+        );
+        let report = worker.tick().await.unwrap();
+        assert!(!report.fired.is_empty(), "share {index} fired nothing");
+        fired.extend(report.fired.into_iter().map(|f| f.reference));
+    }
+    fired.sort();
+    let mut expected: Vec<String> = references
+        .iter()
+        .map(|r| String::from_utf8(r.clone()).unwrap())
+        .collect();
+    expected.sort();
+    assert_eq!(fired, expected, "every timer fired once, by one share");
+}
+
+fn claiming(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    holder: &str,
+    handler: Arc<Handler>,
+) -> Worker {
+    let mut worker = worker(kv, clock, vec![handler]);
+    worker
+        .claim_steps(claim::ClaimConfig {
+            holder: holder.into(),
+            ttl_ms: 30_000,
+        })
+        .unwrap();
+    worker
+}
+
+/// Schedules `work/r1` at [`START`] and claims it for `node-a/0`, as a
+/// worker of another host would.
+async fn claimed_elsewhere(kv: &Arc<dyn Kv>) {
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    let other = claim::ClaimConfig {
+        holder: "node-a/0".into(),
+        ttl_ms: 30_000,
+    };
+    assert_eq!(
+        claim::claim(kv.as_ref(), &other, &timer, START)
+            .await
+            .unwrap(),
+        claim::Claimed::Held
+    );
+}
+
+#[tokio::test]
+async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
+    let (kv, clock) = setup();
+    claimed_elsewhere(&kv).await;
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let worker = claiming(&kv, &clock, "node-b/0", handler.clone());
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 1);
+    assert!(report.fired.is_empty());
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 0, "no wasted call");
+
+    clock.set(START + 30_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+}
+
+#[tokio::test]
+async fn a_claim_on_an_earlier_due_row_of_the_timer_keeps_nobody_away() {
+    let (kv, clock) = setup();
+    claimed_elsewhere(&kv).await;
+    // The claimed attempt failed and backed the timer off: a new due row.
+    schedule(kv.as_ref(), "work", b"r1", START + 10)
+        .await
+        .unwrap();
+    clock.set(START + 10);
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let report = claiming(&kv, &clock, "node-b/0", handler)
+        .tick()
+        .await
+        .unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired.len(), 1);
+}
+
+#[tokio::test]
+async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the_last() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 2 }));
+    let worker = claiming(&kv, &clock, "node-a/0", handler);
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    let row = claim::current(kv.as_ref(), "work", b"r1").await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    assert!(
+        row.is_some_and(|row| row.due_ms < timer.due_ms),
+        "the claim names the due row that was fired, now gone"
+    );
+
+    clock.set(clock.now_ms() + 1_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(
+        claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
+        None,
+        "the last step removed the claim with the timer"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_claimed_timer_removes_its_claim() {
+    let (kv, _clock) = setup();
+    claimed_elsewhere(&kv).await;
+    assert!(
+        claim::current(kv.as_ref(), "work", b"r1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(cancel(kv.as_ref(), "work", b"r1").await.unwrap());
+    assert_eq!(
+        claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_claim_needs_a_named_holder_and_a_time_to_live() {
+    let (kv, clock) = setup();
+    let mut worker = Worker::new(kv, clock, WorkerConfig::default());
+    for (holder, ttl_ms) in [("", 1), ("h", 0), (&*"x".repeat(129), 1)] {
+        let config = claim::ClaimConfig {
+            holder: holder.into(),
+            ttl_ms,
+        };
+        assert!(matches!(
+            worker.claim_steps(config),
+            Err(TimerError::InvalidArgument(_))
+        ));
+    }
+}

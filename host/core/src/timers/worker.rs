@@ -1,0 +1,945 @@
+//! The timer worker: scans due timers in order, fires each through the
+//! handler of its kind, and commits the handler's batch together with the
+//! timer's reschedule or deletion and the step's audit records, guarded on
+//! the timer row (and the worker's fence) being unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::claim::{self, ClaimConfig, Claimed};
+use super::{
+    Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
+    parse_due, partition,
+};
+use crate::audit::{self, Record};
+use crate::budget::SliceBudget;
+use crate::fence::{Coordinator, Fence, Namespace, ShardId};
+use custodian_base::clock::Clock;
+use custodian_kv::{Batch, Kv, Outcome, Precondition, Write, validate_caller_batch};
+
+/// Audit entries one step may add: each is a guarded row in the step's
+/// transaction, and the host reserves room for this many (see
+/// [`custodian_kv::HOST_RESERVED_OPS`]).
+pub const MAX_STEP_AUDIT: usize = 8;
+
+/// A timer that is due, as a handler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTimer {
+    /// The kind it was scheduled under.
+    pub kind: String,
+    /// What it is about.
+    pub reference: Vec<u8>,
+    /// When it was due.
+    pub due_ms: u64,
+    /// Steps committed for it before this one.
+    pub steps: u64,
+    /// Failed attempts since the last committed step.
+    pub failures: u32,
+}
+
+/// What a policy reports about a step, written in the step's transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// A stable event name.
+    pub event: String,
+    /// What it is about.
+    pub targets: Vec<String>,
+    /// Context for a human reader.
+    pub detail: Option<String>,
+}
+
+/// The effects of one step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepCommit {
+    /// The policy's guarded writes, within the caller bounds.
+    pub batch: Batch,
+    /// At most [`MAX_STEP_AUDIT`] entries.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fired {
+    /// Commit, and fire again at `due_ms` (moved to just after the step's
+    /// now if it is not later).
+    Reschedule {
+        /// When to fire next.
+        due_ms: u64,
+        /// The step's effects.
+        commit: StepCommit,
+    },
+    /// Commit, and delete the timer.
+    Done(StepCommit),
+}
+
+/// A step that did not produce a commit (a trap, a timeout, a spent
+/// budget, an unavailable backend, the policy's own error). Nothing of it
+/// is committed; the timer is retried with back-off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StepFailure {
+    /// What went wrong, for the operator.
+    pub message: String,
+    /// Which kind of failure, for metrics and alerts.
+    pub cause: FailureCause,
+}
+
+/// Why a step failed, coarsely: what an operator's alert distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCause {
+    /// The policy answered with its own error.
+    Policy,
+    /// The plugin trapped (a panic, a bad memory access).
+    Trap,
+    /// The plugin hit its time limit.
+    Timeout,
+    /// The plugin hit a limit other than time (memory, host calls).
+    Limit,
+    /// The step used up its budget of store calls.
+    Budget,
+    /// Anything else: a backend, the host, an invalid commit.
+    Other,
+}
+
+impl FailureCause {
+    /// The cause's name, as metrics label it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Policy => "policy",
+            Self::Trap => "trap",
+            Self::Timeout => "timeout",
+            Self::Limit => "limit",
+            Self::Budget => "budget",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl StepFailure {
+    /// A failure with this message, of cause [`FailureCause::Other`].
+    pub fn new(message: impl Into<String>) -> Self {
+        Self::because(FailureCause::Other, message)
+    }
+
+    /// A failure with this message and cause.
+    pub fn because(cause: FailureCause, message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            cause,
+        }
+    }
+}
+
+/// Runs the steps of one timer kind.
+#[async_trait]
+pub trait TimerHandler: Send + Sync {
+    /// The kind of timer this handler runs.
+    fn kind(&self) -> &str;
+
+    /// Who commits the steps, for audit records (e.g.
+    /// `plugin:takedown@<hash>`).
+    fn actor(&self) -> String;
+
+    /// Most timers of this kind fired per tick; `None` for no limit. Lets
+    /// an expensive kind share a tick with the others.
+    fn max_per_tick(&self) -> Option<u32> {
+        None
+    }
+
+    /// Preconditions every commit of this handler's steps carries, beside
+    /// the worker's own (the plugin set its host installed it under, so a
+    /// step of a plugin swapped out anywhere cannot commit). A step whose
+    /// handler guard fails is [`FireOutcome::Fenced`].
+    fn guards(&self) -> &[Precondition] {
+        &[]
+    }
+
+    /// Runs one step of `timer` at `now_ms`, charging every store call the
+    /// step makes to `budget` (wrap the stores in [`crate::budget`]'s
+    /// budgeted wrappers). The worker commits nothing of a step whose
+    /// budget ran out, whatever it returns.
+    ///
+    /// # Errors
+    /// A [`StepFailure`] commits nothing and is retried with back-off.
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        now_ms: u64,
+        budget: &SliceBudget,
+    ) -> Result<Fired, StepFailure>;
+}
+
+/// A worker's tuning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Due rows read per scan page.
+    pub page: u32,
+    /// Most steps in one tick, over all kinds; bounds how long a tick
+    /// holds the worker.
+    pub max_steps_per_tick: u32,
+    /// Delay after the first failure of a timer; doubles per failure.
+    pub base_backoff_ms: u64,
+    /// Longest delay between retries: a broken step is retried at least
+    /// this often, so it recovers on its own once its cause is fixed.
+    pub max_backoff_ms: u64,
+    /// Store calls one step may make (the seed's slice budget): a step is
+    /// a bounded checkpoint, not a job.
+    pub step_store_calls: u32,
+    /// Store calls all the steps of one tick may make together: the
+    /// parent of every step's budget.
+    pub tick_store_calls: u32,
+    /// Which timers this worker fires, when several share the timers.
+    pub share: Share,
+}
+
+/// A worker's share of the timers: those whose reference hashes to
+/// `index` modulo `of`. Workers that split the timers this way do not
+/// race for the same rows (the timer guard would make a race safe, but
+/// every lost race is a wasted plugin call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// This worker's index, below `of`.
+    pub index: u32,
+    /// How many workers share the timers; at least 1.
+    pub of: u32,
+}
+
+impl Share {
+    /// Every timer: a worker alone.
+    pub const ALL: Share = Share { index: 0, of: 1 };
+
+    /// Whether the timer referenced `reference` falls in this share.
+    pub fn owns(self, reference: &[u8]) -> bool {
+        if self.of <= 1 {
+            return true;
+        }
+        let hash = blake3::hash(reference);
+        let head = u64::from_be_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"));
+        head % u64::from(self.of) == u64::from(self.index)
+    }
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            page: 64,
+            max_steps_per_tick: 256,
+            base_backoff_ms: 1_000,
+            max_backoff_ms: 3_600_000,
+            step_store_calls: 256,
+            tick_store_calls: 8_192,
+            share: Share::ALL,
+        }
+    }
+}
+
+/// What became of one fired timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FireOutcome {
+    /// The step committed and the timer fires again later.
+    Rescheduled,
+    /// The step committed and the timer is gone.
+    Done,
+    /// The step failed; nothing of it committed; the timer is retried.
+    Failed,
+    /// Another worker changed the timer first; nothing was committed.
+    Lost,
+    /// This worker's fence no longer holds (its lease was revoked or
+    /// expired); nothing was committed and the tick stopped.
+    Fenced,
+    /// The tick's budget ran out during the step; nothing was committed,
+    /// the timer is still due, and the tick stopped.
+    Deferred,
+}
+
+/// One fired timer in a [`TickReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FiredTimer {
+    /// Its kind.
+    pub kind: String,
+    /// Its reference, as text or `0x` hex.
+    pub reference: String,
+    /// When it was due.
+    pub due_ms: u64,
+    /// The step's number (1 for the first step of this timer).
+    pub step: u64,
+    /// What happened.
+    pub outcome: FireOutcome,
+    /// When it fires next, if it does.
+    pub next_due_ms: Option<u64>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// The failure's kind, if it failed.
+    pub cause: Option<FailureCause>,
+    /// Who ran the step (the handler's actor when the step began).
+    pub actor: String,
+    /// Time spent in the handler's step, in microseconds.
+    pub step_us: u64,
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TickReport {
+    /// Every timer fired, in due order.
+    pub fired: Vec<FiredTimer>,
+    /// Due timers were left for a later tick (a per-kind or per-tick cap).
+    pub more_due: bool,
+    /// Due timers of kinds no handler is registered for.
+    pub unhandled: u64,
+    /// The tick stopped because the worker's fence no longer holds.
+    pub fenced: bool,
+    /// Due timers skipped because another worker holds a live claim on
+    /// them (only for a worker that claims steps).
+    pub claimed_elsewhere: u64,
+}
+
+/// The handlers of each timer kind, shared by the workers of a host.
+///
+/// Replacing a kind's handler takes effect at the next step: a step holds
+/// the handler it began with until it ends, so its commit and its audit
+/// name the plugin that actually ran it (a hot swap relies on this).
+#[derive(Default)]
+pub struct Handlers {
+    by_kind: std::sync::RwLock<BTreeMap<String, Arc<dyn TimerHandler>>>,
+}
+
+impl Handlers {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the handler for its kind, replacing any earlier one.
+    pub fn register(&self, handler: Arc<dyn TimerHandler>) {
+        self.by_kind
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(handler.kind().to_owned(), handler);
+    }
+
+    /// The handler of `kind`, if one is registered.
+    pub fn get(&self, kind: &str) -> Option<Arc<dyn TimerHandler>> {
+        self.by_kind
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(kind)
+            .cloned()
+    }
+}
+
+/// Fires due timers.
+pub struct Worker {
+    kv: Arc<dyn Kv>,
+    clock: Arc<dyn Clock>,
+    handlers: Arc<Handlers>,
+    config: WorkerConfig,
+    fencing: Option<Fencing>,
+    claims: Option<ClaimConfig>,
+}
+
+/// The worker's shard lease under epoch fencing: every step it commits
+/// carries the lease's guard, so once an epoch bump's revocation completes
+/// no step of this worker from before the bump can commit.
+struct Fencing {
+    coordinator: Arc<Coordinator>,
+    namespace: Namespace,
+    shard: ShardId,
+    /// The lease in force, renewed when half its life is gone and dropped
+    /// when a step finds it fenced, so the next tick asks for a new one.
+    lease: tokio::sync::Mutex<Option<Fence>>,
+}
+
+impl Fencing {
+    /// The guard for this tick's commits, and the authority generation
+    /// it holds at (recorded with each step, so an audit shows which
+    /// plugin generation a commit was fenced under).
+    async fn guard(&self, now: u64) -> Result<(Vec<Precondition>, u64), TimerError> {
+        let mut lease = self.lease.lock().await;
+        let ttl = self.coordinator.config().epoch_lease_ms;
+        let fresh = lease
+            .as_ref()
+            .is_some_and(|fence| now.saturating_add(ttl / 2) < fence.expires_at_ms());
+        if !fresh {
+            *lease = Some(
+                self.coordinator
+                    .grant_lease(&self.namespace, &self.shard, ttl)
+                    .await?,
+            );
+        }
+        Ok(lease
+            .as_ref()
+            .map(|fence| (fence.guard(), fence.authority_generation()))
+            .unwrap_or_default())
+    }
+
+    async fn forget(&self) {
+        *self.lease.lock().await = None;
+    }
+}
+
+/// Where a failed precondition of a step's batch came from, by index.
+struct GuardLayout {
+    /// The timer row's guard is index 0; the fence's follow.
+    host: usize,
+}
+
+impl Worker {
+    /// A worker over `kv` reading `clock`, with no handlers yet.
+    pub fn new(kv: Arc<dyn Kv>, clock: Arc<dyn Clock>, config: WorkerConfig) -> Self {
+        Self::sharing(kv, clock, config, Arc::new(Handlers::new()))
+    }
+
+    /// A worker using `handlers`, which other workers may share.
+    pub fn sharing(
+        kv: Arc<dyn Kv>,
+        clock: Arc<dyn Clock>,
+        config: WorkerConfig,
+        handlers: Arc<Handlers>,
+    ) -> Self {
+        Self {
+            kv,
+            clock,
+            handlers,
+            config,
+            fencing: None,
+            claims: None,
+        }
+    }
+
+    /// Registers the handler for its kind, replacing any earlier one.
+    pub fn register(&self, handler: Arc<dyn TimerHandler>) {
+        self.handlers.register(handler);
+    }
+
+    /// Fences this worker: each tick holds (granting or renewing) a lease
+    /// on `shard` of `namespace`, and every step commit carries its guard.
+    /// After an epoch bump of `namespace` completes its revocation, a step
+    /// begun under the old lease cannot commit; the tick reports it
+    /// [`FireOutcome::Fenced`] and stops, and the next tick takes a lease
+    /// at the new epoch.
+    pub fn fence(&mut self, coordinator: Arc<Coordinator>, namespace: Namespace, shard: ShardId) {
+        self.fencing = Some(Fencing {
+            coordinator,
+            namespace,
+            shard,
+            lease: tokio::sync::Mutex::new(None),
+        });
+    }
+
+    /// Makes this worker claim each step before firing it (see
+    /// [`super::claim`]), so workers on several hosts sharing one KV do not
+    /// run the same step. Correctness never depends on it; a worker alone
+    /// on its KV needs no claims.
+    ///
+    /// # Errors
+    /// [`TimerError::InvalidArgument`] for an empty or overlong holder or a
+    /// zero time to live.
+    pub fn claim_steps(&mut self, config: ClaimConfig) -> Result<(), TimerError> {
+        if config.holder.is_empty() || config.holder.len() > claim::MAX_HOLDER_BYTES {
+            return Err(TimerError::InvalidArgument(format!(
+                "a claim holder must be 1..={} bytes",
+                claim::MAX_HOLDER_BYTES
+            )));
+        }
+        if config.ttl_ms == 0 {
+            return Err(TimerError::InvalidArgument(
+                "a claim must live at least 1 ms".into(),
+            ));
+        }
+        self.claims = Some(config);
+        Ok(())
+    }
+
+    /// Fires every timer due now (up to the caps), in due order.
+    ///
+    /// # Errors
+    /// A KV failure, or a corrupt timer row; steps that fail are not
+    /// errors (they are reported and retried).
+    pub async fn tick(&self) -> Result<TickReport, TimerError> {
+        let now = self.clock.now_ms();
+        let (fence, authority) = match &self.fencing {
+            Some(fencing) => {
+                let (guard, authority) = fencing.guard(now).await?;
+                (guard, Some(authority))
+            }
+            None => (Vec::new(), None),
+        };
+        let mut report = TickReport::default();
+        let mut per_kind: BTreeMap<String, u32> = BTreeMap::new();
+        let mut steps = 0u32;
+        let tick_budget = SliceBudget::new(self.config.tick_store_calls);
+        let (start, end) = (due_start(), due_end(now));
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .kv
+                .scan(
+                    &partition(),
+                    &start,
+                    Some(&end),
+                    cursor.as_deref(),
+                    self.config.page,
+                )
+                .await?;
+            for (key, value) in &page.entries {
+                let timer = parse_due(key, value)?;
+                if !self.config.share.owns(&timer.reference) {
+                    continue;
+                }
+                let Some(handler) = self.handlers.get(&timer.kind) else {
+                    report.unhandled += 1;
+                    continue;
+                };
+                let fired_of_kind = per_kind.entry(timer.kind.clone()).or_default();
+                if handler
+                    .max_per_tick()
+                    .is_some_and(|max| *fired_of_kind >= max)
+                    || steps >= self.config.max_steps_per_tick
+                    || tick_budget.remaining() == 0
+                {
+                    report.more_due = true;
+                    continue;
+                }
+                if let Some(claims) = &self.claims
+                    && let Claimed::Elsewhere { .. } =
+                        claim::claim(self.kv.as_ref(), claims, &timer, now).await?
+                {
+                    report.claimed_elsewhere += 1;
+                    continue;
+                }
+                *fired_of_kind += 1;
+                steps += 1;
+                let budget =
+                    SliceBudget::with_parent(self.config.step_store_calls, tick_budget.clone());
+                let fired = self
+                    .fire(
+                        handler.as_ref(),
+                        (&fence, authority),
+                        timer,
+                        key,
+                        value,
+                        &budget,
+                    )
+                    .await?;
+                let outcome = fired.outcome;
+                report.fired.push(fired);
+                match outcome {
+                    FireOutcome::Fenced => {
+                        if let Some(fencing) = &self.fencing {
+                            fencing.forget().await;
+                        }
+                        report.fenced = true;
+                        return Ok(report);
+                    }
+                    FireOutcome::Deferred => {
+                        report.more_due = true;
+                        return Ok(report);
+                    }
+                    _ => {}
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(report),
+            }
+        }
+    }
+
+    /// Ticks until a tick fires nothing and leaves nothing due for later,
+    /// or `max_ticks` ticks ran, or the fence fails; `on_tick` sees each
+    /// tick's report as it ends (progress for long runs). Returns the
+    /// number of ticks.
+    ///
+    /// # Errors
+    /// As [`Worker::tick`].
+    pub async fn run_until_idle(
+        &self,
+        max_ticks: u32,
+        mut on_tick: impl FnMut(&TickReport),
+    ) -> Result<u32, TimerError> {
+        let mut ticks = 0;
+        while ticks < max_ticks {
+            let report = self.tick().await?;
+            ticks += 1;
+            on_tick(&report);
+            if (report.fired.is_empty() && !report.more_due) || report.fenced {
+                break;
+            }
+        }
+        Ok(ticks)
+    }
+
+    async fn fire(
+        &self,
+        handler: &dyn TimerHandler,
+        (fence, authority): (&[Precondition], Option<u64>),
+        timer: Timer,
+        key: &[u8],
+        value: &[u8],
+        budget: &SliceBudget,
+    ) -> Result<FiredTimer, TimerError> {
+        let due = DueTimer {
+            kind: timer.kind.clone(),
+            reference: timer.reference.clone(),
+            due_ms: timer.due_ms,
+            steps: timer.state.steps,
+            failures: timer.state.failures,
+        };
+        let now = self.clock.now_ms();
+        let actor = handler.actor();
+        let started = std::time::Instant::now();
+        let answer = handler.fire(&due, now, budget).await;
+        let ran = Ran {
+            actor,
+            step_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        };
+        if budget.exhausted() {
+            if budget.remaining() > 0 {
+                // The step's own budget had room: the tick's ran out. Not
+                // the step's fault; leave the timer due for the next tick.
+                return Ok(ran.report(&timer, FireOutcome::Deferred));
+            }
+            let failure = StepFailure::because(
+                FailureCause::Budget,
+                format!(
+                    "the step used up its budget of {} store calls; nothing of it was committed",
+                    budget.limit()
+                ),
+            );
+            return self
+                .record_failure(&timer, key, value, now, failure, ran)
+                .await;
+        }
+        let fired = match answer {
+            Ok(fired) => fired,
+            Err(failure) => {
+                return self
+                    .record_failure(&timer, key, value, now, failure, ran)
+                    .await;
+            }
+        };
+        let (commit, next_due) = match fired {
+            Fired::Reschedule { due_ms, commit } => (commit, Some(due_ms.max(now + 1))),
+            Fired::Done(commit) => (commit, None),
+        };
+        let host_guards: Vec<Precondition> =
+            fence.iter().chain(handler.guards()).cloned().collect();
+        let step = PlannedStep {
+            actor: &ran.actor,
+            worker: self.fencing.as_ref().map(|f| f.shard.as_str()),
+            claimed: self.claims.is_some(),
+            fence: &host_guards,
+            authority,
+            timer: &timer,
+            key,
+            value,
+            now,
+        };
+        let (batch, layout) = match step.batch(commit, next_due) {
+            Ok(planned) => planned,
+            Err(failure) => {
+                return self
+                    .record_failure(&timer, key, value, now, failure, ran)
+                    .await;
+            }
+        };
+        let outcome = self.kv.apply(&batch).await?;
+        let mut fired = ran.report(&timer, FireOutcome::Failed);
+        match outcome {
+            Outcome::Committed => {
+                fired.outcome = match next_due {
+                    Some(_) => FireOutcome::Rescheduled,
+                    None => FireOutcome::Done,
+                };
+                fired.next_due_ms = next_due;
+                Ok(fired)
+            }
+            Outcome::PreconditionFailed { index: 0 } => {
+                fired.outcome = FireOutcome::Lost;
+                Ok(fired)
+            }
+            Outcome::PreconditionFailed { index } if (index as usize) < layout.host => {
+                fired.outcome = FireOutcome::Fenced;
+                Ok(fired)
+            }
+            Outcome::PreconditionFailed { index } => {
+                let failure = StepFailure::new(format!(
+                    "the step's precondition {} did not hold at commit: its state changed \
+                     concurrently",
+                    index as usize - layout.host
+                ));
+                self.record_failure(&timer, key, value, now, failure, ran)
+                    .await
+            }
+            Outcome::DeadlinePassed => {
+                if fence_expired(fence, self.clock.now_ms()) {
+                    fired.outcome = FireOutcome::Fenced;
+                    return Ok(fired);
+                }
+                let failure = StepFailure::new("the step's deadline passed before it could commit");
+                self.record_failure(&timer, key, value, now, failure, ran)
+                    .await
+            }
+        }
+    }
+
+    /// Moves a failed timer to its back-off time with the error recorded,
+    /// guarded like a step; nothing of the step itself is written.
+    async fn record_failure(
+        &self,
+        timer: &Timer,
+        key: &[u8],
+        value: &[u8],
+        now: u64,
+        failure: StepFailure,
+        ran: Ran,
+    ) -> Result<FiredTimer, TimerError> {
+        let failures = timer.state.failures.saturating_add(1);
+        let next = now.saturating_add(self.backoff_ms(&timer.reference, failures));
+        tracing::warn!(
+            kind = %timer.kind,
+            reference = %display_reference(&timer.reference),
+            failures,
+            retry_at_ms = next,
+            "timer step failed: {}",
+            failure.message
+        );
+        let state = TimerState {
+            steps: timer.state.steps,
+            failures,
+            last_error: Some(truncate(&failure.message)),
+            last_error_at_ms: Some(now),
+        };
+        let partition = partition();
+        let batch = Batch {
+            preconditions: vec![Precondition::Equals {
+                partition: partition.clone(),
+                key: key.to_vec(),
+                value: value.to_vec(),
+            }],
+            writes: vec![
+                Write::Delete {
+                    partition: partition.clone(),
+                    key: key.to_vec(),
+                },
+                Write::Put {
+                    partition: partition.clone(),
+                    key: due_key(next, &timer.kind, &timer.reference),
+                    value: state.encode(),
+                },
+                Write::Put {
+                    partition,
+                    key: index_key(&timer.kind, &timer.reference),
+                    value: next.to_be_bytes().to_vec(),
+                },
+            ],
+        };
+        let mut fired = ran.report(timer, FireOutcome::Failed);
+        match self.kv.apply(&batch).await? {
+            Outcome::Committed => {
+                fired.next_due_ms = Some(next);
+                fired.error = Some(failure.message);
+                fired.cause = Some(failure.cause);
+            }
+            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {
+                fired.outcome = FireOutcome::Lost;
+            }
+        }
+        Ok(fired)
+    }
+
+    /// `base · 2^(failures-1)`, capped, plus up to a quarter more spread by
+    /// the reference, so timers that failed together do not all retry in
+    /// the same millisecond.
+    fn backoff_ms(&self, reference: &[u8], failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(40);
+        let delay = self
+            .config
+            .base_backoff_ms
+            .saturating_mul(1 << doublings)
+            .min(self.config.max_backoff_ms);
+        let spread = blake3::hash(&[reference, &failures.to_be_bytes()].concat());
+        let fraction = u64::from(spread.as_bytes()[0]);
+        delay.saturating_add(delay / 4 * fraction / 255)
+    }
+}
+
+fn fence_expired(fence: &[Precondition], now: u64) -> bool {
+    fence
+        .iter()
+        .any(|p| matches!(p, Precondition::NotAfter(deadline) if now > *deadline))
+}
+
+/// One fired timer's step, as the worker commits it.
+struct PlannedStep<'a> {
+    /// Who ran the step: the handler's actor when the step began.
+    actor: &'a str,
+    /// The fenced worker's shard (named after its host), so the audit
+    /// shows where each step ran.
+    worker: Option<&'a str>,
+    /// Whether the worker claimed the step, so its last step removes the
+    /// claim row.
+    claimed: bool,
+    /// The worker's fence and the handler's guards: a failure of any is
+    /// the step being fenced off, not a failure of the step.
+    fence: &'a [Precondition],
+    /// The fence's authority generation, if the worker is fenced.
+    authority: Option<u64>,
+    timer: &'a Timer,
+    /// The due row as read: the step is guarded on it.
+    key: &'a [u8],
+    value: &'a [u8],
+    now: u64,
+}
+
+impl PlannedStep<'_> {
+    /// The step's whole transaction: the timer guard and the fence first,
+    /// then the policy's preconditions, then the audit guards; the
+    /// policy's writes, the audit rows, then the timer's own move.
+    fn batch(
+        &self,
+        commit: StepCommit,
+        next_due: Option<u64>,
+    ) -> Result<(Batch, GuardLayout), StepFailure> {
+        let Self {
+            actor,
+            worker,
+            claimed,
+            fence,
+            authority,
+            timer,
+            key,
+            value,
+            now,
+        } = *self;
+        validate_caller_batch(&commit.batch)
+            .map_err(|e| StepFailure::new(format!("the step returned an invalid batch: {e}")))?;
+        if commit.audit.len() > MAX_STEP_AUDIT {
+            return Err(StepFailure::new(format!(
+                "the step returned {} audit entries; at most {MAX_STEP_AUDIT} are allowed",
+                commit.audit.len()
+            )));
+        }
+        let partition = partition();
+        let step = timer.state.steps + 1;
+        let mut batch = Batch::default();
+        batch.preconditions.push(Precondition::Equals {
+            partition: partition.clone(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+        });
+        batch.preconditions.extend(fence.iter().cloned());
+        let layout = GuardLayout {
+            host: batch.preconditions.len(),
+        };
+        batch.preconditions.extend(commit.batch.preconditions);
+        batch.writes.extend(commit.batch.writes);
+
+        let reference = display_reference(&timer.reference);
+        let fenced = authority.map_or(String::new(), |g| format!(" under authority {g}"));
+        let on = worker.map_or(String::new(), |w| format!(" on {w}"));
+        let mut records = vec![Record {
+            at_ms: now,
+            actor: "system:timer".into(),
+            event: match next_due {
+                Some(_) => "timer/step".into(),
+                None => "timer/done".into(),
+            },
+            targets: vec![
+                format!("timer:{}/{reference}", timer.kind),
+                format!("step:{step}"),
+            ],
+            detail: Some(match next_due {
+                Some(next) => format!("step {step} by {actor}{on}{fenced}; next due at {next}"),
+                None => format!("step {step} by {actor}{on}{fenced}; timer finished"),
+            }),
+        }];
+        records.extend(commit.audit.into_iter().map(|entry| Record {
+            at_ms: now,
+            actor: actor.to_owned(),
+            event: entry.event,
+            targets: entry.targets,
+            detail: entry.detail,
+        }));
+        let unique = [key, value].concat();
+        for (i, record) in (0u8..).zip(&records) {
+            let (guard, write) = audit::plan(record, &unique, i)
+                .map_err(|e| StepFailure::new(format!("the step's audit entry {i}: {e}")))?;
+            batch.preconditions.push(guard);
+            batch.writes.push(write);
+        }
+
+        batch.writes.push(Write::Delete {
+            partition: partition.clone(),
+            key: key.to_vec(),
+        });
+        let index = index_key(&timer.kind, &timer.reference);
+        match next_due {
+            Some(next) => {
+                let state = TimerState {
+                    steps: step,
+                    ..TimerState::default()
+                };
+                batch.writes.push(Write::Put {
+                    partition: partition.clone(),
+                    key: due_key(next, &timer.kind, &timer.reference),
+                    value: state.encode(),
+                });
+                batch.writes.push(Write::Put {
+                    partition,
+                    key: index,
+                    value: next.to_be_bytes().to_vec(),
+                });
+            }
+            None => {
+                batch.writes.push(Write::Delete {
+                    partition,
+                    key: index,
+                });
+                if claimed {
+                    batch.writes.push(claim::release(timer));
+                }
+            }
+        }
+        Ok((batch, layout))
+    }
+}
+
+/// Who ran a step and for how long, for its report.
+struct Ran {
+    actor: String,
+    step_us: u64,
+}
+
+impl Ran {
+    fn report(&self, timer: &Timer, outcome: FireOutcome) -> FiredTimer {
+        FiredTimer {
+            kind: timer.kind.clone(),
+            reference: display_reference(&timer.reference),
+            due_ms: timer.due_ms,
+            step: timer.state.steps + 1,
+            outcome,
+            next_due_ms: None,
+            error: None,
+            cause: None,
+            actor: self.actor.clone(),
+            step_us: self.step_us,
+        }
+    }
+}
+
+fn truncate(message: &str) -> String {
+    if message.len() <= super::MAX_ERROR_BYTES {
+        return message.to_owned();
+    }
+    let mut end = super::MAX_ERROR_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}

@@ -1,0 +1,363 @@
+//! Fetching pinned versions into a content-addressed cache.
+//!
+//! The cache is laid out as DVC's: the object with digest `d` lives at
+//! `CACHE/d[..2]/d[2..]`. A pin whose file is already there with the
+//! pinned size and digest is a hit: nothing is downloaded, but the pin is
+//! still verified against the store ([`super::verify`]), so a cache never
+//! vouches for a version the store no longer has. A miss is read with
+//! `get_version` ([`WORKERS`] at a time; retried twice when the store is
+//! unavailable or fails locally; pins larger than [`WHOLE_READ_MAX`] are
+//! read in ranges after a `head_version`), following pending aliases and archive
+//! hops as verify does; the version, size, etag and digest of what was
+//! read are checked (a mismatch fails naming the object, and installs
+//! nothing), and the bytes are written to a temporary file in the cache
+//! directory, fsynced and renamed into place, so a cache file is always
+//! whole.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::aliases::Aliases;
+use super::digest::{Digest, Hasher};
+use super::error::VersionsError;
+use super::hops::HopPolicy;
+use super::pins::Pin;
+use super::registry::{Registries, resolve};
+use super::target::Target;
+use super::verify::{Checked, Problem, VerifyReport, Via, WORKERS, meta_mismatches, verify};
+use custodian_object::{ObjectError, ObjectStore};
+
+/// Attempts of one download when the store is unavailable or fails
+/// locally: transient failures are retried twice, with a short pause,
+/// and a store that keeps failing fails the pin instead of stalling the
+/// run.
+pub const DOWNLOAD_ATTEMPTS: u32 = 3;
+
+/// Pins of at most this many bytes (or of unknown size) are read with
+/// one `get_version`; larger ones in ranges of [`RANGE_BYTES`], so the
+/// [`WORKERS`] downloads in flight hold at most that much each.
+pub const WHOLE_READ_MAX: u64 = 16 << 20;
+/// The range size of large downloads.
+pub const RANGE_BYTES: u64 = 16 << 20;
+
+/// Where `digest`'s bytes live in the cache at `cache`.
+pub fn cache_path(cache: &Path, digest: &Digest) -> PathBuf {
+    let value = digest.value();
+    cache.join(&value[..2]).join(&value[2..])
+}
+
+/// What [`fetch`] did.
+#[derive(Debug, Default)]
+pub struct FetchReport {
+    /// Pins downloaded into the cache, in manifest order.
+    pub downloaded: Vec<Checked>,
+    /// Bytes downloaded.
+    pub downloaded_bytes: u64,
+    /// Pins already in the cache (and verified against the store).
+    pub cached: Vec<Checked>,
+    /// Bytes of those.
+    pub cached_bytes: u64,
+    /// Pins that failed, in manifest order.
+    pub problems: Vec<Problem>,
+}
+
+impl FetchReport {
+    /// No pin failed.
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The summary as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ok": self.ok(),
+            "downloaded": self.downloaded.len(),
+            "downloaded_bytes": self.downloaded_bytes,
+            "cached": self.cached.len(),
+            "cached_bytes": self.cached_bytes,
+            "fetched": self.downloaded,
+            "problems": self.problems.iter().map(Problem::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Brings every pin's bytes into `cache` (see the module doc); `progress`
+/// counts finished downloads.
+///
+/// # Errors
+/// [`VersionsError::Unversioned`], or [`VersionsError::Io`] when the cache
+/// directory cannot be created; each pin's own failure is a [`Problem`].
+pub async fn fetch(
+    store: &dyn ObjectStore,
+    pins: &[Pin],
+    aliases: &Aliases,
+    hops: &dyn HopPolicy,
+    cache: &Path,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<FetchReport, VersionsError> {
+    super::verify::require_versioned(store, "being read")?;
+    std::fs::create_dir_all(cache).map_err(|e| VersionsError::io(cache, e))?;
+    let mut hits = Vec::new();
+    let mut misses = Vec::new();
+    let mut probes = futures::stream::iter(pins.iter().enumerate())
+        .map(|(index, pin)| {
+            let path = cache_path(cache, &pin.digest);
+            let (digest, size) = (pin.digest.clone(), pin.size);
+            async move {
+                let hit = tokio::task::spawn_blocking(move || cached(&path, &digest, size))
+                    .await
+                    .unwrap_or(false);
+                (index, hit)
+            }
+        })
+        .buffer_unordered(WORKERS);
+    while let Some((index, hit)) = probes.next().await {
+        if hit {
+            hits.push(pins[index].clone());
+        } else {
+            misses.push(index);
+        }
+    }
+    drop(probes);
+    misses.sort_unstable();
+    let mut report = FetchReport::default();
+    let VerifyReport {
+        checked, problems, ..
+    } = verify(store, &hits, aliases, hops).await?;
+    report.cached_bytes = checked
+        .iter()
+        .filter_map(|c| hits.iter().find(|p| p.name() == c.pin).and_then(|p| p.size))
+        .sum();
+    report.cached = checked;
+    report.problems = problems;
+    if let Some(bar) = progress {
+        bar.set_length(misses.len() as u64);
+    }
+    let registries = Registries::new(store);
+    let mut downloads = futures::stream::iter(misses)
+        .map(|index| {
+            let pin = &pins[index];
+            let registries = &registries;
+            async move {
+                (
+                    index,
+                    download(store, registries, hops, pin, aliases, cache).await,
+                )
+            }
+        })
+        .buffer_unordered(WORKERS);
+    let mut outcomes = Vec::new();
+    while let Some(outcome) = downloads.next().await {
+        if let Some(bar) = progress {
+            bar.inc(1);
+        }
+        outcomes.push(outcome);
+    }
+    drop(downloads);
+    outcomes.sort_by_key(|(index, _)| *index);
+    for (index, outcome) in outcomes {
+        match outcome {
+            Ok((checked, size)) => {
+                report.downloaded.push(checked);
+                report.downloaded_bytes += size;
+            }
+            Err(error) => report.problems.push(Problem::new(&pins[index], error)),
+        }
+    }
+    Ok(report)
+}
+
+/// Whether `path` holds bytes of `size` (if pinned) with `digest`.
+fn cached(path: &Path, digest: &Digest, size: Option<u64>) -> bool {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    match file.metadata() {
+        Ok(meta) if meta.is_file() && size.is_none_or(|size| size == meta.len()) => {}
+        _ => return false,
+    }
+    let mut hasher = digest.hasher();
+    let mut buffer = vec![0; 1 << 20];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(_) => return false,
+        }
+    }
+    hasher.finish() == digest.value()
+}
+
+/// `call`, retried on transient failures (see [`DOWNLOAD_ATTEMPTS`]).
+async fn with_retries<T, F, Fut>(mut call: F) -> Result<T, ObjectError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ObjectError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(ObjectError::Unavailable(_) | ObjectError::Io(_))
+                if attempt < DOWNLOAD_ATTEMPTS =>
+            {
+                tokio::time::sleep(Duration::from_millis(100 << (2 * attempt))).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn join_error(pin: &Pin, error: tokio::task::JoinError) -> VersionsError {
+    VersionsError::Io {
+        path: pin.name(),
+        source: std::io::Error::other(error),
+    }
+}
+
+async fn download(
+    store: &dyn ObjectStore,
+    registries: &Registries<'_>,
+    hops: &dyn HopPolicy,
+    pin: &Pin,
+    aliases: &Aliases,
+    cache: &Path,
+) -> Result<(Checked, u64), VersionsError> {
+    let target = aliases.target(pin)?;
+    let ranged = target.size.is_some_and(|size| size > WHOLE_READ_MAX);
+    let (at, hops_taken, meta, body) = if ranged {
+        let probe = |target: Target| async move {
+            with_retries(|| store.head_version(&target.key, &target.version_id)).await
+        };
+        let resolved = resolve(target, registries, hops, probe).await?;
+        (resolved.at, resolved.hops, resolved.found, None)
+    } else {
+        let probe = |target: Target| async move {
+            with_retries(|| store.get_version(&target.key, &target.version_id)).await
+        };
+        let resolved = resolve(target, registries, hops, probe).await?;
+        let (meta, bytes) = resolved.found;
+        (resolved.at, resolved.hops, meta, Some(bytes))
+    };
+    let mut fields = meta_mismatches(pin, &at, &meta);
+    if body
+        .as_ref()
+        .is_some_and(|bytes| bytes.len() as u64 != meta.size)
+    {
+        fields.push("length of the bytes read");
+    }
+    let found = at.name();
+    if !fields.is_empty() {
+        return Err(VersionsError::Mismatch {
+            object: format!("{} (read as {found})", pin.name()),
+            fields,
+        });
+    }
+    let mut staged = Staged::new(cache, &pin.digest)?;
+    match body {
+        Some(bytes) => {
+            staged = tokio::task::spawn_blocking(move || staged.write(&bytes).map(|()| staged))
+                .await
+                .map_err(|e| join_error(pin, e))??;
+        }
+        None => {
+            let mut offset = 0;
+            while offset < meta.size {
+                let range = offset..meta.size.min(offset + RANGE_BYTES);
+                let bytes = with_retries(|| {
+                    store.get_version_range(&at.key, &at.version_id, range.clone())
+                })
+                .await
+                .map_err(|source| VersionsError::Store {
+                    object: found.clone(),
+                    source,
+                })?;
+                if bytes.len() as u64 != range.end - range.start {
+                    return Err(VersionsError::Mismatch {
+                        object: format!("{} (read as {found})", pin.name()),
+                        fields: vec!["length of the bytes read"],
+                    });
+                }
+                offset = range.end;
+                staged = tokio::task::spawn_blocking(move || staged.write(&bytes).map(|()| staged))
+                    .await
+                    .map_err(|e| join_error(pin, e))??;
+            }
+        }
+    }
+    let path = cache_path(cache, &pin.digest);
+    let name = pin.name();
+    tokio::task::spawn_blocking(move || staged.install(&name, &path))
+        .await
+        .map_err(|e| join_error(pin, e))??;
+    Ok((
+        Checked {
+            pin: pin.name(),
+            manifest: pin.manifest.clone(),
+            found,
+            hops: hops_taken,
+            via: Via::Head,
+        },
+        meta.size,
+    ))
+}
+
+/// Bytes being downloaded: a temporary file in the cache directory and
+/// the digest of what was written to it.
+struct Staged {
+    file: tempfile::NamedTempFile,
+    hasher: Hasher,
+    digest: Digest,
+    cache: PathBuf,
+}
+
+impl Staged {
+    fn new(cache: &Path, digest: &Digest) -> Result<Self, VersionsError> {
+        Ok(Self {
+            file: tempfile::NamedTempFile::new_in(cache)
+                .map_err(|e| VersionsError::io(cache, e))?,
+            hasher: digest.hasher(),
+            digest: digest.clone(),
+            cache: cache.to_owned(),
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), VersionsError> {
+        self.hasher.update(bytes);
+        self.file
+            .write_all(bytes)
+            .map_err(|e| VersionsError::io(self.file.path(), e))
+    }
+
+    /// Checks the digest, then fsyncs the file, renames it to `path` and
+    /// fsyncs the directory: the cache file appears whole or not at all.
+    /// A mismatch installs nothing (the temporary file is removed).
+    fn install(self, name: &str, path: &Path) -> Result<(), VersionsError> {
+        let actual = self.hasher.finish();
+        if actual != self.digest.value() {
+            return Err(VersionsError::DigestMismatch {
+                object: name.to_owned(),
+                algorithm: self.digest.algorithm(),
+                expected: self.digest.value().to_owned(),
+                actual,
+            });
+        }
+        let dir = path.parent().unwrap_or(&self.cache);
+        std::fs::create_dir_all(dir).map_err(|e| VersionsError::io(dir, e))?;
+        self.file
+            .as_file()
+            .sync_all()
+            .map_err(|e| VersionsError::io(self.file.path(), e))?;
+        self.file
+            .persist(path)
+            .map_err(|e| VersionsError::io(path, e.error))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| VersionsError::io(dir, e))
+    }
+}

@@ -1,0 +1,96 @@
+//! A KV for tests that shows each call to a [`Hook`] before the real store
+//! answers it: to count calls, move a clock, let other writers commit in
+//! between, or fail as a dying process would.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::{Batch, Kv, KvError, Outcome, Page, Partition};
+
+/// A call as a hook sees it, before it reaches the store.
+pub enum Call<'a> {
+    /// `get` of `key`.
+    Get {
+        /// The key read.
+        key: &'a [u8],
+    },
+    /// `get_many`.
+    GetMany,
+    /// `scan`, resuming after `cursor`.
+    Scan {
+        /// The cursor it resumes after.
+        cursor: Option<&'a [u8]>,
+    },
+    /// `apply` of the batch.
+    Apply(&'a Batch),
+}
+
+/// What a test does around the calls of an [`Intercepted`] store.
+#[async_trait]
+pub trait Hook: Send + Sync {
+    /// Runs before `call` reaches `inner` (and may use `inner` itself, as
+    /// another writer would); an error is the call's answer, and `inner`
+    /// never sees the call.
+    async fn before(&self, inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError>;
+
+    /// Sees the outcome of each batch `inner` applied.
+    fn applied(&self, _batch: &Batch, _outcome: &Outcome) {}
+}
+
+/// `inner`, with every call shown to `hook` first.
+pub struct Intercepted<H> {
+    /// The store that answers.
+    pub inner: Arc<dyn Kv>,
+    /// What the test does around each call.
+    pub hook: H,
+}
+
+impl<H> Deref for Intercepted<H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        &self.hook
+    }
+}
+
+#[async_trait]
+impl<H: Hook> Kv for Intercepted<H> {
+    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        let call = Call::Get { key };
+        self.hook.before(self.inner.as_ref(), call).await?;
+        self.inner.get(partition, key).await
+    }
+
+    async fn get_many(
+        &self,
+        partition: &Partition,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.hook.before(self.inner.as_ref(), Call::GetMany).await?;
+        self.inner.get_many(partition, keys).await
+    }
+
+    async fn scan(
+        &self,
+        partition: &Partition,
+        start: &[u8],
+        end: Option<&[u8]>,
+        cursor: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Page, KvError> {
+        let call = Call::Scan { cursor };
+        self.hook.before(self.inner.as_ref(), call).await?;
+        self.inner.scan(partition, start, end, cursor, limit).await
+    }
+
+    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
+        self.hook
+            .before(self.inner.as_ref(), Call::Apply(batch))
+            .await?;
+        let outcome = self.inner.apply(batch).await?;
+        self.hook.applied(batch, &outcome);
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,169 @@
+//! The one way anything is published: stage → fsync → rename → fsync dir.
+//!
+//! The steps are split across two types so that the arbiter is held only
+//! around the rename, yet no call site can skip a step:
+//!
+//! 1. [`Staged::create`] makes a uniquely named file in `staging/` and
+//!    locks it (the lock marks a live writer: recovery deletes only
+//!    staging files it can lock). The caller writes the bytes.
+//! 2. [`Staged::seal`] fsyncs the file (`fdatasync`: data and size) and
+//!    is the only way to get a [`Sealed`] file.
+//! 3. [`Sealed::publish`], which requires proof that the arbiter is held,
+//!    creates any missing directories on the way to the target (fsyncing
+//!    the parent of each new directory, so the new name is durable),
+//!    renames the file in (atomic: readers see the old directory or the
+//!    new one), and fsyncs the target directory (so the rename is).
+//!
+//! A crash before the rename leaves a staging file, which recovery
+//! removes; a crash after the final fsync has published. In between the
+//! rename may or may not have reached the disk, so the key shows the old
+//! or the new generation, never a torn one: the file was complete and
+//! durable before its name existed.
+//!
+//! Dropping a `Staged` or `Sealed` that was not published deletes its
+//! file, so every failure path (a checksum mismatch, a failed condition,
+//! an I/O error) leaves nothing in `staging/`.
+//!
+//! fsyncs per publish: one for the file, one for the target directory,
+//! plus one per directory created on the way (a key's first publish).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::ObjectError;
+
+use super::ids::Ids;
+use super::io_error;
+use super::layout::Layout;
+use super::lock::{Gate, Held};
+
+/// A staging file, deleted on drop unless it was published.
+#[derive(Debug)]
+struct StagingFile {
+    file: File,
+    path: PathBuf,
+    published: bool,
+}
+
+impl Drop for StagingFile {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A file being written in `staging/`, locked by its writer.
+#[derive(Debug)]
+pub(super) struct Staged(StagingFile);
+
+/// A staged file whose bytes are durable, waiting to be renamed in.
+#[derive(Debug)]
+pub(super) struct Sealed(StagingFile);
+
+/// Where a sealed file goes: `base/dirs.../name`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target<'a> {
+    /// An existing directory (`objects/`, `uploads/`).
+    pub base: &'a Path,
+    /// Directories below `base`, created if missing.
+    pub dirs: &'a [&'a str],
+    /// The file's name in the innermost directory; an existing file of
+    /// that name is replaced.
+    pub name: &'a str,
+}
+
+impl Staged {
+    /// Creates and locks a fresh staging file.
+    pub fn create(layout: &Layout, ids: &Ids) -> Result<Self, ObjectError> {
+        let path = layout.staging.join(ids.staging_name());
+        // Held across create-then-lock only: recovery must not find the
+        // file unlocked in between and take its writer for dead.
+        let _gate = Gate::shared(&layout.gate)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_error("creating staging file", &path, e))?;
+        let staged = Self(StagingFile {
+            file,
+            path,
+            published: false,
+        });
+        staged
+            .0
+            .file
+            .try_lock()
+            .map_err(|e| ObjectError::Io(format!("locking {}: {e}", staged.0.path.display())))?;
+        Ok(staged)
+    }
+
+    /// Appends `bytes`.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), ObjectError> {
+        self.0
+            .file
+            .write_all(bytes)
+            .map_err(|e| io_error("writing", &self.0.path, e))
+    }
+
+    /// Makes the bytes written so far durable.
+    pub fn seal(self) -> Result<Sealed, ObjectError> {
+        self.0
+            .file
+            .sync_data()
+            .map_err(|e| io_error("fsyncing", &self.0.path, e))?;
+        Ok(Sealed(self.0))
+    }
+}
+
+impl Sealed {
+    /// Renames the file to `target` and makes that durable. The arbiter
+    /// must be held (`_held`): whatever was checked before this call is
+    /// still true when the name appears.
+    pub fn publish(mut self, _held: &Held<'_>, target: Target<'_>) -> Result<(), ObjectError> {
+        let dir = create_dirs(target.base, target.dirs)?;
+        let destination = dir.join(target.name);
+        std::fs::rename(&self.0.path, &destination)
+            .map_err(|e| io_error("publishing", &destination, e))?;
+        // Published: from here on the file is not ours to delete. If the
+        // fsync below fails, the version is visible but may not survive a
+        // crash; the caller gets `Io` and must treat the outcome as
+        // unknown, as after a timed-out PUT to S3.
+        self.0.published = true;
+        fsync_dir(&dir)
+    }
+}
+
+/// Creates `base/dirs...` as needed and returns it. Each new directory's
+/// name lives in its parent, so the parent of every created directory is
+/// fsynced; the innermost one is left to the caller, who fsyncs it after
+/// putting something in it.
+fn create_dirs(base: &Path, dirs: &[&str]) -> Result<PathBuf, ObjectError> {
+    let mut path = base.to_path_buf();
+    let mut created: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        path.push(dir);
+        match std::fs::create_dir(&path) {
+            Ok(()) => created.push(path.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error("creating directory", &path, e)),
+        }
+    }
+    if let Some(first) = created.first() {
+        let parent = first.parent().unwrap_or(base);
+        fsync_dir(parent)?;
+        for dir in &created[..created.len() - 1] {
+            fsync_dir(dir)?;
+        }
+    }
+    Ok(path)
+}
+
+/// fsyncs a directory, making the names in it durable.
+pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error("fsyncing directory", dir, e))
+}

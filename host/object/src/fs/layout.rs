@@ -1,0 +1,403 @@
+//! Where things live under the store's root, and how an object key
+//! becomes a path.
+//!
+//! ```text
+//! <root>/
+//!   format          {"format":1,"versioned":true}: written once, at creation
+//!   lock            the arbiter (see `lock`)
+//!   staging.lock    the staging gate (see `lock`)
+//!   staging/        files being written, each locked by its writer
+//!   uploads/<id>/   one multipart assembly: `meta` and `part-NNNNN`
+//!   objects/        keys: one directory per key segment;
+//!     a/%v/<id>       the versions of key `a`
+//!     a/b/%v/<id>     the versions of key `a/b`
+//! ```
+//!
+//! A key is `/`-separated segments (already checked by
+//! [`validate_key`]: none empty, `.` or `..`, no control characters).
+//! Each segment becomes one directory name: bytes outside
+//! `[A-Za-z0-9._-]` are percent-encoded as `%XX` (upper-case hex), and so
+//! are `%` itself and a segment's leading `.` (so no name is hidden or
+//! special). Because `%` is always followed by two hex digits in an
+//! encoded name, `%v` (a key's version directory) and `%+` (below) can
+//! never be produced by the encoding: key `a` and key `a/b` live in
+//! `a/%v` and `a/b/%v` and never collide.
+//!
+//! **Deviation from the brief, and why.** The brief said to refuse a
+//! segment whose encoding exceeds 255 bytes (`NAME_MAX`). The conformance
+//! suite, though, requires the longest legal key (1024 bytes, one segment)
+//! to be storable, and a 1024-byte key must not be legal on S3 and memory
+//! but refused here. So a segment whose encoding is longer than
+//! [`MAX_CHUNK`] bytes is split into chunks: the first is a plain name,
+//! each following chunk is a child directory named `%+<chunk>` (again a
+//! name the encoding cannot produce, so `abc/%+def` is segment `abcdef`
+//! while `abc/def` is two segments). Chunks are cut only between encoded
+//! units, never inside a `%XX`. The encoding is canonical (greedy chunks,
+//! exactly one spelling per byte), and listings re-encode every key they
+//! find and skip any path that is not that key's canonical spelling, so
+//! stray files never surface as keys.
+//!
+//! Names are compared byte-for-byte: the store must live on a
+//! case-sensitive filesystem (not the macOS or Windows defaults), where
+//! `A` and `a` are different names.
+//!
+//! The longest relative path a key can produce is [`MAX_KEY_PATH_BYTES`];
+//! [`Layout::new`] refuses a root so long that root + that path would
+//! exceed `PATH_MAX`, so every legal key is storable under every accepted
+//! root.
+
+use std::path::{Path, PathBuf};
+
+use crate::{MAX_OBJECT_KEY_BYTES, ObjectError, validate_key};
+
+use super::ids::VERSION_ID_LEN;
+
+/// The directory of every key.
+pub(super) const OBJECTS: &str = "objects";
+/// Where files are written before they are published.
+pub(super) const STAGING: &str = "staging";
+/// Multipart assemblies.
+pub(super) const UPLOADS: &str = "uploads";
+/// The arbiter's lock file.
+pub(super) const LOCK_FILE: &str = "lock";
+/// The staging gate's lock file.
+pub(super) const GATE_FILE: &str = "staging.lock";
+/// The format and versioning record.
+pub(super) const FORMAT_FILE: &str = "format";
+/// The per-key directory holding that key's versions.
+pub(super) const VERSIONS_DIR: &str = "%v";
+/// The name prefix of a long segment's continuation chunk.
+pub(super) const CONTINUATION: &str = "%+";
+/// Longest encoded chunk of one segment, in bytes. With the `%+` prefix a
+/// name stays well under `NAME_MAX` (255).
+pub(super) const MAX_CHUNK: usize = 240;
+
+/// Longest relative path below the root that any legal key produces, to
+/// one of its version files: `objects/`, every key byte encoded as `%XX`,
+/// a `/%+` per extra chunk, `/%v/` and a version id.
+pub(super) const MAX_KEY_PATH_BYTES: usize = OBJECTS.len()
+    + 1
+    + 3 * MAX_OBJECT_KEY_BYTES
+    + 3 * (3 * MAX_OBJECT_KEY_BYTES).div_ceil(MAX_CHUNK)
+    + 1
+    + VERSIONS_DIR.len()
+    + 1
+    + VERSION_ID_LEN;
+
+/// Linux's `PATH_MAX`, the terminating NUL included.
+const PATH_MAX: usize = 4096;
+
+/// Longest root path this store accepts (see the module documentation).
+pub(super) const MAX_ROOT_BYTES: usize = PATH_MAX - 1 - 1 - MAX_KEY_PATH_BYTES;
+
+/// The fixed paths under one root.
+#[derive(Debug, Clone)]
+pub(super) struct Layout {
+    pub root: PathBuf,
+    pub objects: PathBuf,
+    pub staging: PathBuf,
+    pub uploads: PathBuf,
+    pub lock: PathBuf,
+    pub gate: PathBuf,
+    pub format: PathBuf,
+}
+
+impl Layout {
+    /// The layout under `root`, made absolute (a store's identity must not
+    /// depend on the working directory).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a root too long to hold every legal key.
+    pub fn new(root: &Path) -> Result<Self, ObjectError> {
+        let root = std::path::absolute(root)
+            .map_err(|e| ObjectError::Io(format!("resolving {}: {e}", root.display())))?;
+        let length = root.as_os_str().len();
+        if length > MAX_ROOT_BYTES {
+            return Err(ObjectError::InvalidArgument(format!(
+                "store root {} is {length} bytes; at most {MAX_ROOT_BYTES} leave room for the \
+                 longest key's path within PATH_MAX",
+                root.display()
+            )));
+        }
+        Ok(Self {
+            objects: root.join(OBJECTS),
+            staging: root.join(STAGING),
+            uploads: root.join(UPLOADS),
+            lock: root.join(LOCK_FILE),
+            gate: root.join(GATE_FILE),
+            format: root.join(FORMAT_FILE),
+            root,
+        })
+    }
+
+    /// The directory holding `key`'s versions.
+    pub fn versions_dir(&self, key: &KeyPath) -> PathBuf {
+        let mut path = self.objects.clone();
+        for component in key.components() {
+            path.push(component);
+        }
+        path.push(VERSIONS_DIR);
+        path
+    }
+
+    /// The directory of one upload.
+    pub fn upload_dir(&self, upload_id: &str) -> PathBuf {
+        self.uploads.join(upload_id)
+    }
+}
+
+/// A checked key and its encoded directory names below `objects/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct KeyPath {
+    key: String,
+    components: Vec<String>,
+}
+
+impl KeyPath {
+    /// Checks `key` and encodes it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` from [`validate_key`].
+    pub fn new(key: &str) -> Result<Self, ObjectError> {
+        validate_key(key)?;
+        let mut components = Vec::new();
+        for segment in key.split('/') {
+            encode_segment(segment.as_bytes(), &mut components);
+        }
+        Ok(Self {
+            key: key.to_owned(),
+            components,
+        })
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Its directory names below `objects/`, outermost first.
+    pub fn components(&self) -> &[String] {
+        &self.components
+    }
+
+    /// The components leading to its version directory, that directory
+    /// included.
+    pub fn versions_components(&self) -> Vec<&str> {
+        self.components
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(VERSIONS_DIR))
+            .collect()
+    }
+}
+
+/// Whether `byte` stands for itself in a name (a leading `.` aside).
+fn is_literal(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-')
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// Appends the names of one segment: one name, or a first name plus `%+`
+/// continuation names when the encoding is longer than [`MAX_CHUNK`].
+fn encode_segment(segment: &[u8], out: &mut Vec<String>) {
+    let mut chunk = String::new();
+    let mut first = true;
+    for (index, &byte) in segment.iter().enumerate() {
+        let literal = is_literal(byte) && !(index == 0 && byte == b'.');
+        let unit = if literal { 1 } else { 3 };
+        if chunk.len() + unit > MAX_CHUNK {
+            out.push(name_of(&chunk, first));
+            chunk.clear();
+            first = false;
+        }
+        if literal {
+            chunk.push(char::from(byte));
+        } else {
+            chunk.push('%');
+            chunk.push(char::from(HEX[usize::from(byte >> 4)]));
+            chunk.push(char::from(HEX[usize::from(byte & 0xF)]));
+        }
+    }
+    out.push(name_of(&chunk, first));
+}
+
+fn name_of(chunk: &str, first: bool) -> String {
+    if first {
+        chunk.to_owned()
+    } else {
+        format!("{CONTINUATION}{chunk}")
+    }
+}
+
+/// What a directory entry below `objects/` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Entry {
+    /// The version directory of the key spelled by the path so far.
+    Versions,
+    /// A new segment, decoded.
+    Segment(Vec<u8>),
+    /// More of the current segment, decoded.
+    Continuation(Vec<u8>),
+}
+
+/// Decodes one directory name below `objects/`; `None` for anything the
+/// encoding cannot have produced (stray files, foreign names).
+pub(super) fn decode_entry(name: &str) -> Option<Entry> {
+    if name == VERSIONS_DIR {
+        return Some(Entry::Versions);
+    }
+    match name.strip_prefix(CONTINUATION) {
+        Some(chunk) => decode_chunk(chunk.as_bytes(), false).map(Entry::Continuation),
+        None => decode_chunk(name.as_bytes(), true).map(Entry::Segment),
+    }
+}
+
+/// Decodes an encoded chunk, refusing any spelling but the canonical one.
+fn decode_chunk(chunk: &[u8], segment_start: bool) -> Option<Vec<u8>> {
+    if chunk.is_empty() || chunk.len() > MAX_CHUNK {
+        return None;
+    }
+    let hex = |b: u8| {
+        HEX.iter()
+            .position(|&h| h == b)
+            .and_then(|v| u8::try_from(v).ok())
+    };
+    let mut out = Vec::with_capacity(chunk.len());
+    let mut index = 0;
+    while index < chunk.len() {
+        let at_start = segment_start && out.is_empty();
+        let byte = chunk[index];
+        if byte == b'%' {
+            let high = hex(*chunk.get(index + 1)?)?;
+            let low = hex(*chunk.get(index + 2)?)?;
+            let decoded = (high << 4) | low;
+            // Canonical: only what must be encoded is encoded.
+            if is_literal(decoded) && !(at_start && decoded == b'.') {
+                return None;
+            }
+            out.push(decoded);
+            index += 3;
+        } else {
+            if !is_literal(byte) || (at_start && byte == b'.') {
+                return None;
+            }
+            out.push(byte);
+            index += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn components(key: &str) -> Vec<String> {
+        KeyPath::new(key).unwrap().components().to_vec()
+    }
+
+    /// Decodes a key's components back into the key's bytes.
+    fn decode(components: &[String]) -> Vec<u8> {
+        let mut key = Vec::new();
+        for (index, name) in components.iter().enumerate() {
+            match decode_entry(name).unwrap() {
+                Entry::Segment(bytes) => {
+                    if index > 0 {
+                        key.push(b'/');
+                    }
+                    key.extend(bytes);
+                }
+                Entry::Continuation(bytes) => key.extend(bytes),
+                Entry::Versions => panic!("a key component decoded as %v"),
+            }
+        }
+        key
+    }
+
+    #[test]
+    fn safe_bytes_stay_and_everything_else_is_percent_encoded() {
+        assert_eq!(components("a/b.c/D_e-9"), ["a", "b.c", "D_e-9"]);
+        assert_eq!(components(".hidden/x.y."), ["%2Ehidden", "x.y."]);
+        assert_eq!(components("100%/a b/é"), ["100%25", "a%20b", "%C3%A9"]);
+        assert_eq!(components("%v/%+"), ["%25v", "%25%2B"]);
+    }
+
+    #[test]
+    fn keys_round_trip_through_their_paths() {
+        let long = "é".repeat(MAX_OBJECT_KEY_BYTES / 2);
+        let long_ascii = "x".repeat(MAX_OBJECT_KEY_BYTES);
+        for key in [
+            "a",
+            "a/b",
+            ".a/..b/...",
+            "sp ace/per%cent/q?u=e&r#y",
+            "é/ü/日本",
+            long.as_str(),
+            long_ascii.as_str(),
+        ] {
+            let path = KeyPath::new(key).unwrap();
+            assert_eq!(decode(path.components()), key.as_bytes(), "{key:?}");
+            for name in path.components() {
+                assert!(name.len() <= CONTINUATION.len() + MAX_CHUNK, "{name}");
+                assert_ne!(name, VERSIONS_DIR);
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_segment_is_chunked_without_splitting_an_escape() {
+        // 239 literal bytes, then 600 encoded ones: a `%C3` does not fit
+        // in the first chunk's last byte, and 80 escapes fill each next.
+        let key = format!("{}{}", "a".repeat(239), "é".repeat(100));
+        let names = components(&key);
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(names[0], "a".repeat(239));
+        assert!(names[1].starts_with("%+%C3%A9"));
+        assert!(names[1..].iter().all(|n| n.starts_with(CONTINUATION)));
+        assert_eq!(decode(&names), key.as_bytes());
+    }
+
+    #[test]
+    fn the_longest_key_path_fits_the_bound() {
+        // Every byte needs escaping and the key is one segment.
+        let worst = "é".repeat(MAX_OBJECT_KEY_BYTES / 2);
+        let layout = Layout::new(Path::new("/")).unwrap();
+        let path = layout.versions_dir(&KeyPath::new(&worst).unwrap());
+        let relative = path.strip_prefix("/").unwrap().as_os_str().len() + 1 + VERSION_ID_LEN;
+        assert!(
+            relative <= MAX_KEY_PATH_BYTES,
+            "{relative} > {MAX_KEY_PATH_BYTES}"
+        );
+        const {
+            assert!(
+                MAX_ROOT_BYTES >= 512,
+                "roots of ordinary length are accepted"
+            )
+        };
+    }
+
+    #[test]
+    fn non_canonical_names_do_not_decode() {
+        for name in [
+            "", ".x", "%2e", "%41", "a%2E", "a%4", "a%zz", "a b", "%+", "%+%2Ex", "%w",
+        ] {
+            assert_eq!(decode_entry(name), None, "{name:?}");
+        }
+        assert_eq!(
+            decode_entry("%+.x"),
+            Some(Entry::Continuation(b".x".to_vec()))
+        );
+        assert_eq!(decode_entry("%2Ex"), Some(Entry::Segment(b".x".to_vec())));
+        assert_eq!(decode_entry("%v"), Some(Entry::Versions));
+    }
+
+    #[test]
+    fn an_over_long_root_is_refused() {
+        let root = format!("/{}", "r".repeat(MAX_ROOT_BYTES));
+        assert!(matches!(
+            Layout::new(Path::new(&root)),
+            Err(ObjectError::InvalidArgument(_))
+        ));
+    }
+}

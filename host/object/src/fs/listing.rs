@@ -1,0 +1,372 @@
+//! Listings: keys in ascending byte order, straight from the directory
+//! tree, reading only what a page needs.
+//!
+//! Key order is not directory order: the keys below directory `a`
+//! (`a`, `a/x`, and `a…` continued in a `%+` chunk) interleave with those
+//! of a sibling like `a!` (`a!` < `a/x`). So the walk is best-first: a
+//! min-heap of pending entries, each a concrete key or an unread
+//! directory keyed by the decoded prefix every key below it starts with
+//! (a lower bound of them all). Popping the least entry either yields a
+//! key — no unread directory can hold a smaller one — or reads that
+//! directory and pushes its children. A page of `n` keys thus reads the
+//! directories on the paths to those keys and their siblings' names, not
+//! the store.
+//!
+//! Directories that cannot hold a key with the prefix, or hold only keys
+//! at or before the cursor, are never read. One read of a directory puts
+//! at most [`EXPAND_CAP`] children on the heap (the least ones); the rest
+//! wait as a single entry, keyed by the least of them, and the directory
+//! is read again when that entry comes up. A listing's memory is thus
+//! bounded whatever the size of a directory, at the price of re-reading a
+//! directory once per `EXPAND_CAP` of its children that a listing passes.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::path::{Path, PathBuf};
+
+use crate::{
+    ListPage, ListedObject, ListedVersion, MAX_OBJECT_KEY_BYTES, ObjectError, validate_key,
+    validate_limit,
+};
+
+use super::ids::version_seq;
+use super::layout::{Entry, KeyPath, Layout, decode_entry};
+use super::version_file::VersionFile;
+use super::versions::version_ids;
+use super::{FsStore, io_error};
+
+/// Where a listing starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Lower<'a> {
+    /// At the first key.
+    Start,
+    /// Strictly after this key.
+    After(&'a [u8]),
+    /// At this key, inclusive.
+    From(&'a [u8]),
+}
+
+/// Most children one directory read puts on the heap. The rest of the
+/// directory waits as one entry and is read again when its turn comes,
+/// so a page's memory is bounded by the tree's depth times this, not by
+/// the size of the largest directory. (Small under test, so every
+/// listing test goes through the re-reads.)
+const EXPAND_CAP: usize = if cfg!(test) { 8 } else { 1024 };
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// Sorts first: a key equal to a directory's bound precedes
+    /// everything in that directory.
+    Key,
+    /// A directory to read.
+    Dir {
+        /// `objects/` itself: its children start keys, with no `/`.
+        root: bool,
+        /// Only its children whose bound is greater: the rest of a
+        /// directory whose first children were already taken.
+        after: Option<Vec<u8>>,
+        /// The bound of the directory itself (for a rest, the entry's
+        /// bound is its least remaining child's).
+        prefix: Vec<u8>,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    /// The key, or a lower bound of every key in the directory (a prefix
+    /// of them all, for a whole directory).
+    bound: Vec<u8>,
+    kind: Kind,
+    /// The key's version directory, or the directory to read.
+    path: PathBuf,
+}
+
+/// The keys with a version directory under a prefix, in ascending order.
+pub(super) struct KeyWalk<'a> {
+    layout: &'a Layout,
+    prefix: &'a [u8],
+    lower: Lower<'a>,
+    heap: BinaryHeap<Reverse<Pending>>,
+}
+
+impl<'a> KeyWalk<'a> {
+    pub fn new(layout: &'a Layout, prefix: &'a str, lower: Lower<'a>) -> Result<Self, ObjectError> {
+        let mut walk = Self {
+            layout,
+            prefix: prefix.as_bytes(),
+            lower,
+            heap: BinaryHeap::new(),
+        };
+        // No key is longer than this, so no key can have the prefix.
+        if prefix.len() <= MAX_OBJECT_KEY_BYTES {
+            walk.expand(&layout.objects, &[], true, None)?;
+        }
+        Ok(walk)
+    }
+
+    fn key_wanted(&self, key: &[u8]) -> bool {
+        key.starts_with(self.prefix)
+            && match self.lower {
+                Lower::Start => true,
+                Lower::After(after) => key > after,
+                Lower::From(from) => key >= from,
+            }
+    }
+
+    /// Whether a directory whose keys all start with `bound` can hold a
+    /// wanted key.
+    fn dir_wanted(&self, bound: &[u8]) -> bool {
+        let prefix_possible = bound.starts_with(self.prefix) || self.prefix.starts_with(bound);
+        // Every key starting with `bound` is below `lower` when `bound`
+        // is below it and not a prefix of it.
+        let all_before = match self.lower {
+            Lower::Start => false,
+            Lower::After(lower) | Lower::From(lower) => bound < lower && !lower.starts_with(bound),
+        };
+        prefix_possible && !all_before
+    }
+
+    /// Reads directory `dir`, whose keys all start with `bound`, and puts
+    /// its wanted children (those above `after`, if given) on the heap:
+    /// the least [`EXPAND_CAP`] of them, and the rest as one entry.
+    fn expand(
+        &mut self,
+        dir: &Path,
+        bound: &[u8],
+        root: bool,
+        after: Option<&[u8]>,
+    ) -> Result<(), ObjectError> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            // Removed since it was seen (a delete pruned it), or a stray
+            // file where a directory belongs.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(io_error("listing", dir, e)),
+        };
+        let mut children = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("listing", dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let (child, kind) = match decode_entry(name) {
+                Some(Entry::Versions) if !root => (bound.to_vec(), Kind::Key),
+                Some(Entry::Segment(segment)) => {
+                    let mut child = bound.to_vec();
+                    if !root {
+                        child.push(b'/');
+                    }
+                    child.extend_from_slice(&segment);
+                    let prefix = child.clone();
+                    (child, whole_dir(prefix))
+                }
+                Some(Entry::Continuation(more)) if !root => {
+                    let child = [bound, &more].concat();
+                    (child.clone(), whole_dir(child))
+                }
+                _ => continue,
+            };
+            if after.is_some_and(|after| child.as_slice() <= after) {
+                continue;
+            }
+            let wanted = match kind {
+                Kind::Key => self.key_wanted(&child),
+                Kind::Dir { .. } => self.dir_wanted(&child),
+            };
+            if wanted {
+                children.push(Pending {
+                    bound: child,
+                    kind,
+                    path: entry.path(),
+                });
+            }
+        }
+        if children.len() > EXPAND_CAP {
+            // Children's bounds are distinct (names decode injectively),
+            // so everything after the cap is strictly above what it took.
+            children.select_nth_unstable(EXPAND_CAP - 1);
+            let rest = children.split_off(EXPAND_CAP);
+            let taken = children
+                .iter()
+                .map(|c| c.bound.clone())
+                .max()
+                .expect("the cap is not zero");
+            let least = rest
+                .into_iter()
+                .map(|c| c.bound)
+                .min()
+                .expect("there is a rest");
+            self.heap.push(Reverse(Pending {
+                bound: least,
+                kind: Kind::Dir {
+                    root,
+                    after: Some(taken),
+                    prefix: bound.to_vec(),
+                },
+                path: dir.to_path_buf(),
+            }));
+        }
+        self.heap.extend(children.into_iter().map(Reverse));
+        Ok(())
+    }
+}
+
+fn whole_dir(prefix: Vec<u8>) -> Kind {
+    Kind::Dir {
+        root: false,
+        after: None,
+        prefix,
+    }
+}
+
+impl Iterator for KeyWalk<'_> {
+    /// A key and its version directory.
+    type Item = Result<(KeyPath, PathBuf), ObjectError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while let Some(Reverse(pending)) = self.heap.pop() {
+            match pending.kind {
+                Kind::Dir {
+                    root,
+                    after,
+                    prefix,
+                } => {
+                    if let Err(e) = self.expand(&pending.path, &prefix, root, after.as_deref()) {
+                        return Some(Err(e));
+                    }
+                }
+                Kind::Key => {
+                    // Only the canonical spelling of a valid key counts:
+                    // anything else was not written by this store.
+                    let Ok(key) = String::from_utf8(pending.bound) else {
+                        continue;
+                    };
+                    let Ok(path) = KeyPath::new(&key) else {
+                        continue;
+                    };
+                    if self.layout.versions_dir(&path) == pending.path {
+                        return Some(Ok((path, pending.path)));
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Splits a version-listing cursor, `key\0version_id`, refusing anything
+/// this store could not have handed out.
+fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
+    let malformed = || {
+        ObjectError::InvalidArgument(format!(
+            "{cursor:?} is not a version-listing cursor (key, NUL, version id)"
+        ))
+    };
+    let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
+    if validate_key(key).is_err() || version_seq(version_id).is_none() {
+        return Err(malformed());
+    }
+    Ok((key, version_id))
+}
+
+impl FsStore {
+    /// `list`.
+    pub(super) fn list_current(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedObject>, ObjectError> {
+        validate_limit(limit)?;
+        let lower = cursor.map_or(Lower::Start, |c| Lower::After(c.as_bytes()));
+        let mut items: Vec<ListedObject> = Vec::new();
+        let mut more = false;
+        for found in KeyWalk::new(&self.layout, prefix, lower)? {
+            let (key, _) = found?;
+            let Some((_, file)) = self.newest(&key)? else {
+                continue;
+            };
+            let header = file.header();
+            if header.delete_marker {
+                continue;
+            }
+            if items.len() == limit as usize {
+                more = true;
+                break;
+            }
+            items.push(ListedObject {
+                key: key.key().to_owned(),
+                size: header.size,
+                etag: header.etag.clone(),
+                last_modified_ms: Some(header.last_modified_ms),
+            });
+        }
+        let next = if more {
+            items.last().map(|item| item.key.clone())
+        } else {
+            None
+        };
+        Ok(ListPage { items, next })
+    }
+
+    /// `list_versions`. The cursor is `key\0version_id` of the last item
+    /// returned; resuming compares ids rather than looking the version
+    /// up, so a page boundary survives that version being deleted.
+    pub(super) fn list_all_versions(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        validate_limit(limit)?;
+        let after = cursor.map(parse_version_cursor).transpose()?;
+        let lower = after.map_or(Lower::Start, |(key, _)| Lower::From(key.as_bytes()));
+        let mut items: Vec<ListedVersion> = Vec::new();
+        let mut more = false;
+        'keys: for found in KeyWalk::new(&self.layout, prefix, lower)? {
+            let (key, dir) = found?;
+            let ids = version_ids(&dir)?;
+            let newest = ids.last().cloned();
+            for id in ids.iter().rev() {
+                if let Some((after_key, after_id)) = after
+                    && key.key() == after_key
+                    && id.as_str() >= after_id
+                {
+                    continue;
+                }
+                // Deleted since the directory was read: not listed.
+                let Some(file) = VersionFile::open(&dir.join(id), key.key())? else {
+                    continue;
+                };
+                if items.len() == limit as usize {
+                    more = true;
+                    break 'keys;
+                }
+                let header = file.header();
+                items.push(ListedVersion {
+                    key: key.key().to_owned(),
+                    version_id: id.clone(),
+                    etag: header.etag.clone(),
+                    size: header.size,
+                    is_current: Some(id) == newest.as_ref(),
+                    is_delete_marker: header.delete_marker,
+                    last_modified_ms: Some(header.last_modified_ms),
+                });
+            }
+        }
+        let next = if more {
+            items
+                .last()
+                .map(|item| format!("{}\0{}", item.key, item.version_id))
+        } else {
+            None
+        };
+        Ok(ListPage { items, next })
+    }
+}

@@ -1,0 +1,128 @@
+//! The two locks that make one directory safe for several threads and
+//! processes at once.
+//!
+//! **The arbiter** decides every conditional publish. It is an exclusive
+//! `flock(2)` on `<root>/lock` (std's [`File::lock`], which is `flock`
+//! with `LOCK_EX` on Unix), held only around check-and-rename: read the
+//! key's current version, evaluate the condition, rename the staged file
+//! in, fsync the directory, release. Writing and fsyncing the bytes happen
+//! before, outside the lock. Every change a condition can observe — a new
+//! version, a removed version that may be current, a created or pruned
+//! directory, an upload created, completed or aborted — happens under it,
+//! and the condition is evaluated under it, so two writers guarded on the
+//! same generation cannot both see it current: the second sees the
+//! first's version and fails its guard. (The one removal outside it is of
+//! versions an unversioned publish has just superseded, which no
+//! condition reads.) That is
+//! sufficient for "exactly one winner per generation" across threads and
+//! processes alike. Readers take no lock: a version file is immutable
+//! once published and is replaced only by renames, so a reader sees the
+//! old or the new file, never a mixture.
+//!
+//! `flock` locks belong to an *open file description*: two threads sharing
+//! one descriptor would both "hold" it. So the process-wide descriptor sits
+//! behind a [`Mutex`], and a thread holds the mutex for as long as it holds
+//! the flock. Two stores opened on one root in one process have separate
+//! descriptions, so their flocks exclude each other as two processes' do.
+//! A process that dies holding the lock releases it (the kernel closes its
+//! descriptors), so a crash never wedges the store.
+//!
+//! `flock` is not reliable on network filesystems (NFS emulates it with
+//! byte-range locks, or not at all, depending on version and mount
+//! options), and neither are rename-and-fsync semantics there: the store
+//! must live on a local filesystem.
+//!
+//! **The staging gate** (`<root>/staging.lock`) closes one window: a
+//! writer creates its staging file and then locks it, and recovery (which
+//! deletes staging files it can lock, i.e. whose writer is gone) must not
+//! run between the two. Writers hold the gate *shared* for just those two
+//! calls; recovery holds it *exclusive* while it sweeps. Each holder opens
+//! its own description, so shared holders never release each other.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::ObjectError;
+
+use super::io_error;
+
+/// Opens (creating it if needed) a lock file.
+fn open_lock_file(path: &Path) -> Result<File, ObjectError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_error("opening lock file", path, e))
+}
+
+/// The cross-process arbiter: an in-process mutex around an exclusive
+/// `flock` on the root's lock file.
+#[derive(Debug)]
+pub(super) struct Arbiter {
+    file: Mutex<File>,
+    path: std::path::PathBuf,
+}
+
+/// Proof that the arbiter is held; released on drop.
+#[derive(Debug)]
+pub(super) struct Held<'a> {
+    file: MutexGuard<'a, File>,
+}
+
+impl Arbiter {
+    /// Opens the arbiter of the store whose lock file is `path`.
+    pub fn open(path: &Path) -> Result<Self, ObjectError> {
+        Ok(Self {
+            file: Mutex::new(open_lock_file(path)?),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Waits for the arbiter.
+    pub fn lock(&self) -> Result<Held<'_>, ObjectError> {
+        // A thread that panicked while holding the mutex released the
+        // flock on the way out (`Held` unlocks on drop), and nothing else
+        // lives behind the mutex: poisoning carries no meaning here.
+        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        file.lock()
+            .map_err(|e| io_error("locking", &self.path, e))?;
+        Ok(Held { file })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Closing the descriptor would release it too, but the descriptor
+        // lives as long as the store; an unlock that fails leaves nothing
+        // to do but report nothing (the next lock() surfaces a real fault).
+        let _ = self.file.unlock();
+    }
+}
+
+/// Holds the staging gate while it lives (the descriptor's close releases
+/// the flock).
+#[derive(Debug)]
+pub(super) struct Gate {
+    _file: File,
+}
+
+impl Gate {
+    /// Enters the gate as a writer creating a staging file.
+    pub fn shared(path: &Path) -> Result<Self, ObjectError> {
+        let file = open_lock_file(path)?;
+        file.lock_shared()
+            .map_err(|e| io_error("locking (shared)", path, e))?;
+        Ok(Self { _file: file })
+    }
+
+    /// Enters the gate as recovery, excluding every writer's
+    /// create-then-lock window.
+    pub fn exclusive(path: &Path) -> Result<Self, ObjectError> {
+        let file = open_lock_file(path)?;
+        file.lock().map_err(|e| io_error("locking", path, e))?;
+        Ok(Self { _file: file })
+    }
+}

@@ -1,0 +1,390 @@
+//! The filesystem backend: the embedded default object store. One
+//! directory; durable; versioned or not (fixed when the store is
+//! created); safe for several threads and processes at once.
+//!
+//! How it is built, one module per concern:
+//!
+//! - `layout`: the directory layout and the key ↔ path
+//!   encoding (each key's versions live in its own `%v` directory);
+//! - `version_file`: one file per version — a
+//!   checked header, the body, per-block CRCs — published by one rename,
+//!   and verified on every read (a mismatch is [`ObjectError::Corrupt`]);
+//! - `durable`: the one publish path, stage → fsync →
+//!   rename → fsync dir;
+//! - `lock`: the `flock` arbiter that gives conditional
+//!   writers exactly one winner per generation across processes;
+//! - `ids`: version ids (sorted by creation), etags, upload
+//!   ids;
+//! - `versions`, `publish`, `listing`, `uploads`: the trait's calls;
+//! - `recovery`: the format record and what `open` and
+//!   `bootstrap` clean and report.
+//!
+//! Decisions worth knowing:
+//!
+//! - The async methods do blocking `std::fs` I/O directly: this backend
+//!   is meant to run on the host's blocking threads (or a runtime whose
+//!   workers may block). None holds a lock across an `.await`.
+//! - Reads take no lock. Published files are immutable, so a reader that
+//!   opened a version keeps reading exactly that version even if it is
+//!   replaced or deleted meanwhile; a version that vanishes between
+//!   listing its directory and opening it is looked up again.
+//! - On an unversioned store a publish removes the older versions after
+//!   its rename. A crash in between leaves an extra old version, which
+//!   reads ignore (the newest is current) and the next publish or `open`
+//!   removes. Version calls answer `Unsupported`.
+//! - Parts of a multipart upload are at least 1 byte (`min_part_size`
+//!   1; there is no network round trip to amortize) and at most 10 000.
+//! - Lifecycle rules and presigned URLs are `Unsupported` (the trait's
+//!   defaults): a local directory has neither.
+//! - Unix only (`pread`, directory fsync), on a local, case-sensitive
+//!   filesystem.
+//!
+//! fsyncs per `put_whole`: **2** when the key already has a version
+//! directory — the version file (`fdatasync`: its bytes must be on disk
+//! before any name points at them, or a crash could publish a torn
+//! file), and the key's version directory (the rename itself must be
+//! durable before the publish is acknowledged). A key's first publish
+//! adds one per directory it creates (the parent of each new directory
+//! holds its name). Removing superseded versions on an unversioned store
+//! is not fsynced: undoing it in a crash is harmless (see above). The
+//! body is written from the caller's buffer as is: no copy.
+
+mod durable;
+mod ids;
+mod layout;
+mod listing;
+mod lock;
+mod publish;
+mod recovery;
+mod uploads;
+mod version_file;
+mod versions;
+
+#[cfg(test)]
+mod process_tests;
+#[cfg(test)]
+mod tests;
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{
+    BootstrapReport, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, Metadata, ObjectError,
+    ObjectMeta, ObjectStore, PendingUpload, PutCondition, validate_range,
+};
+use custodian_base::clock::Clock;
+
+use self::ids::Ids;
+use self::layout::Layout;
+use self::lock::Arbiter;
+
+/// Smallest part but the last: a local store has no per-request cost to
+/// amortize, so any non-empty part will do.
+const MIN_PART_SIZE: u64 = 1;
+
+/// An object store in one local directory. See the module documentation.
+pub struct FsStore {
+    layout: Layout,
+    clock: Arc<dyn Clock>,
+    versioned: bool,
+    arbiter: Arbiter,
+    ids: Ids,
+    /// What recovery did when this store was opened.
+    recovered: Vec<String>,
+    /// Keeps a test store's directory alive exactly as long as the store.
+    #[cfg(test)]
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for FsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsStore")
+            .field("root", &self.layout.root)
+            .field("versioned", &self.versioned)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An I/O error, with what was being done to which path.
+fn io_error(doing: &str, path: &Path, error: std::io::Error) -> ObjectError {
+    ObjectError::Io(format!("{doing} {}: {error}", path.display()))
+}
+
+impl FsStore {
+    /// Opens the store in `root`, creating the directory and its layout if
+    /// absent, and recovers from any crash (see `recovery`).
+    /// A store is created versioned or not and stays so.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when `versioned` is not what the store was
+    /// created with, or the root path is too long; `Unsupported` for a
+    /// store written by a newer format; `Corrupt` for an unreadable format
+    /// record; `Io` when the directory cannot be created or locked.
+    pub fn open(root: &Path, clock: Arc<dyn Clock>, versioned: bool) -> Result<Self, ObjectError> {
+        let layout = Layout::new(root)?;
+        recovery::prepare(&layout, versioned)?;
+        let mut store = Self {
+            arbiter: Arbiter::open(&layout.lock)?,
+            layout,
+            clock,
+            versioned,
+            ids: Ids::default(),
+            recovered: Vec::new(),
+            #[cfg(test)]
+            _temp: None,
+        };
+        store.recovered = store.recover()?;
+        Ok(store)
+    }
+
+    /// Whether the store at `root` was created versioned; `None` when
+    /// there is no store there yet. Lets a caller that does not care
+    /// (`file:///path` without `?versioned=`) open an existing store in
+    /// its own mode instead of being refused.
+    ///
+    /// # Errors
+    /// `Corrupt` for an unreadable format record; `Io` if it cannot be
+    /// read.
+    pub fn created_versioned(root: &Path) -> Result<Option<bool>, ObjectError> {
+        recovery::recorded_mode(root)
+    }
+
+    /// The store's root directory (absolute).
+    pub fn root(&self) -> &Path {
+        &self.layout.root
+    }
+
+    /// A store in a fresh temporary directory that lives as long as it.
+    #[cfg(test)]
+    pub(crate) fn temporary(versioned: bool) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let clock: Arc<dyn Clock> = Arc::new(custodian_base::clock::FixedClock::new(1_000_000));
+        let mut store = Self::open(dir.path(), clock, versioned).expect("a fresh store opens");
+        store._temp = Some(dir);
+        store
+    }
+
+    fn require_versions(&self, call: &str) -> Result<(), ObjectError> {
+        if self.versioned {
+            Ok(())
+        } else {
+            Err(ObjectError::Unsupported(format!(
+                "{call} needs a versioned store; {} is unversioned",
+                self.layout.root.display()
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FsStore {
+    fn versioned(&self) -> bool {
+        self.versioned
+    }
+
+    fn min_part_size(&self) -> u64 {
+        MIN_PART_SIZE
+    }
+
+    fn max_parts(&self) -> u32 {
+        MAX_PART_NUMBER
+    }
+
+    async fn put_whole(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.put_bytes(key, &body, condition, metadata, crc64)
+    }
+
+    async fn copy_object(
+        &self,
+        source: &str,
+        source_if_match: Option<&str>,
+        destination: &str,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.copy(source, source_if_match, destination, condition, metadata)
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
+        let key = layout::KeyPath::new(key)?;
+        let (id, file) = self.current(&key)?;
+        Ok(self.meta(key.key(), &id, file.header()))
+    }
+
+    async fn get_whole(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        let key = layout::KeyPath::new(key)?;
+        let (id, file) = self.current(&key)?;
+        if let Some(want) = if_match {
+            check_etag(key.key(), file.header(), want)?;
+        }
+        let body = file.read_all()?;
+        Ok((self.meta(key.key(), &id, file.header()), body))
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: &str,
+    ) -> Result<Bytes, ObjectError> {
+        validate_range(&range)?;
+        let key = layout::KeyPath::new(key)?;
+        let (_, file) = self.current(&key)?;
+        check_etag(key.key(), file.header(), if_match)?;
+        file.read_range(range)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
+        self.delete_key(key)
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedObject>, ObjectError> {
+        self.list_current(prefix, cursor, limit)
+    }
+
+    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
+        self.require_versions("head_version")?;
+        let key = layout::KeyPath::new(key)?;
+        let file = self.version_with_body(&key, version_id)?;
+        Ok(self.meta(key.key(), version_id, file.header()))
+    }
+
+    async fn get_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        self.require_versions("get_version")?;
+        let key = layout::KeyPath::new(key)?;
+        let file = self.version_with_body(&key, version_id)?;
+        let body = file.read_all()?;
+        Ok((self.meta(key.key(), version_id, file.header()), body))
+    }
+
+    async fn get_version_range(
+        &self,
+        key: &str,
+        version_id: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes, ObjectError> {
+        self.require_versions("get_version_range")?;
+        let key = layout::KeyPath::new(key)?;
+        validate_range(&range)?;
+        self.version_with_body(&key, version_id)?.read_range(range)
+    }
+
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
+        self.require_versions("delete_version")?;
+        self.remove_version(key, version_id)
+    }
+
+    async fn list_versions(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        self.require_versions("list_versions")?;
+        self.list_all_versions(prefix, cursor, limit)
+    }
+
+    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
+        self.start_upload(key)
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: Bytes,
+        crc64: u64,
+    ) -> Result<(), ObjectError> {
+        self.store_part(key, upload_id, part, &body, crc64)
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        source: &str,
+        source_if_match: &str,
+        range: Range<u64>,
+    ) -> Result<u64, ObjectError> {
+        self.copy_part(key, upload_id, part, source, source_if_match, range)
+    }
+
+    async fn complete_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: u32,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        self.finish_upload(key, upload_id, parts, condition, metadata, crc64)
+    }
+
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+        self.drop_upload(key, upload_id)
+    }
+
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
+        self.pending_uploads(prefix)
+    }
+
+    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
+        self.report(prefix)
+    }
+}
+
+/// Refuses a read guard that does not name the current etag.
+fn check_etag(key: &str, header: &version_file::Header, want: &str) -> Result<(), ObjectError> {
+    if header.etag == want {
+        Ok(())
+    } else {
+        Err(ObjectError::PreconditionFailed(format!(
+            "{key:?} has etag {}, not {want}",
+            header.etag
+        )))
+    }
+}
+
+#[cfg(test)]
+mod conformance {
+    use super::FsStore;
+
+    mod versioned {
+        use super::FsStore;
+
+        crate::object_conformance_tests!(versioned: || FsStore::temporary(true));
+    }
+
+    mod unversioned {
+        use super::FsStore;
+
+        crate::object_conformance_tests!(unversioned: || FsStore::temporary(false));
+    }
+}

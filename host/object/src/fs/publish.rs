@@ -1,0 +1,320 @@
+//! Everything that changes a key: publish (whole, copy, composed), delete,
+//! delete one version. Every change to `objects/` happens under the
+//! arbiter; every new version arrives through [`durable`](super::durable).
+
+use std::path::{Path, PathBuf};
+
+use crate::{Metadata, ObjectError, ObjectMeta, PutCondition, validate_metadata};
+
+use super::durable::{Sealed, Staged, Target, fsync_dir};
+use super::ids::version_seq;
+use super::layout::KeyPath;
+use super::lock::Held;
+use super::version_file::{BLOCK_SIZE, BlockCrcs, Header, VersionFile, checksums};
+use super::versions::version_ids;
+use super::{FsStore, io_error};
+
+/// Whether a publish under `condition` may replace `newest` (the key's
+/// newest version, a delete marker included).
+fn check_condition(
+    key: &str,
+    newest: Option<&Header>,
+    condition: &PutCondition,
+) -> Result<(), ObjectError> {
+    condition.check(
+        key,
+        newest.filter(|h| !h.delete_marker).map(|h| h.etag.as_str()),
+    )
+}
+
+/// The versions an unversioned publish replaced.
+///
+/// Removed after the arbiter is released (freeing a large file's blocks
+/// takes a while, and nobody needs to wait for it): only versions older
+/// than the one just published are named, so the current object is never
+/// touched, and a concurrent delete or publish removing the same files
+/// first is harmless. Not fsynced: a removal a crash undoes leaves an
+/// older version that reads ignore and the next publish or open removes.
+#[must_use = "superseded versions are removed by `remove`"]
+pub(super) struct Superseded(Vec<PathBuf>);
+
+impl Superseded {
+    pub fn remove(self) {
+        for path in self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl FsStore {
+    /// The header of a new version of `key` with a body.
+    fn new_header(&self, key: &KeyPath, size: u64, crc64: u64, metadata: &Metadata) -> Header {
+        Header {
+            key: key.key().to_owned(),
+            etag: self.ids.etag(),
+            size,
+            crc64,
+            block_size: BLOCK_SIZE,
+            last_modified_ms: self.clock.now_ms(),
+            delete_marker: false,
+            metadata: metadata.clone(),
+        }
+    }
+
+    /// Fails fast, before any byte is written, when `condition` already
+    /// does not hold. Sound without the arbiter: an etag is never issued
+    /// twice, so a guard that fails now was false at a real instant, and
+    /// the publish may be ordered there. The decisive check is repeated
+    /// under the arbiter.
+    pub(super) fn precheck(
+        &self,
+        key: &KeyPath,
+        condition: &PutCondition,
+    ) -> Result<(), ObjectError> {
+        if *condition == PutCondition::Unconditional {
+            return Ok(());
+        }
+        let newest = self.newest(key)?;
+        check_condition(
+            key.key(),
+            newest.as_ref().map(|(_, f)| f.header()),
+            condition,
+        )
+    }
+
+    /// Publishes a sealed version file of `key` if `condition` holds; the
+    /// caller holds the arbiter. On an unversioned store the versions it
+    /// replaced are returned for the caller to remove once it has released
+    /// the arbiter.
+    pub(super) fn commit_locked(
+        &self,
+        held: &Held<'_>,
+        key: &KeyPath,
+        header: &Header,
+        sealed: Sealed,
+        condition: &PutCondition,
+    ) -> Result<(ObjectMeta, Superseded), ObjectError> {
+        let dir = self.layout.versions_dir(key);
+        let existing = version_ids(&dir)?;
+        if *condition != PutCondition::Unconditional {
+            let newest = match existing.last() {
+                // Under the arbiter nothing can remove it: a missing file
+                // was removed behind the store's back.
+                Some(id) => {
+                    Some(VersionFile::open(&dir.join(id), key.key())?.ok_or_else(|| {
+                        ObjectError::Io(format!(
+                            "{} vanished under the arbiter",
+                            dir.join(id).display()
+                        ))
+                    })?)
+                }
+                None => None,
+            };
+            check_condition(
+                key.key(),
+                newest.as_ref().map(VersionFile::header),
+                condition,
+            )?;
+        }
+        let seq = match existing.last() {
+            Some(id) => version_seq(id)
+                .and_then(|seq| seq.checked_add(1))
+                .ok_or_else(|| {
+                    ObjectError::Unsupported(format!(
+                        "{:?} has run out of version numbers",
+                        key.key()
+                    ))
+                })?,
+            None => 1,
+        };
+        let version_id = self.ids.version_id(seq);
+        let components = key.versions_components();
+        sealed.publish(
+            held,
+            Target {
+                base: &self.layout.objects,
+                dirs: &components,
+                name: &version_id,
+            },
+        )?;
+        let superseded = if self.versioned {
+            Vec::new()
+        } else {
+            existing.iter().map(|old| dir.join(old)).collect()
+        };
+        Ok((
+            self.meta(key.key(), &version_id, header),
+            Superseded(superseded),
+        ))
+    }
+
+    /// Stages, seals and commits one version.
+    fn publish_staged(
+        &self,
+        key: &KeyPath,
+        header: &Header,
+        staged: Staged,
+        condition: &PutCondition,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let sealed = staged.seal()?;
+        let held = self.arbiter.lock()?;
+        let (meta, superseded) = self.commit_locked(&held, key, header, sealed, condition)?;
+        drop(held);
+        superseded.remove();
+        Ok(meta)
+    }
+
+    /// `put_whole`.
+    pub(super) fn put_bytes(
+        &self,
+        key: &str,
+        body: &[u8],
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let key = KeyPath::new(key)?;
+        validate_metadata(metadata)?;
+        // One pass: the full-object CRC the caller is checked against and
+        // the block CRCs reads are checked against.
+        let sums = checksums(body);
+        if sums.whole != crc64 {
+            return Err(ObjectError::ChecksumMismatch(format!(
+                "{:?}: the body's CRC-64/NVME is {:016x}, the caller claimed {crc64:016x}",
+                key.key(),
+                sums.whole
+            )));
+        }
+        self.precheck(&key, condition)?;
+        let header = self.new_header(&key, sums.len, crc64, metadata);
+        let mut staged = Staged::create(&self.layout, &self.ids)?;
+        staged.write(&header.encode())?;
+        staged.write(body)?;
+        staged.write(&sums.trailer)?;
+        self.publish_staged(&key, &header, staged, condition)
+    }
+
+    /// `copy_object`: the source's bytes (checked block by block as they
+    /// are copied) under a new etag and exactly `metadata`.
+    pub(super) fn copy(
+        &self,
+        source: &str,
+        source_if_match: Option<&str>,
+        destination: &str,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let source = KeyPath::new(source)?;
+        let destination = KeyPath::new(destination)?;
+        validate_metadata(metadata)?;
+        // The open file is that version for good, whatever is published
+        // at the source key meanwhile.
+        let (_, file) = self.current(&source)?;
+        if let Some(want) = source_if_match {
+            super::check_etag(source.key(), file.header(), want)?;
+        }
+        self.precheck(&destination, condition)?;
+        let (size, crc64) = (file.header().size, file.header().crc64);
+        let header = self.new_header(&destination, size, crc64, metadata);
+        let mut staged = Staged::create(&self.layout, &self.ids)?;
+        staged.write(&header.encode())?;
+        let mut crcs = BlockCrcs::default();
+        file.stream_range(0..size, |piece| {
+            crcs.update(piece);
+            staged.write(piece)
+        })?;
+        let sums = crcs.finish();
+        if (sums.whole, sums.len) != (crc64, size) {
+            return Err(ObjectError::Corrupt(format!(
+                "{:?}: the copied bytes do not match the source's recorded CRC",
+                source.key()
+            )));
+        }
+        staged.write(&sums.trailer)?;
+        self.publish_staged(&destination, &header, staged, condition)
+    }
+
+    /// `delete`: a delete marker on a versioned store (always, as on S3,
+    /// even for an absent key); otherwise every version goes.
+    pub(super) fn delete_key(&self, key: &str) -> Result<(), ObjectError> {
+        let key = KeyPath::new(key)?;
+        if self.versioned {
+            let header = Header {
+                key: key.key().to_owned(),
+                etag: String::new(),
+                size: 0,
+                crc64: 0,
+                block_size: BLOCK_SIZE,
+                last_modified_ms: self.clock.now_ms(),
+                delete_marker: true,
+                metadata: Metadata::new(),
+            };
+            let mut staged = Staged::create(&self.layout, &self.ids)?;
+            staged.write(&header.encode())?;
+            self.publish_staged(&key, &header, staged, &PutCondition::Unconditional)?;
+            return Ok(());
+        }
+        let dir = self.layout.versions_dir(&key);
+        let _held = self.arbiter.lock()?;
+        let existing = version_ids(&dir)?;
+        if existing.is_empty() {
+            return Ok(());
+        }
+        for id in &existing {
+            let path = dir.join(id);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("deleting", &path, e)),
+            }
+        }
+        fsync_dir(&dir)?;
+        self.prune(&dir);
+        Ok(())
+    }
+
+    /// `delete_version`: removes exactly that file; an absent one is fine.
+    pub(super) fn remove_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
+        let key = KeyPath::new(key)?;
+        if version_seq(version_id).is_none() {
+            // Names no file this store can have written.
+            return Ok(());
+        }
+        let dir = self.layout.versions_dir(&key);
+        let path = dir.join(version_id);
+        let _held = self.arbiter.lock()?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(io_error("deleting", &path, e)),
+        }
+        fsync_dir(&dir)?;
+        self.prune(&dir);
+        Ok(())
+    }
+
+    /// Removes a version directory that has become empty, and then every
+    /// ancestor below `objects/` that has too. Called under the arbiter
+    /// (publishers create directories only under it). Not fsynced: an
+    /// empty directory a crash brings back holds no key.
+    pub(super) fn prune(&self, versions_dir: &Path) {
+        let mut dir = versions_dir;
+        while dir != self.layout.objects && dir.starts_with(&self.layout.objects) {
+            if std::fs::remove_dir(dir).is_err() {
+                // Not empty (or already gone): everything above stays.
+                break;
+            }
+            match dir.parent() {
+                Some(parent) => dir = parent,
+                None => break,
+            }
+        }
+    }
+}

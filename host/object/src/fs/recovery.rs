@@ -1,0 +1,324 @@
+//! Opening a store: the format record, crash recovery, and the bootstrap
+//! report.
+//!
+//! `format` (JSON `{"format":1,"versioned":…}`) is written once, durably,
+//! when the store is created, under the arbiter so that two processes
+//! creating one store agree. A store keeps its versioning mode for life:
+//! opening it with the other mode is refused, because an unversioned
+//! opener would silently destroy history (it removes superseded versions)
+//! and a versioned one would start keeping history nobody asked for.
+//!
+//! Recovery on open repairs what a crash can leave, never disturbing a
+//! live writer in another process:
+//! - staging files whose writer is gone: each writer holds a `flock` on
+//!   its own staging file while it writes, so recovery (holding the
+//!   staging gate exclusively, see `lock`) deletes exactly the files it
+//!   can lock;
+//! - on an unversioned store, versions a publish superseded but had not
+//!   yet removed when it crashed (under the arbiter, key by key), and
+//!   version directories a delete emptied but had not yet removed;
+//! - upload directories without a readable `meta` (a crash mid-abort).
+//!
+//! The unversioned sweep reads every key's directory, so opening a large
+//! unversioned store costs a walk of its tree; a versioned store needs no
+//! walk (nothing a crash leaves there is visible to reads).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BootstrapReport, ObjectError};
+
+use super::durable::{Staged, Target, fsync_dir};
+use super::ids::is_upload_id;
+use super::layout::{Layout, VERSIONS_DIR};
+use super::lock::{Arbiter, Gate};
+use super::uploads::read_meta;
+use super::versions::version_ids;
+use super::{FsStore, io_error};
+
+/// The on-disk format this build writes and reads.
+const FORMAT: u32 = 1;
+/// Bound on the `format` record a reader will load.
+const MAX_FORMAT_BYTES: u64 = 4096;
+/// Pending uploads older than this are reported as abandoned.
+const STALE_UPLOAD_MS: u64 = 24 * 60 * 60 * 1000;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Format {
+    format: u32,
+    versioned: bool,
+}
+
+fn mode(versioned: bool) -> &'static str {
+    if versioned {
+        "versioned"
+    } else {
+        "unversioned"
+    }
+}
+
+/// Creates the root and its layout if absent, and checks (or writes) the
+/// format record.
+pub(super) fn prepare(layout: &Layout, versioned: bool) -> Result<(), ObjectError> {
+    let root = &layout.root;
+    let existed = root.is_dir();
+    std::fs::create_dir_all(root).map_err(|e| io_error("creating", root, e))?;
+    if !existed && let Some(parent) = root.parent() {
+        fsync_dir(parent)?;
+    }
+    let arbiter = Arbiter::open(&layout.lock)?;
+    let held = arbiter.lock()?;
+    for dir in [&layout.objects, &layout.staging, &layout.uploads] {
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error("creating", dir, e)),
+        }
+    }
+    match std::fs::read(&layout.format) {
+        Ok(bytes) => {
+            if bytes.len() as u64 > MAX_FORMAT_BYTES {
+                return Err(ObjectError::Corrupt(format!(
+                    "{} is {} bytes, not a format record",
+                    layout.format.display(),
+                    bytes.len()
+                )));
+            }
+            check_format(layout, &bytes, versioned)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A new store: the directories first (durably), then the
+            // record that says the store exists.
+            fsync_dir(root)?;
+            let record = Format {
+                format: FORMAT,
+                versioned,
+            };
+            let ids = super::ids::Ids::default();
+            let mut staged = Staged::create(layout, &ids)?;
+            staged.write(&serde_json::to_vec(&record).expect("a format record serializes"))?;
+            staged.seal()?.publish(
+                &held,
+                Target {
+                    base: root,
+                    dirs: &[],
+                    name: super::layout::FORMAT_FILE,
+                },
+            )
+        }
+        Err(e) => Err(io_error("reading", &layout.format, e)),
+    }
+}
+
+/// The versioning mode the store at `root` was created with; `None` if
+/// there is no store there yet.
+pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
+    let layout = Layout::new(root)?;
+    match std::fs::read(&layout.format) {
+        Ok(bytes) => {
+            let record: Format = serde_json::from_slice(&bytes).map_err(|e| {
+                ObjectError::Corrupt(format!("format record {}: {e}", layout.format.display()))
+            })?;
+            Ok(Some(record.versioned))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error("reading", &layout.format, e)),
+    }
+}
+
+fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<(), ObjectError> {
+    let record: Format = serde_json::from_slice(bytes).map_err(|e| {
+        ObjectError::Corrupt(format!("format record {}: {e}", layout.format.display()))
+    })?;
+    if record.format != FORMAT {
+        return Err(ObjectError::Unsupported(format!(
+            "{} is a format {} store; this build reads format {FORMAT}",
+            layout.root.display(),
+            record.format
+        )));
+    }
+    if record.versioned != versioned {
+        return Err(ObjectError::InvalidArgument(format!(
+            "the store at {} was created {}; opening it {} is refused (a store keeps its \
+             versioning mode for life)",
+            layout.root.display(),
+            mode(record.versioned),
+            mode(versioned)
+        )));
+    }
+    Ok(())
+}
+
+/// Every version directory below `objects/`.
+fn version_dirs(objects: &Path) -> Result<Vec<PathBuf>, ObjectError> {
+    let mut found = Vec::new();
+    let mut stack = vec![objects.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_error("listing", &dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("listing", &dir, e))?;
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if entry.file_name() == VERSIONS_DIR {
+                found.push(entry.path());
+            } else {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(found)
+}
+
+impl FsStore {
+    /// Repairs what a crash can leave; returns what it did, for
+    /// `bootstrap`.
+    pub(super) fn recover(&self) -> Result<Vec<String>, ObjectError> {
+        let (removed, live) = self.sweep_staging()?;
+        let mut notes = vec![format!(
+            "recovery: removed {removed} abandoned staging file(s); left {live} of live writers"
+        )];
+        let mut superseded = 0;
+        let mut emptied = 0;
+        if !self.versioned {
+            for dir in version_dirs(&self.layout.objects)? {
+                let held = self.arbiter.lock()?;
+                let mut ids = version_ids(&dir)?;
+                ids.pop();
+                for old in &ids {
+                    if std::fs::remove_file(dir.join(old)).is_ok() {
+                        superseded += 1;
+                    }
+                }
+                if version_ids(&dir)?.is_empty() {
+                    self.prune(&dir);
+                    emptied += 1;
+                }
+                drop(held);
+            }
+            notes.push(format!(
+                "recovery: removed {superseded} superseded version(s) and {emptied} empty key \
+                 director(ies) of this unversioned store"
+            ));
+        }
+        let broken = self.sweep_uploads()?;
+        if broken > 0 {
+            notes.push(format!(
+                "recovery: removed {broken} incomplete upload director(ies)"
+            ));
+        }
+        Ok(notes)
+    }
+
+    /// Deletes the staging files no live writer holds.
+    fn sweep_staging(&self) -> Result<(usize, usize), ObjectError> {
+        let staging = &self.layout.staging;
+        let _gate = Gate::exclusive(&self.layout.gate)?;
+        let (mut removed, mut live) = (0, 0);
+        for entry in std::fs::read_dir(staging).map_err(|e| io_error("listing", staging, e))? {
+            let entry = entry.map_err(|e| io_error("listing", staging, e))?;
+            let path = entry.path();
+            // Only regular files are staging files (opening anything else,
+            // a FIFO say, could block recovery).
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(&path) else {
+                continue;
+            };
+            match file.try_lock() {
+                Ok(()) => {
+                    std::fs::remove_file(&path).map_err(|e| io_error("removing", &path, e))?;
+                    removed += 1;
+                }
+                Err(std::fs::TryLockError::WouldBlock) => live += 1,
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_error("locking", &path, e)),
+            }
+        }
+        Ok((removed, live))
+    }
+
+    /// Removes upload directories that are not uploads (no readable
+    /// `meta`).
+    fn sweep_uploads(&self) -> Result<usize, ObjectError> {
+        let uploads = &self.layout.uploads;
+        let _held = self.arbiter.lock()?;
+        let mut removed = 0;
+        for entry in std::fs::read_dir(uploads).map_err(|e| io_error("listing", uploads, e))? {
+            let entry = entry.map_err(|e| io_error("listing", uploads, e))?;
+            let is_upload = entry.file_name().to_str().is_some_and(is_upload_id)
+                && read_meta(&entry.path())?.is_some();
+            if !is_upload {
+                let path = entry.path();
+                let gone = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                if gone.is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// `bootstrap`.
+    pub(super) fn report(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
+        let mut report = BootstrapReport::default();
+        report.notes.push(format!(
+            "filesystem store at {} ({}, format {FORMAT})",
+            self.layout.root.display(),
+            mode(self.versioned)
+        ));
+        report.notes.push(
+            "checksums: the CRC-64/NVME is validated on every publish and every read is checked \
+             (whole bodies against it, ranges against 64 KiB block CRCs)"
+                .into(),
+        );
+        report.notes.push(format!(
+            "arbiter: flock on {} (local filesystems only; not NFS)",
+            self.layout.lock.display()
+        ));
+        report.notes.extend(self.recovered.iter().cloned());
+        // Writable: stage, seal and discard one file.
+        let probe = Staged::create(&self.layout, &self.ids).and_then(|mut staged| {
+            staged.write(b"probe")?;
+            staged.seal()
+        });
+        if let Err(e) = probe {
+            report.errors.push(format!(
+                "{} is not writable: {e}",
+                self.layout.root.display()
+            ));
+        }
+        let now = self.clock.now_ms();
+        let pending = self.pending_uploads(prefix)?;
+        let stale = pending
+            .iter()
+            .filter(|u| {
+                u.initiated_ms
+                    .is_some_and(|t| now.saturating_sub(t) > STALE_UPLOAD_MS)
+            })
+            .count();
+        if stale > 0 {
+            report.warnings.push(format!(
+                "{stale} upload(s) under {prefix:?} have been pending for over a day; abort them \
+                 (list_uploads, abort_upload)"
+            ));
+        }
+        if !pending.is_empty() {
+            report.notes.push(format!(
+                "{} upload(s) pending under {prefix:?}",
+                pending.len()
+            ));
+        }
+        Ok(report)
+    }
+}

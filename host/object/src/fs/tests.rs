@@ -1,0 +1,778 @@
+//! Behaviour only a filesystem store has: persistence, on-disk damage,
+//! crash leftovers, the key encoding, and races between threads.
+//! Races between processes and crashes of a writer process are in
+//! `process_tests`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::FsStore;
+use super::layout::{KeyPath, STAGING};
+use super::versions::version_ids;
+use crate::{
+    ListedVersion, MAX_LIST_PAGE, MAX_OBJECT_KEY_BYTES, Metadata, ObjectError, ObjectMeta,
+    ObjectStore, PutCondition,
+};
+use custodian_base::checksum::crc64_nvme;
+use custodian_base::clock::{Clock, FixedClock};
+
+pub(super) fn clock() -> Arc<dyn Clock> {
+    Arc::new(FixedClock::new(1_000_000))
+}
+
+pub(super) fn open(root: &Path, versioned: bool) -> FsStore {
+    FsStore::open(root, clock(), versioned)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", root.display()))
+}
+
+/// Runs one store call to completion on the calling thread.
+pub(super) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(future)
+}
+
+pub(super) fn put(
+    store: &FsStore,
+    key: &str,
+    body: &[u8],
+    condition: &PutCondition,
+) -> Result<ObjectMeta, ObjectError> {
+    let body = Bytes::copy_from_slice(body);
+    let crc = crc64_nvme(&body);
+    block_on(store.put_whole(key, body, condition, &Metadata::new(), crc))
+}
+
+fn create(store: &FsStore, key: &str, body: &[u8]) -> ObjectMeta {
+    put(store, key, body, &PutCondition::IfNoneMatchAny).unwrap()
+}
+
+fn all_versions(store: &FsStore, prefix: &str) -> Vec<ListedVersion> {
+    let page = block_on(store.list_versions(prefix, None, MAX_LIST_PAGE)).unwrap();
+    assert_eq!(page.next, None);
+    page.items
+}
+
+fn all_keys(store: &FsStore, prefix: &str) -> Vec<String> {
+    let page = block_on(store.list(prefix, None, MAX_LIST_PAGE)).unwrap();
+    assert_eq!(page.next, None);
+    page.items.into_iter().map(|o| o.key).collect()
+}
+
+/// Every file under `root` with its length: what "nothing on disk
+/// changed" compares.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+            files.insert(entry.path(), if meta.is_dir() { 0 } else { meta.len() });
+        }
+    }
+    files
+}
+
+/// The file of the key's newest version.
+fn newest_file(store: &FsStore, key: &str) -> PathBuf {
+    let dir = store.layout.versions_dir(&KeyPath::new(key).unwrap());
+    dir.join(version_ids(&dir).unwrap().pop().expect("a version"))
+}
+
+fn is_corrupt<T>(got: Result<T, ObjectError>) -> bool {
+    matches!(got, Err(ObjectError::Corrupt(_)))
+}
+
+fn invalid<T>(got: Result<T, ObjectError>) -> bool {
+    matches!(got, Err(ObjectError::InvalidArgument(_)))
+}
+
+fn staging_files(root: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(root.join(STAGING))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+#[test]
+fn versions_and_delete_markers_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = {
+        let store = open(dir.path(), true);
+        let first = create(&store, "k", b"one");
+        let second = put(
+            &store,
+            "k",
+            b"two",
+            &PutCondition::IfMatch(first.etag.clone()),
+        )
+        .unwrap();
+        create(&store, "gone", b"x");
+        block_on(store.delete("gone")).unwrap();
+        (first, second)
+    };
+    let store = open(dir.path(), true);
+    let head = block_on(store.head("k")).unwrap();
+    assert_eq!(
+        (head.etag.as_str(), head.version_id.as_ref()),
+        (second.etag.as_str(), second.version_id.as_ref())
+    );
+    let (_, old) = block_on(store.get_version("k", first.version_id.as_deref().unwrap())).unwrap();
+    assert_eq!(old, "one");
+    assert!(matches!(
+        block_on(store.head("gone")),
+        Err(ObjectError::NotFound(_))
+    ));
+    let shape: Vec<_> = all_versions(&store, "")
+        .iter()
+        .map(|v| (v.key.clone(), v.is_current, v.is_delete_marker))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("gone".to_owned(), true, true),
+            ("gone".to_owned(), false, false),
+            ("k".to_owned(), true, false),
+            ("k".to_owned(), false, false),
+        ]
+    );
+    // The guard carries over: the etag read before the restart still works.
+    put(&store, "k", b"three", &PutCondition::IfMatch(second.etag)).unwrap();
+}
+
+#[test]
+fn an_unversioned_store_keeps_only_the_current_object_across_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path(), false);
+        let first = create(&store, "k", b"one");
+        put(&store, "k", b"two", &PutCondition::IfMatch(first.etag)).unwrap();
+        create(&store, "gone", b"x");
+        block_on(store.delete("gone")).unwrap();
+    }
+    let store = open(dir.path(), false);
+    assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, "two");
+    assert_eq!(all_keys(&store, ""), ["k"]);
+    let dir = store.layout.versions_dir(&KeyPath::new("k").unwrap());
+    assert_eq!(version_ids(&dir).unwrap().len(), 1);
+    assert!(
+        !store.layout.objects.join("gone").exists(),
+        "a deleted key leaves no directory"
+    );
+}
+
+#[test]
+fn reopening_with_the_other_versioning_mode_is_refused() {
+    for versioned in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        create(&open(dir.path(), versioned), "k", b"v");
+        let before = snapshot(dir.path());
+        let got = FsStore::open(dir.path(), clock(), !versioned);
+        match got {
+            Err(ObjectError::InvalidArgument(message)) => {
+                assert!(message.contains("versioning mode"), "{message}");
+            }
+            other => panic!("reopening with versioned={}: {other:?}", !versioned),
+        }
+        assert_eq!(
+            snapshot(dir.path()),
+            before,
+            "a refused open changes nothing"
+        );
+        assert_eq!(
+            block_on(open(dir.path(), versioned).get_whole("k", None))
+                .unwrap()
+                .1,
+            "v"
+        );
+    }
+}
+
+#[test]
+fn a_directory_without_a_store_has_no_recorded_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(FsStore::created_versioned(dir.path()), Ok(None));
+    assert_eq!(
+        FsStore::created_versioned(&dir.path().join("absent")),
+        Ok(None)
+    );
+}
+
+#[test]
+fn a_corrupted_version_file_reads_as_corrupt() {
+    let store = FsStore::temporary(true);
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let meta = create(&store, "k", &body);
+    let path = newest_file(&store, "k");
+    let pristine = std::fs::read(&path).unwrap();
+    let header_len = pristine.len() - body.len() - 4 * 8;
+
+    // A flipped bit in the body's third 64 KiB block.
+    let mut damaged = pristine.clone();
+    damaged[header_len + 150_000] ^= 0x10;
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(is_corrupt(block_on(store.get_whole("k", None))));
+    assert!(is_corrupt(block_on(store.get_range(
+        "k",
+        140_000..140_010,
+        &meta.etag
+    ))));
+    let id = meta.version_id.as_deref().unwrap();
+    assert!(is_corrupt(block_on(store.get_version("k", id))));
+    let got = block_on(store.copy_object(
+        "k",
+        None,
+        "copy",
+        &PutCondition::IfNoneMatchAny,
+        &Metadata::new(),
+    ));
+    assert!(is_corrupt(got), "a copy never spreads damage");
+    assert!(matches!(
+        block_on(store.head("copy")),
+        Err(ObjectError::NotFound(_))
+    ));
+    // Blocks that are intact still read: the damage is located.
+    assert_eq!(
+        block_on(store.get_range("k", 0..10, &meta.etag)).unwrap(),
+        body[..10]
+    );
+
+    // A flipped bit in the header.
+    let mut damaged = pristine.clone();
+    damaged[30] ^= 0x01;
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(is_corrupt(block_on(store.head("k"))));
+
+    // A torn (truncated) file.
+    std::fs::write(&path, &pristine[..pristine.len() - 100]).unwrap();
+    assert!(is_corrupt(block_on(store.head("k"))));
+    assert!(is_corrupt(block_on(store.get_whole("k", None))));
+
+    std::fs::write(&path, &pristine).unwrap();
+    assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, body);
+    assert!(staging_files(store.root()).is_empty());
+}
+
+#[test]
+fn a_stale_staging_file_is_removed_on_open_while_a_locked_one_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    create(&open(dir.path(), true), "k", b"v");
+    let staging = dir.path().join(STAGING);
+    let stale = staging.join("0123456789abcdef0123456789abcdef.stage");
+    std::fs::write(&stale, b"half a version").unwrap();
+    // A live writer in another process holds its staging file's lock.
+    let live = staging.join("fedcba9876543210fedcba9876543210.stage");
+    std::fs::write(&live, b"being written").unwrap();
+    let writer = std::fs::File::open(&live).unwrap();
+    writer.try_lock().unwrap();
+
+    let store = open(dir.path(), true);
+    assert!(!stale.exists(), "the stale staging file is removed");
+    assert!(live.exists(), "the live writer's file is left alone");
+    let report = block_on(store.bootstrap("")).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("removed 1 abandoned staging file(s); left 1")),
+        "{report:?}"
+    );
+    drop(writer);
+    drop(store);
+    open(dir.path(), true);
+    assert!(!live.exists(), "once its writer is gone it is stale too");
+    assert!(staging_files(dir.path()).is_empty());
+}
+
+#[test]
+fn invalid_keys_are_refused_and_nothing_on_disk_changes() {
+    let store = FsStore::temporary(true);
+    create(&store, "good", b"v");
+    let before = snapshot(store.root());
+    let too_long = "k".repeat(MAX_OBJECT_KEY_BYTES + 1);
+    for bad in [
+        "..",
+        "a/../b",
+        "../escape",
+        "./a",
+        "a/.",
+        "a//b",
+        "/a",
+        "a/",
+        "",
+        "a\0b",
+        "a\nb",
+        too_long.as_str(),
+    ] {
+        assert!(
+            invalid(put(&store, bad, b"v", &PutCondition::Unconditional)),
+            "{bad:?}"
+        );
+        assert!(invalid(block_on(store.head(bad))), "{bad:?}");
+        assert!(invalid(block_on(store.delete(bad))), "{bad:?}");
+        assert!(invalid(block_on(
+            store.delete_version(bad, "00000000000000000001-0000000000000000")
+        )));
+        assert!(invalid(block_on(store.create_upload(bad))), "{bad:?}");
+        let got = block_on(store.copy_object(
+            "good",
+            None,
+            bad,
+            &PutCondition::Unconditional,
+            &Metadata::new(),
+        ));
+        assert!(invalid(got), "{bad:?}");
+    }
+    // Ids that are not this store's never name a path.
+    for id in [
+        "../../format",
+        "..",
+        "00000000000000000001-000000000000000/",
+    ] {
+        assert!(matches!(
+            block_on(store.head_version("good", id)),
+            Err(ObjectError::NotFound(_))
+        ));
+        block_on(store.delete_version("good", id)).unwrap();
+        let got = block_on(store.abort_upload("good", id));
+        assert!(got.is_ok());
+    }
+    assert_eq!(snapshot(store.root()), before);
+}
+
+#[test]
+fn a_key_and_the_keys_below_it_coexist() {
+    for versioned in [true, false] {
+        let store = FsStore::temporary(versioned);
+        create(&store, "a", b"a");
+        create(&store, "a/b", b"ab");
+        create(&store, "a/b/c", b"abc");
+        create(&store, "a.b", b"a.b");
+        assert_eq!(all_keys(&store, ""), ["a", "a.b", "a/b", "a/b/c"]);
+        block_on(store.delete("a/b")).unwrap();
+        assert_eq!(block_on(store.get_whole("a", None)).unwrap().1, "a");
+        assert_eq!(block_on(store.get_whole("a/b/c", None)).unwrap().1, "abc");
+        assert_eq!(all_keys(&store, "a/"), ["a/b/c"]);
+        block_on(store.delete("a")).unwrap();
+        assert_eq!(all_keys(&store, ""), ["a.b", "a/b/c"]);
+        if !versioned {
+            block_on(store.delete("a/b/c")).unwrap();
+            block_on(store.delete("a.b")).unwrap();
+            let left: Vec<_> = std::fs::read_dir(&store.layout.objects).unwrap().collect();
+            assert!(
+                left.is_empty(),
+                "deleting every key prunes every directory: {left:?}"
+            );
+        }
+    }
+}
+
+/// A deterministic generator, so a failure replays exactly.
+pub(super) struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn listing_order_is_byte_order_for_escaped_and_long_keys() {
+    let store = FsStore::temporary(true);
+    let long = "L".repeat(600);
+    let long_escaped = "é".repeat(300);
+    let pieces = [
+        "a",
+        "a!",
+        "a/",
+        "a/b",
+        "ab",
+        "A",
+        "%",
+        ".",
+        "z",
+        "é",
+        " ",
+        "-",
+        long.as_str(),
+        long_escaped.as_str(),
+    ];
+    let mut rng = XorShift(0x0DDB_1A5E_5BAD_5EED);
+    let mut model = BTreeSet::new();
+    while model.len() < 150 {
+        let mut key = String::new();
+        for _ in 0..1 + rng.below(4) {
+            key.push_str(pieces[rng.below(pieces.len() as u64) as usize]);
+        }
+        if crate::validate_key(&key).is_ok() && model.insert(key.clone()) {
+            create(&store, &key, key.as_bytes());
+        }
+    }
+    // A few deleted keys must not appear.
+    let deleted: Vec<String> = model.iter().step_by(17).cloned().collect();
+    for key in &deleted {
+        block_on(store.delete(key)).unwrap();
+        model.remove(key);
+    }
+    let model: Vec<String> = model.into_iter().collect();
+    for prefix in ["", "a", "a/", "é", "L", "zz"] {
+        let want: Vec<&String> = model.iter().filter(|k| k.starts_with(prefix)).collect();
+        for limit in [1, 7, 1000] {
+            let mut seen: Vec<String> = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = block_on(store.list(prefix, cursor.as_deref(), limit)).unwrap();
+                seen.extend(page.items.into_iter().map(|o| o.key));
+                assert!(seen.len() <= want.len(), "the listing repeats");
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            assert_eq!(
+                seen.iter().collect::<Vec<_>>(),
+                want,
+                "prefix {prefix:?}, limit {limit}"
+            );
+        }
+    }
+    let listed: Vec<_> = all_versions(&store, "")
+        .into_iter()
+        .filter(|v| !v.is_delete_marker)
+        .map(|v| v.key)
+        .collect();
+    let mut every: Vec<String> = model.iter().chain(&deleted).cloned().collect();
+    every.sort();
+    assert_eq!(listed, every);
+}
+
+#[test]
+fn superseded_versions_left_by_a_crash_are_ignored_and_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    create(&store, "k", b"old");
+    let old = newest_file(&store, "k");
+    let saved = std::fs::read(&old).unwrap();
+    put(&store, "k", b"new", &PutCondition::Unconditional).unwrap();
+    // The crash: the old version's removal never reached the disk.
+    std::fs::write(&old, saved).unwrap();
+    let versions = store.layout.versions_dir(&KeyPath::new("k").unwrap());
+    assert_eq!(version_ids(&versions).unwrap().len(), 2);
+    assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, "new");
+    drop(store);
+    let store = open(dir.path(), false);
+    assert_eq!(version_ids(&versions).unwrap().len(), 1);
+    assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, "new");
+    let report = block_on(store.bootstrap("")).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("removed 1 superseded")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_completed_upload_with_a_damaged_part_publishes_nothing() {
+    let store = FsStore::temporary(true);
+    let id = block_on(store.create_upload("k")).unwrap();
+    let part = Bytes::from_static(b"part bytes");
+    block_on(store.upload_part("k", &id, 1, part.clone(), crc64_nvme(&part))).unwrap();
+    let path = store.layout.upload_dir(&id).join("part-00001");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let got = block_on(store.complete_upload(
+        "k",
+        &id,
+        1,
+        &PutCondition::IfNoneMatchAny,
+        &Metadata::new(),
+        crc64_nvme(&part),
+    ));
+    assert!(matches!(got, Err(ObjectError::Corrupt(_))), "{got:?}");
+    assert!(matches!(
+        block_on(store.head("k")),
+        Err(ObjectError::NotFound(_))
+    ));
+    assert_eq!(
+        block_on(store.list_uploads("")).unwrap().len(),
+        1,
+        "left for the caller to abort"
+    );
+    assert!(staging_files(store.root()).is_empty());
+}
+
+#[test]
+fn bootstrap_warns_about_uploads_pending_for_over_a_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FixedClock::new(1_000_000));
+    let store = FsStore::open(dir.path(), clock.clone(), true).unwrap();
+    block_on(store.create_upload("old/k")).unwrap();
+    assert!(block_on(store.bootstrap("")).unwrap().warnings.is_empty());
+    clock.set(1_000_000 + 25 * 60 * 60 * 1000);
+    let report = block_on(store.bootstrap("")).unwrap();
+    assert!(report.ok());
+    assert_eq!(report.warnings.len(), 1, "{report:?}");
+    assert!(
+        block_on(store.bootstrap("other/"))
+            .unwrap()
+            .warnings
+            .is_empty()
+    );
+}
+
+/// What one racer saw of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Published `new`, guarded on `guard` (`None`: if-none-match).
+    Won { guard: Option<String>, new: String },
+    /// Its guard failed.
+    Lost,
+}
+
+impl Outcome {
+    pub fn to_line(&self) -> String {
+        match self {
+            Outcome::Won { guard, new } => {
+                format!("won\t{}\t{new}", guard.as_deref().unwrap_or("-"))
+            }
+            Outcome::Lost => "lost".into(),
+        }
+    }
+
+    pub fn from_line(line: &str) -> Self {
+        match line.split('\t').collect::<Vec<_>>()[..] {
+            ["won", guard, new] => Outcome::Won {
+                guard: (guard != "-").then(|| guard.to_owned()),
+                new: new.to_owned(),
+            },
+            ["lost"] => Outcome::Lost,
+            _ => panic!("not an outcome: {line:?}"),
+        }
+    }
+}
+
+/// Races for `rounds` generations of `key`: read the current etag, publish
+/// guarded on it (or create if there is none).
+pub(super) fn race(store: &FsStore, key: &str, who: &str, rounds: usize) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for round in 0..rounds {
+        let guard = match block_on(store.head(key)) {
+            Ok(meta) => Some(meta.etag),
+            Err(ObjectError::NotFound(_)) => None,
+            Err(e) => panic!("{who}: head: {e}"),
+        };
+        let condition = guard
+            .clone()
+            .map_or(PutCondition::IfNoneMatchAny, PutCondition::IfMatch);
+        let body = format!("{who} round {round}");
+        match put(store, key, body.as_bytes(), &condition) {
+            Ok(meta) => outcomes.push(Outcome::Won {
+                guard,
+                new: meta.etag,
+            }),
+            Err(ObjectError::PreconditionFailed(_) | ObjectError::Conflict(_)) => {
+                outcomes.push(Outcome::Lost)
+            }
+            Err(e) => panic!("{who}: put: {e}"),
+        }
+    }
+    outcomes
+}
+
+/// Every generation has exactly one winner. A guard can only hold on the
+/// etag of the then-current generation, and every generation after the
+/// first was made by a winner, so the winners must form one chain: a
+/// create, then each winner guarded on the previous winner's etag, ending
+/// at the current object. Two winners on one guard, or a winner outside
+/// the chain, is a lost update. On a versioned store the chain must also
+/// be exactly the key's versions, oldest first.
+pub(super) fn assert_one_winner_per_generation(
+    outcomes: &[Outcome],
+    current: &str,
+    versions: Option<&[ListedVersion]>,
+) {
+    let mut by_guard: BTreeMap<Option<String>, String> = BTreeMap::new();
+    for outcome in outcomes {
+        if let Outcome::Won { guard, new } = outcome {
+            let previous = by_guard.insert(guard.clone(), new.clone());
+            assert!(previous.is_none(), "two winners guarded on {guard:?}");
+        }
+    }
+    let mut chain = Vec::new();
+    let mut guard: Option<String> = None;
+    while let Some(next) = by_guard.remove(&guard) {
+        chain.push(next.clone());
+        guard = Some(next);
+    }
+    assert!(
+        by_guard.is_empty(),
+        "winners outside the chain: {by_guard:?}"
+    );
+    assert_eq!(
+        chain.last().map(String::as_str),
+        Some(current),
+        "the chain ends at the current object"
+    );
+    assert!(chain.len() > 1, "the race produced generations");
+    if let Some(versions) = versions {
+        let oldest_first: Vec<&str> = versions.iter().rev().map(|v| v.etag.as_str()).collect();
+        assert_eq!(
+            oldest_first, chain,
+            "the versions are the winners, in order"
+        );
+    }
+}
+
+#[test]
+fn threads_racing_conditional_puts_get_one_winner_per_generation() {
+    for versioned in [true, false] {
+        let store = FsStore::temporary(versioned);
+        // A second store on the same directory, as a second process would
+        // open it: its lock descriptor is its own.
+        let twin = open(store.root(), versioned);
+        let threads = 8;
+        let barrier = std::sync::Barrier::new(threads);
+        let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let store = if t % 2 == 0 { &store } else { &twin };
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        race(store, "k", &format!("thread {t}"), 15)
+                    })
+                })
+                .collect();
+            racers.into_iter().flat_map(|r| r.join().unwrap()).collect()
+        });
+        let lost = outcomes.iter().filter(|o| **o == Outcome::Lost).count();
+        assert!(
+            lost > 0,
+            "the threads never collided; the test proves nothing"
+        );
+        let current = block_on(store.head("k")).unwrap().etag;
+        let versions = versioned.then(|| all_versions(&store, "k"));
+        assert_one_winner_per_generation(&outcomes, &current, versions.as_deref());
+        assert!(
+            staging_files(store.root()).is_empty(),
+            "losers leave nothing behind"
+        );
+    }
+}
+
+#[test]
+fn a_pending_upload_survives_reopening_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, one, two) = {
+        let store = open(dir.path(), true);
+        let id = block_on(store.create_upload("k")).unwrap();
+        let (one, two) = (Bytes::from_static(b"first "), Bytes::from_static(b"second"));
+        block_on(store.upload_part("k", &id, 1, one.clone(), crc64_nvme(&one))).unwrap();
+        block_on(store.upload_part("k", &id, 2, two.clone(), crc64_nvme(&two))).unwrap();
+        (id, one, two)
+    };
+    let store = open(dir.path(), true);
+    let pending = block_on(store.list_uploads("")).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].key.as_str(), pending[0].upload_id.as_str()),
+        ("k", id.as_str())
+    );
+    let whole = [one, two].concat();
+    let meta = block_on(store.complete_upload(
+        "k",
+        &id,
+        2,
+        &PutCondition::IfNoneMatchAny,
+        &Metadata::new(),
+        crc64_nvme(&whole),
+    ))
+    .unwrap();
+    assert_eq!(meta.size, whole.len() as u64);
+    assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, whole);
+    assert!(block_on(store.list_uploads("")).unwrap().is_empty());
+    // Completing twice is refused: the upload is gone.
+    let again = block_on(store.complete_upload(
+        "k",
+        &id,
+        2,
+        &PutCondition::Unconditional,
+        &Metadata::new(),
+        crc64_nvme(&whole),
+    ));
+    assert!(
+        matches!(again, Err(ObjectError::NoSuchUpload(_))),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn an_upload_left_without_its_record_by_a_crash_is_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path(), true);
+        let id = block_on(store.create_upload("k")).unwrap();
+        let part = Bytes::from_static(b"bytes");
+        block_on(store.upload_part("k", &id, 1, part.clone(), crc64_nvme(&part))).unwrap();
+        // The crash: an abort removed the record and no more.
+        std::fs::remove_file(store.layout.upload_dir(&id).join(super::uploads::META)).unwrap();
+        id
+    };
+    let store = open(dir.path(), true);
+    assert!(!store.layout.upload_dir(&id).exists());
+    assert!(block_on(store.list_uploads("")).unwrap().is_empty());
+    let report = block_on(store.bootstrap("")).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("removed 1 incomplete upload")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_segment_longer_than_a_file_name_is_stored_in_chunks() {
+    let store = FsStore::temporary(true);
+    // 1024 bytes, one segment, every byte escaped: 3072 encoded bytes,
+    // far over NAME_MAX, yet a legal key everywhere else.
+    let worst = "é".repeat(MAX_OBJECT_KEY_BYTES / 2);
+    let long_prefix = format!("{}/x", "p".repeat(300));
+    for key in [worst.as_str(), long_prefix.as_str()] {
+        create(&store, key, key.as_bytes());
+        assert_eq!(
+            block_on(store.get_whole(key, None)).unwrap().1,
+            key.as_bytes()
+        );
+    }
+    let mut want = vec![worst.clone(), long_prefix.clone()];
+    want.sort();
+    assert_eq!(all_keys(&store, ""), want);
+    assert_eq!(all_keys(&store, &"p".repeat(299)), [long_prefix.as_str()]);
+    assert_eq!(all_keys(&store, "é"), [worst.as_str()]);
+    let too_long = format!("{worst}é");
+    assert!(invalid(put(
+        &store,
+        &too_long,
+        b"v",
+        &PutCondition::Unconditional
+    )));
+}

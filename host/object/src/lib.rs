@@ -1,0 +1,639 @@
+//! Object stores with conditional publish, checked content and versions.
+//!
+//! The contract (from the conditional-publish object-store seed):
+//!
+//! - Every publish names a [`PutCondition`]. `IfMatch` replaces a known
+//!   generation, `IfNoneMatchAny` creates a new key, and the explicit,
+//!   narrow `Unconditional` is only for content-addressed keys where every
+//!   writer writes the same bytes.
+//! - A failed guard (S3's 412) is [`ObjectError::PreconditionFailed`]; a
+//!   concurrent conditional writer in flight (S3's 409) is the distinct
+//!   [`ObjectError::Conflict`]; refused credentials are [`ObjectError::Auth`].
+//! - The full-object CRC-64/NVME is validated at publish: a mismatch fails
+//!   the publish with [`ObjectError::ChecksumMismatch`] and leaves nothing.
+//!   The multipart etag is never a content hash.
+//! - A copy's destination has the source's CRC but never inherits its
+//!   metadata (stamps describe a publish, not bytes; see [`stamps`]).
+//! - A composed generation ([`compose`]) is assembled from local and
+//!   server-side-copied parts in object order, and every failure path
+//!   aborts the assembly: an error return leaves nothing pending.
+//! - "Cannot" is an error, never an empty answer: a store without versions,
+//!   lifecycle rules or presigning says [`ObjectError::Unsupported`].
+//! - Epoch leases ([`epoch`]) are compare-and-swap re-publishes of one
+//!   small object; every backend gets them from its conditional publish.
+//!
+//! Backends: [`memory`] (the full semantics; the test double) and [`fs`]
+//! (the embedded default: durable, versioned, safe for several processes).
+//! Every backend runs the same conformance suite.
+
+pub mod compose;
+pub mod epoch;
+/// The filesystem backend (Unix: it relies on `flock`, `pread` and
+/// directory fsync).
+#[cfg(unix)]
+pub mod fs;
+/// The in-memory backend.
+pub mod memory;
+pub mod observed;
+#[cfg(unix)]
+pub mod open;
+/// The S3 backend (AWS and S3-compatible servers).
+pub mod s3;
+pub mod stamps;
+
+/// The conformance suite every backend runs (`cargo test` of a third
+/// party's backend can run it too, with the `conformance` feature).
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use compose::{ComposeSpec, PartSource};
+pub use epoch::{EpochLease, EpochState};
+
+/// Longest object key, in bytes (S3's limit).
+pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
+/// Most bytes of user metadata on one object, keys and values together:
+/// S3's limit, so a publish that passes here also passes on S3.
+pub const MAX_METADATA_BYTES: usize = 2048;
+/// Most items in one listing page: bounds one call's memory and matches
+/// S3's page size.
+pub const MAX_LIST_PAGE: u32 = 1000;
+
+/// Most user metadata entries on one object. On S3 every entry comes back
+/// as a response header, and the SDK's HTTP client refuses a response with
+/// more than 100 headers (a limit it does not let us raise) of which S3
+/// uses up to ~36 itself: an object with more entries could be written but
+/// never read. One more is kept for the S3 backend's own CRC record.
+pub const MAX_METADATA_ENTRIES: usize = 63;
+
+/// User metadata, keys without any backend prefix.
+pub type Metadata = BTreeMap<String, String>;
+
+/// Why an object-store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// No such key, version or store.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The caller's guard did not hold (412).
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
+    /// A concurrent conditional writer was in flight (409).
+    #[error("conflicting concurrent write: {0}")]
+    Conflict(String),
+    /// The bytes do not have the CRC-64/NVME the caller claimed.
+    #[error("checksum mismatch: {0}")]
+    ChecksumMismatch(String),
+    /// An argument is outside its bounds.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The backend cannot do this at all (e.g. versions on an unversioned
+    /// store).
+    #[error("unsupported by this store: {0}")]
+    Unsupported(String),
+    /// Credentials refused (401/403, clock skew).
+    #[error("not authorized: {0}")]
+    Auth(String),
+    /// The backend is unreachable or timed out.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data or metadata cannot be decoded, or bytes read back do not
+    /// have the CRC they were published with.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// No such multipart upload (it was aborted, or completed).
+    #[error("no such upload: {0}")]
+    NoSuchUpload(String),
+    /// A local I/O failure that is none of the above (disk full, ...).
+    #[error("store I/O: {0}")]
+    Io(String),
+    /// The caller's budget of store calls is spent (see
+    /// the core crate's `budget`); the store was not called.
+    #[error("budget exhausted: {0}")]
+    BudgetExhausted(String),
+}
+
+/// The guard on a publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutCondition {
+    /// Replace only while the current object has this etag.
+    IfMatch(String),
+    /// Create only if the key has no current object.
+    IfNoneMatchAny,
+    /// No guard. Only for content-addressed keys, where a concurrent writer
+    /// cannot write different bytes; anywhere else this is last-writer-wins.
+    Unconditional,
+}
+
+impl PutCondition {
+    /// Whether a publish to `key` may replace the current object, whose etag
+    /// is `current` (`None`: no current object — absent, or behind a delete
+    /// marker). Every backend decides with this one rule.
+    ///
+    /// # Errors
+    /// [`ObjectError::PreconditionFailed`] saying what was found instead.
+    pub fn check(&self, key: &str, current: Option<&str>) -> Result<(), ObjectError> {
+        match (self, current) {
+            (PutCondition::Unconditional, _) | (PutCondition::IfNoneMatchAny, None) => Ok(()),
+            (PutCondition::IfNoneMatchAny, Some(etag)) => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} already exists with etag {etag}"),
+            )),
+            (PutCondition::IfMatch(want), Some(etag)) if want == etag => Ok(()),
+            (PutCondition::IfMatch(want), Some(etag)) => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} has etag {etag}, not {want}"),
+            )),
+            (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(format!(
+                "{key:?} has no current object to match {want}"
+            ))),
+        }
+    }
+}
+
+/// What a store knows about one object version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The object's key.
+    pub key: String,
+    /// The version described, on a versioned store.
+    pub version_id: Option<String>,
+    /// Opaque identity of these bytes for `IfMatch`; not a content hash.
+    pub etag: String,
+    /// Length in bytes.
+    pub size: u64,
+    /// Full-object CRC-64/NVME, when recorded.
+    pub crc64: Option<u64>,
+    /// Last modification, ms since the epoch.
+    pub last_modified_ms: Option<u64>,
+    /// User metadata.
+    pub metadata: Metadata,
+    /// The backend's storage class; `None` is the standard one.
+    pub storage_class: Option<String>,
+}
+
+impl ObjectMeta {
+    /// Whether this object may be a server-side copy source without
+    /// per-byte retrieval charges: copying from an infrequent-access or
+    /// archive class silently costs more than uploading the bytes.
+    pub fn copy_source_allowed(&self) -> bool {
+        matches!(self.storage_class.as_deref(), None | Some("STANDARD"))
+    }
+}
+
+/// One current object in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    /// The key.
+    pub key: String,
+    /// Length in bytes.
+    pub size: u64,
+    /// Its etag.
+    pub etag: String,
+    /// Last modification, ms since the epoch.
+    pub last_modified_ms: Option<u64>,
+}
+
+/// One version or delete marker in a version listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedVersion {
+    /// The key.
+    pub key: String,
+    /// The version.
+    pub version_id: String,
+    /// Its etag; empty for a delete marker.
+    pub etag: String,
+    /// Length in bytes; 0 for a delete marker.
+    pub size: u64,
+    /// Whether this is the key's newest version.
+    pub is_current: bool,
+    /// A delete marker: the key reads absent while older versions remain.
+    pub is_delete_marker: bool,
+    /// When this version was written, ms since the epoch.
+    pub last_modified_ms: Option<u64>,
+}
+
+/// A page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage<T> {
+    /// The items, ascending by key (versions newest first within a key).
+    pub items: Vec<T>,
+    /// Pass back to continue; `None` when the listing is complete.
+    pub next: Option<String>,
+}
+
+/// An in-progress multipart assembly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingUpload {
+    /// The key it will publish.
+    pub key: String,
+    /// Its id.
+    pub upload_id: String,
+    /// When it was started, ms since the epoch.
+    pub initiated_ms: Option<u64>,
+}
+
+/// One lifecycle rule, reduced to what version retention cares about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LifecycleView {
+    /// The rule's id.
+    pub id: String,
+    /// Whether it is enabled.
+    pub enabled: bool,
+    /// Its prefix filter; `""` is the whole store.
+    pub prefix: String,
+    /// Noncurrent versions expire after this many days, if the rule says.
+    pub noncurrent_days: Option<u64>,
+    /// Whether it also expires orphaned delete markers.
+    pub expired_delete_marker: bool,
+}
+
+/// What [`ObjectStore::ensure_noncurrent_retention`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    /// The rule that now provides the retention.
+    pub rule_id: String,
+    /// Its noncurrent-version retention.
+    pub noncurrent_days: u64,
+    /// `false` when a conforming rule was already there and nothing was
+    /// written.
+    pub created: bool,
+}
+
+/// What [`ObjectStore::bootstrap`] found. Errors mean the store must not
+/// be used; warnings are loud degradations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BootstrapReport {
+    /// Facts worth showing.
+    pub notes: Vec<String>,
+    /// Usable, but degraded.
+    pub warnings: Vec<String>,
+    /// Not usable.
+    pub errors: Vec<String>,
+}
+
+impl BootstrapReport {
+    /// No errors.
+    pub fn ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// An object store with conditional publish.
+///
+/// Reads of "the current object" never see a delete marker: a key whose
+/// newest version is a marker reads as [`ObjectError::NotFound`].
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Whether the store keeps versions.
+    fn versioned(&self) -> bool;
+
+    /// Smallest part of a multipart assembly, except the last.
+    fn min_part_size(&self) -> u64;
+
+    /// Most parts in one multipart assembly.
+    fn max_parts(&self) -> u32;
+
+    /// Publishes `body` whole if `condition` holds and `crc64` is its
+    /// CRC-64/NVME (checked before the condition; nothing is written on
+    /// any failure). An `Io` or `Unavailable` error means the outcome is
+    /// unknown (the new version may be visible), as with a timed-out S3
+    /// PUT: re-read before deciding.
+    async fn put_whole(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError>;
+
+    /// Server-side copy of the current object at `source` to `destination`.
+    /// The destination has the source's bytes and CRC, a new etag, and
+    /// exactly `metadata` (never the source's). `source_if_match` guards
+    /// the source, `condition` the destination.
+    async fn copy_object(
+        &self,
+        source: &str,
+        source_if_match: Option<&str>,
+        destination: &str,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError>;
+
+    /// Assembles and publishes one generation from local and copied parts;
+    /// see [`compose`]. Every failure aborts the assembly.
+    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
+        compose::compose(self, spec).await
+    }
+
+    /// The current object's metadata.
+    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError>;
+
+    /// The current object; with `if_match`, `PreconditionFailed` unless
+    /// its etag matches (a missing key is `NotFound` either way).
+    async fn get_whole(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError>;
+
+    /// Bytes `range` of the current object, truncated at its end. Always
+    /// guarded: every range of a long read pins the same generation, and a
+    /// `PreconditionFailed` midway means someone else replaced it.
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: &str,
+    ) -> Result<Bytes, ObjectError>;
+
+    /// The same read without flattening the response into one buffer.
+    /// Stores with nothing to stream return one segment.
+    async fn get_range_segments(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        if_match: &str,
+    ) -> Result<Vec<Bytes>, ObjectError> {
+        Ok(vec![self.get_range(key, range, if_match).await?])
+    }
+
+    /// Removes the current object (a delete marker on a versioned store);
+    /// absent keys are fine.
+    async fn delete(&self, key: &str) -> Result<(), ObjectError>;
+
+    /// Current objects under `prefix`, ascending, resuming strictly after
+    /// `cursor`, at most `limit` (1..=[`MAX_LIST_PAGE`]).
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedObject>, ObjectError>;
+
+    /// One exact version's metadata; `NotFound` if it does not exist,
+    /// `PreconditionFailed` if it is a delete marker, `Unsupported` on an
+    /// unversioned store.
+    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError>;
+
+    /// One exact version, whole.
+    async fn get_version(
+        &self,
+        key: &str,
+        version_id: &str,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError>;
+
+    /// Bytes `range` of one exact version, truncated at its end.
+    async fn get_version_range(
+        &self,
+        key: &str,
+        version_id: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes, ObjectError>;
+
+    /// Permanently removes one exact version or delete marker; absent
+    /// versions are fine.
+    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError>;
+
+    /// Every version and delete marker under `prefix`: keys ascending,
+    /// newest first within a key.
+    async fn list_versions(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError>;
+
+    /// Starts a multipart assembly of `key`; returns its id.
+    async fn create_upload(&self, key: &str) -> Result<String, ObjectError>;
+
+    /// Stores part `part` (1-based) of an upload; `crc64` is checked.
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: Bytes,
+        crc64: u64,
+    ) -> Result<(), ObjectError>;
+
+    /// Stores part `part` as a server-side copy of `range` of the current
+    /// object at `source`, guarded by `source_if_match`; returns the part's
+    /// CRC-64/NVME.
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        source: &str,
+        source_if_match: &str,
+        range: Range<u64>,
+    ) -> Result<u64, ObjectError>;
+
+    /// Publishes parts `1..=parts` as one object if `condition` holds and
+    /// the whole has CRC `crc64`. On failure the upload stays pending (the
+    /// caller aborts it).
+    async fn complete_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: u32,
+        condition: &PutCondition,
+        metadata: &Metadata,
+        crc64: u64,
+    ) -> Result<ObjectMeta, ObjectError>;
+
+    /// Abandons an upload; an absent one is fine (the abort-on-failure
+    /// paths race each other and the cleanup sweep).
+    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError>;
+
+    /// Every pending upload under `prefix`.
+    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError>;
+
+    /// Checks (and where needed sets up) the store: versioning, cleanup of
+    /// abandoned uploads, whether checksums are validated.
+    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError>;
+
+    /// Every lifecycle rule. A store without lifecycle rules says
+    /// `Unsupported`: "no rules" and "cannot see the rules" must differ.
+    async fn lifecycle_rules(&self) -> Result<Vec<LifecycleView>, ObjectError> {
+        Err(ObjectError::Unsupported("lifecycle rules".into()))
+    }
+
+    /// Makes sure noncurrent versions under `prefix` are kept for at least
+    /// `days`, reading, merging and appending: never dropping a rule this
+    /// host did not write.
+    async fn ensure_noncurrent_retention(
+        &self,
+        prefix: &str,
+        days: u64,
+    ) -> Result<RetentionOutcome, ObjectError> {
+        let _ = (prefix, days);
+        Err(ObjectError::Unsupported("lifecycle rules".into()))
+    }
+
+    /// A URL that GETs `key` for `ttl_secs` with no credentials of the
+    /// caller's; stores that cannot presign say `Unsupported`.
+    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+        let _ = (key, ttl_secs);
+        Err(ObjectError::Unsupported("presigned URLs".into()))
+    }
+
+    /// A URL that PUTs `key` for `ttl_secs`. It carries no content check:
+    /// issue it only for content-addressed keys and verify afterwards.
+    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+        let _ = (key, ttl_secs);
+        Err(ObjectError::Unsupported("presigned URLs".into()))
+    }
+
+    /// The epoch cell at `key`, if any; see [`epoch`].
+    async fn epoch_read(&self, key: &str) -> Result<Option<EpochState>, ObjectError> {
+        epoch::read(self, key).await
+    }
+
+    /// Claims the epoch cell: creates it at epoch 1 (`supersede: None`), or
+    /// replaces the observed state at epoch + 1 by compare-and-swap.
+    async fn epoch_acquire(
+        &self,
+        key: &str,
+        holder_id: &str,
+        supersede: Option<&EpochState>,
+    ) -> Result<EpochLease, ObjectError> {
+        epoch::acquire(self, key, holder_id, supersede).await
+    }
+
+    /// Heartbeat. `PreconditionFailed` means deposed. `echo: None` clears
+    /// any previous echo.
+    async fn epoch_renew(
+        &self,
+        key: &str,
+        lease: &EpochLease,
+        echo: Option<&str>,
+    ) -> Result<EpochLease, ObjectError> {
+        epoch::renew(self, key, lease, echo).await
+    }
+
+    /// Marks the cell released, keeping the epoch number.
+    async fn epoch_release(&self, key: &str, lease: &EpochLease) -> Result<(), ObjectError> {
+        epoch::release(self, key, lease).await
+    }
+}
+
+/// Checks an object key: 1..=1024 bytes of UTF-8; no NUL or other control
+/// characters (NUL separates key from version in cursors; control
+/// characters break logs and paths); `/`-separated segments, none empty
+/// and none `.` or `..` (keys are paths on the filesystem backend, and a
+/// key must never name anything outside its store).
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] naming what is wrong.
+pub fn validate_key(key: &str) -> Result<(), ObjectError> {
+    let refuse = |why: &str| {
+        Err(ObjectError::InvalidArgument(format!(
+            "object key {key:?}: {why}"
+        )))
+    };
+    if key.is_empty() || key.len() > MAX_OBJECT_KEY_BYTES {
+        return refuse(&format!(
+            "must be 1..={MAX_OBJECT_KEY_BYTES} bytes, not {}",
+            key.len()
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return refuse("contains a control character");
+    }
+    for segment in key.split('/') {
+        match segment {
+            "" => return refuse("has an empty segment (a leading, trailing or doubled '/')"),
+            "." | ".." => return refuse("has a '.' or '..' segment"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks user metadata the way S3 will: at most [`MAX_METADATA_BYTES`]
+/// in total, keys of lowercase `[a-z0-9_-]` (S3 lowercases header names, so
+/// `A` and `a` would collide), values of printable ASCII (S3 re-encodes
+/// anything else).
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] naming the offending pair or the total.
+pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(ObjectError::InvalidArgument(format!(
+            "{} metadata entries exceed {MAX_METADATA_ENTRIES}",
+            metadata.len()
+        )));
+    }
+    let total: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_METADATA_BYTES {
+        return Err(ObjectError::InvalidArgument(format!(
+            "{total} bytes of metadata exceed {MAX_METADATA_BYTES}"
+        )));
+    }
+    for (key, value) in metadata {
+        let key_ok = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        let value_ok = value.bytes().all(|b| (b' '..=b'~').contains(&b));
+        if !key_ok || !value_ok {
+            return Err(ObjectError::InvalidArgument(format!(
+                "metadata {key:?}: keys are lowercase [a-z0-9_-], values printable ASCII"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an inverted range before anything is looked up, so the answer
+/// does not depend on whether the key exists.
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] when `range` ends before it starts.
+pub fn validate_range(range: &Range<u64>) -> Result<(), ObjectError> {
+    if range.start > range.end {
+        return Err(ObjectError::InvalidArgument(format!(
+            "range {}..{} ends before it starts",
+            range.start, range.end
+        )));
+    }
+    Ok(())
+}
+
+/// Most parts any backend accepts in one multipart assembly (S3's limit);
+/// part numbers are `1..=MAX_PART_NUMBER`.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+/// Checks a multipart part number.
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] outside `1..=MAX_PART_NUMBER`.
+pub fn validate_part_number(part: u32) -> Result<(), ObjectError> {
+    if (1..=MAX_PART_NUMBER).contains(&part) {
+        Ok(())
+    } else {
+        Err(ObjectError::InvalidArgument(format!(
+            "part number {part} is outside 1..={MAX_PART_NUMBER}"
+        )))
+    }
+}
+
+/// Checks a listing limit.
+///
+/// # Errors
+/// [`ObjectError::InvalidArgument`] outside `1..=MAX_LIST_PAGE`.
+pub fn validate_limit(limit: u32) -> Result<(), ObjectError> {
+    if (1..=MAX_LIST_PAGE).contains(&limit) {
+        Ok(())
+    } else {
+        Err(ObjectError::InvalidArgument(format!(
+            "limit {limit} is outside 1..={MAX_LIST_PAGE}"
+        )))
+    }
+}

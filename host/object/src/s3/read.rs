@@ -1,0 +1,293 @@
+//! Reads of current objects and of exact versions: HEAD, whole GETs
+//! (checked against the stored CRC) and ranged GETs (returned as the SDK's
+//! frames).
+//!
+//! A read guarded by an etag sends S3's part as `If-Match` and checks the
+//! version S3 reports having served, so the guard is exact: there is no
+//! window between a check and the read.
+
+use std::ops::Range;
+
+use aws_sdk_s3::operation::get_object::GetObjectOutput;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ChecksumMode;
+use bytes::{Bytes, BytesMut};
+
+use super::super::{ObjectError, ObjectMeta, validate_range};
+use super::errors::quoted;
+use super::errors::{self, Class, Failure};
+use super::meta::{self, Described};
+use super::{S3Store, etag};
+use custodian_base::checksum::Crc64Nvme;
+
+/// Joins frames into one buffer: the one copy `get_range` cannot avoid.
+pub(super) fn flatten(segments: Vec<Bytes>) -> Bytes {
+    match <[Bytes; 1]>::try_from(segments) {
+        Ok([only]) => only,
+        Err(segments) => {
+            let len = segments.iter().map(Bytes::len).sum();
+            let mut joined = BytesMut::with_capacity(len);
+            for segment in &segments {
+                joined.extend_from_slice(segment);
+            }
+            joined.freeze()
+        }
+    }
+}
+
+fn described(out: &GetObjectOutput) -> Described<'_> {
+    Described {
+        e_tag: out.e_tag(),
+        version_id: out.version_id(),
+        size: out.content_length(),
+        crc64: out.checksum_crc64_nvme(),
+        last_modified: out.last_modified(),
+        metadata: out.metadata(),
+        storage_class: out.storage_class(),
+    }
+}
+
+/// A body, frame by frame, with the CRC of what arrived.
+pub(super) struct Received {
+    /// The frames as the SDK delivered them.
+    pub frames: Vec<Bytes>,
+    /// Bytes received.
+    pub len: u64,
+    /// CRC of the bytes received.
+    pub crc: Crc64Nvme,
+    /// The transfer failed after `len` bytes.
+    pub error: Option<String>,
+}
+
+/// Reads `body` to its end, with its CRC, keeping the frames as they came
+/// when `keep` (otherwise memory stays at one frame, whatever the size).
+pub(super) async fn receive(mut body: ByteStream, keep: bool) -> Received {
+    let mut received = Received {
+        frames: Vec::new(),
+        len: 0,
+        crc: Crc64Nvme::new(),
+        error: None,
+    };
+    while let Some(frame) = body.next().await {
+        match frame {
+            Ok(frame) => {
+                received.len += frame.len() as u64;
+                received.crc.update(&frame);
+                if keep && !frame.is_empty() {
+                    received.frames.push(frame);
+                }
+            }
+            Err(e) => {
+                received.error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    received
+}
+
+impl S3Store {
+    /// See [`super::super::ObjectStore::head`].
+    pub(super) async fn head_current(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
+        let full = self.keys.full(key)?;
+        self.head_full(key, &full).await
+    }
+
+    /// The current object at bucket key `full` (store key `key`).
+    pub(super) async fn head_full(&self, key: &str, full: &str) -> Result<ObjectMeta, ObjectError> {
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .map_err(|e| errors::object_error(&e, "HeadObject", &quoted(key)))?;
+        meta::object_meta(
+            key,
+            self.versioned,
+            &Described {
+                e_tag: out.e_tag(),
+                version_id: out.version_id(),
+                size: out.content_length(),
+                crc64: out.checksum_crc64_nvme(),
+                last_modified: out.last_modified(),
+                metadata: out.metadata(),
+                storage_class: out.storage_class(),
+            },
+        )
+    }
+
+    /// See [`super::super::ObjectStore::get_whole`].
+    pub(super) async fn read_whole(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        let full = self.keys.full(key)?;
+        let guard = if_match.map(etag::guard);
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .checksum_mode(ChecksumMode::Enabled)
+            .set_if_match(guard.as_ref().map(|g| g.s3_etag.clone()))
+            .send()
+            .await
+            .map_err(|e| errors::object_error(&e, "GetObject", &quoted(key)))?;
+        if let Some(guard) = &guard
+            && !guard.holds_for(etag::real_version(out.version_id()))
+        {
+            return Err(ObjectError::PreconditionFailed(format!(
+                "{key:?} is now version {:?}, not the one guarded",
+                out.version_id()
+            )));
+        }
+        self.whole_body(key, out).await
+    }
+
+    /// Reads a whole GET's body and checks it against the stored CRC.
+    pub(super) async fn whole_body(
+        &self,
+        key: &str,
+        out: GetObjectOutput,
+    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+        let meta = meta::object_meta(key, self.versioned, &described(&out))?;
+        let received = receive(out.body, true).await;
+        if received.len == meta.size
+            && let Some(stored) = meta.crc64
+        {
+            let read = received.crc.finalize();
+            if read != stored {
+                return Err(ObjectError::Corrupt(format!(
+                    "{key:?}: the bytes read have CRC {read:016x}, the object was published with \
+                     {stored:016x}"
+                )));
+            }
+        }
+        if let Some(error) = received.error {
+            return Err(ObjectError::Unavailable(format!(
+                "reading {key:?} failed after {} of {} bytes: {error}",
+                received.len, meta.size
+            )));
+        }
+        if received.len != meta.size {
+            return Err(ObjectError::Unavailable(format!(
+                "reading {key:?}: {} bytes arrived of {}",
+                received.len, meta.size
+            )));
+        }
+        Ok((meta, flatten(received.frames)))
+    }
+
+    /// Bytes `range` of the current object (guarded by `if_match`) or of
+    /// version `version_id`, truncated at its end, as the SDK's frames.
+    pub(super) async fn read_range(
+        &self,
+        key: &str,
+        version_id: Option<&str>,
+        range: Range<u64>,
+        if_match: Option<&str>,
+    ) -> Result<Vec<Bytes>, ObjectError> {
+        validate_range(&range)?;
+        let full = self.keys.full(key)?;
+        let guard = if_match.map(etag::guard);
+        if range.is_empty() {
+            // HTTP cannot ask for zero bytes; the guard and the key still
+            // have to be checked.
+            self.confirm(key, &full, version_id, if_match).await?;
+            return Ok(Vec::new());
+        }
+        let result = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&full)
+            .set_version_id(version_id.map(str::to_owned))
+            .range(format!("bytes={}-{}", range.start, range.end - 1))
+            .set_if_match(guard.as_ref().map(|g| g.s3_etag.clone()))
+            .send()
+            .await;
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                let failure = errors::failure(&e, "GetObject (range)", &quoted(key));
+                if failure.class == Class::BadRange {
+                    // The range starts at or past the end: empty, once the
+                    // guard is known to hold.
+                    self.confirm(key, &full, version_id, if_match).await?;
+                    return Ok(Vec::new());
+                }
+                return Err(match version_id {
+                    Some(version) => self.version_read_failure(key, version, failure).await,
+                    None => failure.into_error(),
+                });
+            }
+        };
+        if let Some(guard) = &guard
+            && !guard.holds_for(etag::real_version(out.version_id()))
+        {
+            return Err(ObjectError::PreconditionFailed(format!(
+                "{key:?} is now version {:?}, not the one guarded",
+                out.version_id()
+            )));
+        }
+        let expected = out.content_length().and_then(|l| u64::try_from(l).ok());
+        let received = receive(out.body, true).await;
+        if let Some(error) = received.error {
+            return Err(ObjectError::Unavailable(format!(
+                "reading {}..{} of {key:?} failed after {} bytes: {error}",
+                range.start, range.end, received.len
+            )));
+        }
+        if expected.is_some_and(|e| e != received.len) || received.len > range.end - range.start {
+            return Err(ObjectError::Unavailable(format!(
+                "reading {}..{} of {key:?}: {} bytes arrived, {expected:?} announced",
+                range.start, range.end, received.len
+            )));
+        }
+        Ok(received.frames)
+    }
+
+    /// Checks that the current object matches `if_match` (or that version
+    /// `version_id` has bytes), for reads that fetch nothing.
+    async fn confirm(
+        &self,
+        key: &str,
+        full: &str,
+        version_id: Option<&str>,
+        if_match: Option<&str>,
+    ) -> Result<(), ObjectError> {
+        if let Some(version) = version_id {
+            return self.head_exact(key, version).await.map(|_| ());
+        }
+        let head = self.head_full(key, full).await?;
+        match if_match {
+            Some(want) if head.etag != want => Err(ObjectError::PreconditionFailed(format!(
+                "{key:?} is {}, not {want}",
+                head.etag
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// What a failed version-scoped read means. A delete marker answers
+    /// 405 on AWS and LocalStack; moto answers a GET of one with 404, so a
+    /// 404 is settled by a HEAD of the version (moto's HEAD says 405).
+    pub(super) async fn version_read_failure(
+        &self,
+        key: &str,
+        version_id: &str,
+        failure: Failure,
+    ) -> ObjectError {
+        match failure.class {
+            Class::NotFound => match self.head_exact(key, version_id).await {
+                Err(marker @ ObjectError::PreconditionFailed(_)) => marker,
+                _ => ObjectError::NotFound(failure.detail),
+            },
+            _ => self.version_failure(key, version_id, failure),
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The host side of every `custodian:host` interface, and the per-call
+//! state a plugin's store carries.
+//!
+//! Every interface is implemented on [`HostView`], which borrows the
+//! call's services, the plugin's grants and the meter from [`CallState`].
+//! Mechanisms are reached through their traits; WIT types are converted in
+//! these modules and nowhere else.
+
+pub(crate) mod audit;
+pub(crate) mod checksum;
+pub(crate) mod clock;
+pub(crate) mod kv;
+pub(crate) mod log;
+pub(crate) mod objects;
+pub(crate) mod retention;
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, component::HasData};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::host::custodian::host::types;
+use super::limits::{Charge, LimitExceeded, Meter};
+use crate::bindings::HostError;
+use crate::context::CallContext;
+
+/// Bytes of guest stderr kept per call: enough for a panic message and its
+/// location, small enough that a chatty guest costs nothing.
+const STDERR_BYTES: usize = 8 * 1024;
+/// Table elements a guest may grow to; Rust components use a few dozen.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// What a store carries for one call.
+pub(crate) struct CallState {
+    pub(crate) call: Arc<CallContext>,
+    pub(crate) meter: Meter,
+    pub(crate) stderr: MemoryOutputPipe,
+    /// The first limit that stopped the call, kept so the call's error can
+    /// name it even when the trap itself carries no payload.
+    pub(crate) stopped_by: Option<LimitExceeded>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl CallState {
+    pub(crate) fn new(call: Arc<CallContext>) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_BYTES);
+        // Nothing is granted through WASI: no environment, arguments,
+        // preopened directories or network; stdin is closed. Only stderr is
+        // captured, for the guest's panic message.
+        let wasi = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            meter: Meter::new(&call.limits),
+            call,
+            stderr,
+            stopped_by: None,
+            wasi,
+            table: ResourceTable::new(),
+        }
+    }
+
+    /// Charges one capability call against the budget.
+    pub(crate) fn charge(meter: &mut Meter) -> Result<(), HostError> {
+        match meter.charge() {
+            Charge::Granted => Ok(()),
+            Charge::Exhausted => Err(HostError::Guest(types::Error::BudgetExhausted(format!(
+                "this call's budget of {} host calls is spent",
+                meter.limits.host_calls
+            )))),
+            Charge::Stop(limit) => Err(HostError::Stop(limit)),
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl ResourceLimiter for CallState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let limit = self.meter.limits.memory_bytes;
+        if desired > limit {
+            // Trap rather than fail the grow: a guest allocator that sees a
+            // failed grow aborts with a message about allocation, which
+            // would hide which limit it hit.
+            let hit = LimitExceeded::Memory {
+                limit,
+                requested: desired,
+            };
+            self.stopped_by.get_or_insert(hit.clone());
+            return Err(wasmtime::Error::new(hit));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Turns a stop into the trap that ends the call, remembering the limit.
+fn stop(stopped_by: &mut Option<LimitExceeded>, limit: LimitExceeded) -> wasmtime::Error {
+    stopped_by.get_or_insert(limit.clone());
+    wasmtime::Error::new(limit)
+}
+
+/// Runs a mechanism's future from inside a synchronous host call.
+///
+/// In-process backends finish on the first poll, which is all this costs
+/// them. A future that has to wait (network backends) is driven on the
+/// I/O runtime until the call's deadline; past it the call stops with the
+/// time limit, so a hung backend cannot hold a plugin call forever.
+pub(crate) fn block_on<F: Future>(
+    future: F,
+    io: &tokio::runtime::Handle,
+    meter: &Meter,
+) -> Result<F::Output, HostError> {
+    let mut future = pin!(future);
+    {
+        // Network clients expect a runtime context even on their first poll.
+        let _context = io.enter();
+        if let Poll::Ready(output) = future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            return Ok(output);
+        }
+    }
+    let deadline = meter.deadline.into();
+    // The timer is created inside the runtime, which it needs.
+    io.block_on(async { tokio::time::timeout_at(deadline, future).await })
+        .map_err(|_| HostError::Stop(meter.time_limit()))
+}
+
+/// What a host interface implementation sees of the store: the call's
+/// services and grants, its meter, and where a stop is recorded. One view
+/// serves every interface; each interface's implementation lives in its own
+/// module.
+pub(crate) struct HostView<'a> {
+    pub(crate) call: &'a CallContext,
+    pub(crate) meter: &'a mut Meter,
+    stopped_by: &'a mut Option<LimitExceeded>,
+}
+
+/// The view of a store's state that every host interface is given.
+fn view(state: &mut CallState) -> HostView<'_> {
+    HostView {
+        call: &state.call,
+        meter: &mut state.meter,
+        stopped_by: &mut state.stopped_by,
+    }
+}
+
+impl HostView<'_> {
+    /// Charges one capability call against the budget.
+    pub(crate) fn charge(&mut self) -> Result<(), HostError> {
+        CallState::charge(self.meter)
+    }
+
+    /// Runs a mechanism future under this call's deadline.
+    pub(crate) fn wait<F: Future>(&self, future: F) -> Result<F::Output, HostError> {
+        block_on(future, &self.call.services.io, self.meter)
+    }
+}
+
+struct HostData;
+
+impl HasData for HostData {
+    type Data<'a> = HostView<'a>;
+}
+
+impl types::Host for HostView<'_> {
+    fn convert_error(&mut self, error: HostError) -> wasmtime::Result<types::Error> {
+        match error {
+            HostError::Guest(error) => Ok(error),
+            HostError::Stop(limit) => Err(stop(self.stopped_by, limit)),
+        }
+    }
+}
+
+/// Registers every host interface (and WASI, with nothing granted) on the
+/// linker.
+pub(crate) fn add_to_linker(
+    linker: &mut wasmtime::component::Linker<CallState>,
+) -> wasmtime::Result<()> {
+    use super::bindings::host::custodian::host as wit;
+    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    wit::types::add_to_linker::<_, HostData>(linker, view)?;
+    wit::kv::add_to_linker::<_, HostData>(linker, view)?;
+    wit::objects::add_to_linker::<_, HostData>(linker, view)?;
+    wit::checksum::add_to_linker::<_, HostData>(linker, view)?;
+    wit::clock::add_to_linker::<_, HostData>(linker, view)?;
+    wit::audit::add_to_linker::<_, HostData>(linker, view)?;
+    wit::log::add_to_linker::<_, HostData>(linker, view)?;
+    super::bindings::policy::takedown::custodian::policy::retention_oracle::add_to_linker::<
+        _,
+        HostData,
+    >(linker, view)?;
+    for interface in custodian_contract::version::POLICY_TYPE_INTERFACES {
+        linker.instance(&format!(
+            "custodian:policy/{interface}@{}",
+            custodian_contract::version::CONTRACT_VERSION
+        ))?;
+    }
+    Ok(())
+}

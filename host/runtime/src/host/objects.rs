@@ -1,0 +1,317 @@
+//! `custodian:host/objects` over the [`custodian_object::ObjectStore`]
+//! mechanism, restricted to the plugin's granted stores.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::HostView;
+use crate::bindings::HostError;
+use crate::bindings::host::custodian::host::objects as wit;
+use crate::bindings::host::custodian::host::types::Error;
+use custodian_base::checksum;
+use custodian_object::{
+    ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
+};
+
+// Larger objects are read in ranges of at most this.
+use custodian_contract::limits::MAX_BODY_BYTES;
+
+fn object_error(error: ObjectError) -> HostError {
+    HostError::Guest(match error {
+        ObjectError::NotFound(m) => Error::NotFound(m),
+        ObjectError::PreconditionFailed(m) => Error::PreconditionFailed(m),
+        ObjectError::Conflict(m) => Error::Conflict(m),
+        ObjectError::ChecksumMismatch(m) => Error::ChecksumMismatch(m),
+        ObjectError::InvalidArgument(m) => Error::InvalidArgument(m),
+        ObjectError::Unsupported(m) => {
+            Error::InvalidArgument(format!("unsupported by this store: {m}"))
+        }
+        ObjectError::Auth(m) => Error::AccessDenied(m),
+        ObjectError::Unavailable(m) => Error::Unavailable(m),
+        ObjectError::Corrupt(m) => Error::Corrupt(m),
+        ObjectError::NoSuchUpload(m) => Error::NotFound(m),
+        ObjectError::Io(m) => Error::Unavailable(m),
+        ObjectError::BudgetExhausted(m) => Error::BudgetExhausted(m),
+    })
+}
+
+fn invalid(message: String) -> HostError {
+    HostError::Guest(Error::InvalidArgument(message))
+}
+
+fn meta(meta: ObjectMeta) -> wit::ObjectMeta {
+    wit::ObjectMeta {
+        key: meta.key,
+        version_id: meta.version_id,
+        etag: meta.etag,
+        size: meta.size,
+        crc64: meta.crc64,
+        last_modified_ms: meta.last_modified_ms,
+        metadata: meta.metadata.into_iter().collect(),
+    }
+}
+
+fn metadata(pairs: Vec<(String, String)>) -> Result<Metadata, HostError> {
+    let count = pairs.len();
+    let map: Metadata = pairs.into_iter().collect();
+    if map.len() == count {
+        Ok(map)
+    } else {
+        Err(invalid("metadata names a key twice".into()))
+    }
+}
+
+fn condition(condition: wit::PutCondition) -> PutCondition {
+    match condition {
+        wit::PutCondition::IfMatch(etag) => PutCondition::IfMatch(etag),
+        wit::PutCondition::IfNoneMatchAny => PutCondition::IfNoneMatchAny,
+        wit::PutCondition::Unconditional => PutCondition::Unconditional,
+    }
+}
+
+fn range(offset: u64, length: u64) -> Result<std::ops::Range<u64>, HostError> {
+    if length > MAX_BODY_BYTES {
+        return Err(invalid(format!(
+            "a range of {length} bytes exceeds {MAX_BODY_BYTES}"
+        )));
+    }
+    Ok(offset..offset.saturating_add(length))
+}
+
+impl HostView<'_> {
+    /// The store named `name`, if it is granted to this plugin for reading.
+    fn store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
+        if !self.call.grants.may_read_store(name) {
+            return Err(HostError::Guest(Error::AccessDenied(format!(
+                "object store {name:?} is not granted to this plugin"
+            ))));
+        }
+        self.configured(name)
+    }
+
+    /// The store named `name`, if it is granted to this plugin for writing.
+    fn writable_store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
+        if !self.call.grants.stores.contains(name) {
+            return Err(HostError::Guest(Error::AccessDenied(
+                if self.call.grants.read_stores.contains(name) {
+                    format!("object store {name:?} is granted to this plugin for reading only")
+                } else {
+                    format!("object store {name:?} is not granted to this plugin")
+                },
+            )));
+        }
+        self.configured(name)
+    }
+
+    fn configured(&self, name: &str) -> Result<Arc<dyn ObjectStore>, HostError> {
+        self.call.services.stores.get(name).cloned().ok_or_else(|| {
+            HostError::Guest(Error::Unavailable(format!(
+                "object store {name:?} is granted but not configured on this host"
+            )))
+        })
+    }
+}
+
+impl wit::Host for HostView<'_> {
+    fn head(&mut self, store: String, key: String) -> Result<wit::ObjectMeta, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        self.wait(store.head(&key))?.map(meta).map_err(object_error)
+    }
+
+    fn get(
+        &mut self,
+        store: String,
+        key: String,
+        if_match: Option<String>,
+    ) -> Result<(wit::ObjectMeta, Vec<u8>), HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let (found, body) = self
+            .wait(store.get_whole(&key, if_match.as_deref()))?
+            .map_err(object_error)?;
+        if found.size > MAX_BODY_BYTES {
+            return Err(invalid(format!(
+                "{key} is {} bytes, over the {MAX_BODY_BYTES} a call may move; read it with get-range",
+                found.size
+            )));
+        }
+        Ok((meta(found), body.to_vec()))
+    }
+
+    fn get_range(
+        &mut self,
+        store: String,
+        key: String,
+        offset: u64,
+        length: u64,
+        if_match: Option<String>,
+    ) -> Result<Vec<u8>, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let range = range(offset, length)?;
+        // A range read is always pinned to one generation; without the
+        // guest's etag, pin the current one.
+        let etag = match if_match {
+            Some(etag) => etag,
+            None => self.wait(store.head(&key))?.map_err(object_error)?.etag,
+        };
+        self.wait(store.get_range(&key, range, &etag))?
+            .map(|b| b.to_vec())
+            .map_err(object_error)
+    }
+
+    fn put(
+        &mut self,
+        store: String,
+        key: String,
+        body: Vec<u8>,
+        put_condition: wit::PutCondition,
+        crc64: Option<u64>,
+        pairs: Vec<(String, String)>,
+    ) -> Result<wit::ObjectMeta, HostError> {
+        self.charge()?;
+        let store = self.writable_store(&store)?;
+        if body.len() as u64 > MAX_BODY_BYTES {
+            return Err(invalid(format!(
+                "a body of {} bytes exceeds {MAX_BODY_BYTES}",
+                body.len()
+            )));
+        }
+        let crc64 = crc64.unwrap_or_else(|| checksum::crc64_nvme(&body));
+        let metadata = metadata(pairs)?;
+        let condition = condition(put_condition);
+        self.wait(store.put_whole(&key, Bytes::from(body), &condition, &metadata, crc64))?
+            .map(meta)
+            .map_err(object_error)
+    }
+
+    fn copy(
+        &mut self,
+        store: String,
+        source: String,
+        source_if_match: Option<String>,
+        destination: String,
+        put_condition: wit::PutCondition,
+        pairs: Vec<(String, String)>,
+    ) -> Result<wit::ObjectMeta, HostError> {
+        self.charge()?;
+        let store = self.writable_store(&store)?;
+        let metadata = metadata(pairs)?;
+        let condition = condition(put_condition);
+        self.wait(store.copy_object(
+            &source,
+            source_if_match.as_deref(),
+            &destination,
+            &condition,
+            &metadata,
+        ))?
+        .map(meta)
+        .map_err(object_error)
+    }
+
+    fn delete(&mut self, store: String, key: String) -> Result<(), HostError> {
+        self.charge()?;
+        let store = self.writable_store(&store)?;
+        self.wait(store.delete(&key))?.map_err(object_error)
+    }
+
+    fn list(
+        &mut self,
+        store: String,
+        prefix: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<wit::ObjectPage, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let page = self
+            .wait(store.list(&prefix, cursor.as_deref(), limit))?
+            .map_err(object_error)?;
+        Ok(wit::ObjectPage {
+            objects: page
+                .items
+                .into_iter()
+                .map(|o: ListedObject| wit::ListedObject {
+                    key: o.key,
+                    size: o.size,
+                    etag: o.etag,
+                    last_modified_ms: o.last_modified_ms,
+                })
+                .collect(),
+            next: page.next,
+        })
+    }
+
+    fn head_version(
+        &mut self,
+        store: String,
+        key: String,
+        version_id: String,
+    ) -> Result<wit::ObjectMeta, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        self.wait(store.head_version(&key, &version_id))?
+            .map(meta)
+            .map_err(object_error)
+    }
+
+    fn get_version_range(
+        &mut self,
+        store: String,
+        key: String,
+        version_id: String,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<u8>, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let range = range(offset, length)?;
+        self.wait(store.get_version_range(&key, &version_id, range))?
+            .map(|b| b.to_vec())
+            .map_err(object_error)
+    }
+
+    fn delete_version(
+        &mut self,
+        store: String,
+        key: String,
+        version_id: String,
+    ) -> Result<(), HostError> {
+        self.charge()?;
+        let store = self.writable_store(&store)?;
+        self.wait(store.delete_version(&key, &version_id))?
+            .map_err(object_error)
+    }
+
+    fn list_versions(
+        &mut self,
+        store: String,
+        prefix: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<wit::VersionPage, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let page = self
+            .wait(store.list_versions(&prefix, cursor.as_deref(), limit))?
+            .map_err(object_error)?;
+        Ok(wit::VersionPage {
+            versions: page
+                .items
+                .into_iter()
+                .map(|v: ListedVersion| wit::ListedVersion {
+                    key: v.key,
+                    version_id: v.version_id,
+                    etag: v.etag,
+                    size: v.size,
+                    is_current: v.is_current,
+                    is_delete_marker: v.is_delete_marker,
+                    last_modified_ms: v.last_modified_ms,
+                })
+                .collect(),
+            next: page.next,
+        })
+    }
+}

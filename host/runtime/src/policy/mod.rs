@@ -1,0 +1,86 @@
+//! Host-side drivers of the policy worlds: typed calls into a loaded
+//! plugin, with host types on this side of the boundary.
+
+pub mod archive;
+pub mod purge;
+pub mod requests;
+pub mod retention;
+pub mod takedown;
+
+use std::sync::Arc;
+
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+pub use custodian_core::decisions::PolicyError;
+
+use crate::bindings_error::WitError;
+use crate::host::CallState;
+use crate::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
+
+/// Links `plugin` to a world's generated bindings (`make` is the world's
+/// `*Pre::new`), after checking it implements `world`.
+fn link<P>(
+    plugin: &Plugin,
+    world: World,
+    make: impl FnOnce(InstancePre<CallState>) -> wasmtime::Result<P>,
+) -> Result<P, LoadError> {
+    plugin.expect_world(world)?;
+    make(plugin.pre.clone()).map_err(|e| LoadError::Link {
+        source_name: plugin.info().source.clone(),
+        reason: format!("{e:#}"),
+    })
+}
+
+/// A fresh store for one call, and the world's instance in it
+/// (`instantiate` is the world's `*Pre::instantiate`).
+fn instantiate<T>(
+    plugin: &Plugin,
+    call: Arc<CallContext>,
+    instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<T>,
+) -> Result<(Store<CallState>, T), CallError> {
+    let mut store = plugin.new_store(call);
+    let instance =
+        instantiate(&mut store).map_err(|e| crate::classify_instantiate(e, store.data()))?;
+    Ok((store, instance))
+}
+
+/// A call context for `plugin` granting nothing: for policies that decide
+/// from what the host hands them (`services` supplies only the clock and
+/// the I/O runtime).
+fn isolated_call(plugin: &Plugin, services: Arc<Services>, limits: Limits) -> Arc<CallContext> {
+    Arc::new(CallContext {
+        services,
+        grants: Grants::none(),
+        limits,
+        actor: plugin.info().actor(),
+    })
+}
+
+/// Runs a synchronous plugin call from async code: on a multi-threaded
+/// runtime the other workers take this one's tasks while it runs. Only for
+/// plugins granted nothing, which make no host call needing the runtime.
+fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(call)
+        }
+        _ => call(),
+    }
+}
+
+impl From<WitError> for PolicyError {
+    fn from(error: WitError) -> Self {
+        match error {
+            WitError::NotFound(m) => Self::NotFound(m),
+            WitError::PreconditionFailed(m) => Self::PreconditionFailed(m),
+            WitError::Conflict(m) => Self::Conflict(m),
+            WitError::ChecksumMismatch(m) => Self::ChecksumMismatch(m),
+            WitError::Corrupt(m) => Self::Corrupt(m),
+            WitError::Unavailable(m) => Self::Unavailable(m),
+            WitError::BudgetExhausted(m) => Self::BudgetExhausted(m),
+            WitError::AccessDenied(m) => Self::AccessDenied(m),
+            WitError::InvalidArgument(m) => Self::InvalidArgument(m),
+        }
+    }
+}

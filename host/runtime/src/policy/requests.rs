@@ -1,0 +1,235 @@
+//! Operator actions on takedown requests: filing one and setting its legal
+//! hold. Each is the plugin's guarded plan, an operator audit record, the
+//! plugin's own audit entries and the request's timer, committed in one
+//! transaction, so a request never exists without its timer and a hold
+//! never takes effect unaudited.
+
+use std::sync::Arc;
+
+use super::PolicyError;
+use super::takedown::{KIND, Request, TakedownPolicy};
+use crate::{CallContext, CallError};
+use custodian_core::audit::{self, Record};
+use custodian_core::timers::{self, StepCommit, TimerError, TimerState};
+use custodian_kv::{Batch, Kv, KvError, Outcome, Precondition};
+
+/// Attempts of a hold before giving up on a request whose timer keeps
+/// moving under it: each loss means a step committed in between, so a few
+/// rounds settle it unless something is badly wrong.
+const HOLD_ATTEMPTS: u32 = 4;
+
+/// Why an operator action did not take effect.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The policy refused (its answer says why).
+    #[error("the takedown policy refused: {0}")]
+    Refused(#[source] PolicyError),
+    /// The plugin could not be called to completion.
+    #[error("the takedown plugin failed")]
+    Call(#[from] CallError),
+    /// The KV failed.
+    #[error("the KV failed")]
+    Kv(#[from] KvError),
+    /// The timer row could not be read or planned.
+    #[error("the request's timer")]
+    Timer(#[from] TimerError),
+    /// The request already exists.
+    #[error("a request with id {0} already exists")]
+    Exists(String),
+    /// Concurrent steps kept changing the request.
+    #[error("the request kept changing under the operation; retry")]
+    Contention,
+    /// The plugin that planned the action was swapped out before it could
+    /// commit; nothing changed, and a retry is planned by the new plugin.
+    #[error("the takedown plugin was swapped while the action was planned; retry")]
+    Swapped,
+}
+
+fn record(
+    now_ms: u64,
+    operator: &str,
+    event: &str,
+    targets: Vec<String>,
+    detail: String,
+) -> Record {
+    Record {
+        at_ms: now_ms,
+        actor: format!("operator:{operator}"),
+        event: event.into(),
+        targets,
+        detail: Some(detail),
+    }
+}
+
+/// Adds the operator's record and the plugin's entries to `batch`, under
+/// keys derived from `unique` (so a retried plan cannot duplicate them).
+fn add_audit(batch: &mut Batch, records: Vec<Record>, unique: &[u8]) -> Result<(), RequestError> {
+    for (i, record) in (0u8..).zip(&records) {
+        let (guard, write) = audit::plan(record, unique, i)?;
+        batch.preconditions.push(guard);
+        batch.writes.push(write);
+    }
+    Ok(())
+}
+
+fn plugin_records(commit: &StepCommit, now_ms: u64, actor: &str) -> Vec<Record> {
+    commit
+        .audit
+        .iter()
+        .map(|entry| Record {
+            at_ms: now_ms,
+            actor: actor.to_owned(),
+            event: entry.event.clone(),
+            targets: entry.targets.clone(),
+            detail: entry.detail.clone(),
+        })
+        .collect()
+}
+
+/// What an operator action commits with, beyond its own guards.
+#[derive(Debug, Clone, Copy)]
+pub struct Action<'a> {
+    /// Who is acting, for the audit log.
+    pub operator: &'a str,
+    /// "Now", ms since the epoch.
+    pub now_ms: u64,
+    /// Preconditions the commit must also hold, checked first: a server
+    /// passes its plugin-swap guard
+    /// ([`custodian_core::fence::Coordinator::epoch_guard`]), so an action planned
+    /// by a plugin swapped out meanwhile cannot commit.
+    pub guard: &'a [Precondition],
+}
+
+/// Puts `guard` first among `batch`'s preconditions.
+fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
+    batch.preconditions.splice(0..0, guard.iter().cloned());
+    batch
+}
+
+/// Files `request`: the policy's plan, the audit and the request's timer
+/// (due at `now_ms`) in one transaction. A blocking call: it runs the
+/// plugin on this thread and waits for the KV on `io`.
+///
+/// # Errors
+/// See [`RequestError`]; a refused plan or an existing id changes nothing.
+pub fn create(
+    policy: &TakedownPolicy,
+    call: Arc<CallContext>,
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    request: &Request,
+    action: Action<'_>,
+) -> Result<(), RequestError> {
+    let Action {
+        operator,
+        now_ms,
+        guard,
+    } = action;
+    let actor = call.actor.clone();
+    let id = hex(&request.id);
+    let commit = match policy.plan_create(call, request, now_ms)? {
+        Ok(commit) => commit,
+        Err(PolicyError::PreconditionFailed(_)) => return Err(RequestError::Exists(id)),
+        Err(refused) => return Err(RequestError::Refused(refused)),
+    };
+    let mut records = vec![record(
+        now_ms,
+        operator,
+        "takedown/create",
+        vec![
+            format!("takedown:{id}"),
+            format!("repo:{}", request.repository),
+        ],
+        match &request.pack {
+            Some(pack) => format!("pack {}", hex(pack)),
+            None => format!("{} object(s)", request.objects.len()),
+        },
+    )];
+    records.extend(plugin_records(&commit, now_ms, &actor));
+    let mut batch = commit.batch;
+    add_audit(&mut batch, records, &request.id)?;
+    let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
+    batch.preconditions.extend(timer.preconditions);
+    batch.writes.extend(timer.writes);
+    match io.block_on(kv.apply(&guarded(batch, guard)))? {
+        Outcome::Committed => Ok(()),
+        Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+            Err(RequestError::Swapped)
+        }
+        // Every other guard is an absence (the request row, its audit
+        // records, its timer): one failing means the same request was
+        // just filed.
+        Outcome::PreconditionFailed { .. } => Err(RequestError::Exists(id)),
+        Outcome::DeadlinePassed => Err(RequestError::Contention),
+    }
+}
+
+/// Sets (`enabled`) or clears the legal hold of request `id`, and moves its
+/// timer to `now_ms` so the next step sees the change at once.
+///
+/// # Errors
+/// See [`RequestError`]; placing a hold once purging has begun is
+/// [`RequestError::Refused`] with [`PolicyError::PreconditionFailed`].
+pub fn hold(
+    policy: &TakedownPolicy,
+    call: impl Fn() -> Arc<CallContext>,
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    enabled: bool,
+    action: Action<'_>,
+) -> Result<(), RequestError> {
+    let Action {
+        operator,
+        now_ms,
+        guard,
+    } = action;
+    for attempt in 0..HOLD_ATTEMPTS {
+        let context = call();
+        let actor = context.actor.clone();
+        let commit = policy
+            .plan_hold(context, id, enabled, now_ms)?
+            .map_err(RequestError::Refused)?;
+        let timer = io.block_on(timers::get(kv, KIND, id))?;
+        let mut records = vec![record(
+            now_ms,
+            operator,
+            if enabled {
+                "takedown/hold"
+            } else {
+                "takedown/release"
+            },
+            vec![format!("takedown:{}", hex(id))],
+            format!("legal hold {}", if enabled { "on" } else { "off" }),
+        )];
+        records.extend(plugin_records(&commit, now_ms, &actor));
+        let mut batch = commit.batch;
+        let unique = [id.as_slice(), &[u8::from(enabled), attempt as u8]].concat();
+        add_audit(&mut batch, records, &unique)?;
+        let observed = timer.as_ref().map(|t| t.due_ms.to_be_bytes());
+        let state = timer.map(|t| t.state).unwrap_or_default();
+        let schedule = timers::plan_schedule(
+            KIND,
+            id,
+            now_ms,
+            observed.as_ref().map(|d| d.as_slice()),
+            &state,
+        )?;
+        batch.preconditions.extend(schedule.preconditions);
+        batch.writes.extend(schedule.writes);
+        match io.block_on(kv.apply(&guarded(batch, guard)))? {
+            Outcome::Committed => return Ok(()),
+            Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+                return Err(RequestError::Swapped);
+            }
+            // A step moved the request or its timer meanwhile: plan again.
+            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {}
+        }
+    }
+    Err(RequestError::Contention)
+}
+
+/// A 32-byte id as it is shown.
+fn hex(id: &[u8; 32]) -> String {
+    custodian_core::content::ObjectId(*id).to_hex()
+}

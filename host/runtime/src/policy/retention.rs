@@ -1,0 +1,227 @@
+//! The retention world's driver: asks a retention plugin what may be
+//! deleted or purged, and when to look again.
+
+use std::sync::Arc;
+
+use super::PolicyError;
+use crate::bindings::policy::retention::exports::custodian::policy::retention_rules as wit;
+use crate::bindings::policy::retention::{Retention, RetentionPre};
+use crate::host::CallState;
+use crate::{CallContext, CallError, LoadError, Plugin, World};
+use crate::{Limits, Services};
+pub use custodian_core::decisions::retention::{
+    Assessment, Item, RetentionOracle, Settings, Stage, Verdict,
+};
+
+/// A loaded retention plugin, ready to be asked.
+pub struct RetentionPolicy {
+    plugin: Arc<Plugin>,
+    pre: RetentionPre<CallState>,
+}
+
+impl RetentionPolicy {
+    /// Wraps `plugin`, which must implement the retention world.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
+    /// not have the retention world's types.
+    pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
+        let pre = super::link(&plugin, World::Retention, RetentionPre::new)?;
+        Ok(Self { plugin, pre })
+    }
+
+    /// The plugin asked.
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// A fresh instance for one call.
+    fn instance(
+        &self,
+        call: Arc<CallContext>,
+    ) -> Result<(wasmtime::Store<CallState>, Retention), CallError> {
+        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
+    }
+
+    /// Assesses `item` at `now_ms`.
+    ///
+    /// # Errors
+    /// The outer error is the call failing (a trap, a limit); the inner one
+    /// is the policy's own answer (e.g. invalid settings).
+    pub fn assess(
+        &self,
+        call: Arc<CallContext>,
+        settings: Settings,
+        item: Item,
+        now_ms: u64,
+    ) -> Result<Result<Assessment, PolicyError>, CallError> {
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_retention_rules()
+            .call_assess(
+                &mut store,
+                wit::Settings::from(settings),
+                wit::Item::from(item),
+                now_ms,
+            )
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer.map(Assessment::from).map_err(PolicyError::from))
+    }
+
+    /// Sets or clears the legal hold on `item`.
+    ///
+    /// # Errors
+    /// As for [`RetentionPolicy::assess`]; placing a hold once purging has
+    /// begun is the policy's [`PolicyError::PreconditionFailed`].
+    pub fn set_hold(
+        &self,
+        call: Arc<CallContext>,
+        item: Item,
+        enabled: bool,
+    ) -> Result<Result<Item, PolicyError>, CallError> {
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_retention_rules()
+            .call_set_hold(&mut store, wit::Item::from(item), enabled)
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer.map(Item::from).map_err(PolicyError::from))
+    }
+}
+
+/// Routes retention questions to a loaded retention plugin with one class
+/// of item's settings. Each question is a call of its own: a fresh
+/// instance, no grants, the route's limits.
+pub struct RetentionRoute {
+    policy: Arc<RetentionPolicy>,
+    settings: Settings,
+    call: Arc<CallContext>,
+}
+
+impl RetentionRoute {
+    /// Routes to `policy` with `settings`; its calls run with `limits` and
+    /// reach nothing (`services` only supplies the clock and I/O runtime).
+    pub fn new(
+        policy: Arc<RetentionPolicy>,
+        settings: Settings,
+        services: Arc<Services>,
+        limits: Limits,
+    ) -> Self {
+        let call = super::isolated_call(policy.plugin(), services, limits);
+        Self {
+            policy,
+            settings,
+            call,
+        }
+    }
+}
+
+fn unanswered(error: CallError) -> PolicyError {
+    PolicyError::Unavailable(format!("the retention plugin did not answer: {error}"))
+}
+
+impl RetentionOracle for RetentionRoute {
+    fn assess(&self, item: Item, now_ms: u64) -> Result<Assessment, PolicyError> {
+        self.policy
+            .assess(self.call.clone(), self.settings, item, now_ms)
+            .map_err(unanswered)?
+    }
+
+    fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
+        self.policy
+            .set_hold(self.call.clone(), item, enabled)
+            .map_err(unanswered)?
+    }
+}
+
+impl From<Settings> for wit::Settings {
+    fn from(s: Settings) -> Self {
+        Self {
+            retention_ms: s.retention_ms,
+            noncurrent_retention_ms: s.noncurrent_retention_ms,
+        }
+    }
+}
+
+impl From<Stage> for wit::Stage {
+    fn from(stage: Stage) -> Self {
+        match stage {
+            Stage::Active => Self::Active,
+            Stage::Retaining => Self::Retaining,
+            Stage::Purging => Self::Purging,
+            Stage::Purged => Self::Purged,
+        }
+    }
+}
+
+impl From<wit::Stage> for Stage {
+    fn from(stage: wit::Stage) -> Self {
+        match stage {
+            wit::Stage::Active => Self::Active,
+            wit::Stage::Retaining => Self::Retaining,
+            wit::Stage::Purging => Self::Purging,
+            wit::Stage::Purged => Self::Purged,
+        }
+    }
+}
+
+impl From<Item> for wit::Item {
+    fn from(item: Item) -> Self {
+        Self {
+            created_ms: item.created_ms,
+            noncurrent_since_ms: item.noncurrent_since_ms,
+            hold: item.hold,
+            stage: item.stage.into(),
+        }
+    }
+}
+
+impl From<wit::Item> for Item {
+    fn from(item: wit::Item) -> Self {
+        Self {
+            created_ms: item.created_ms,
+            noncurrent_since_ms: item.noncurrent_since_ms,
+            hold: item.hold,
+            stage: item.stage.into(),
+        }
+    }
+}
+
+impl From<wit::Verdict> for Verdict {
+    fn from(verdict: wit::Verdict) -> Self {
+        match verdict {
+            wit::Verdict::Allow => Self::Allow,
+            wit::Verdict::Deny(reason) => Self::Deny(reason),
+        }
+    }
+}
+
+impl From<Verdict> for wit::Verdict {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Allow => Self::Allow,
+            Verdict::Deny(reason) => Self::Deny(reason),
+        }
+    }
+}
+
+impl From<Assessment> for wit::Assessment {
+    fn from(a: Assessment) -> Self {
+        Self {
+            retain_until_ms: a.retain_until_ms,
+            may_delete: a.may_delete.into(),
+            may_purge: a.may_purge.into(),
+            next_check_ms: a.next_check_ms,
+        }
+    }
+}
+
+impl From<wit::Assessment> for Assessment {
+    fn from(a: wit::Assessment) -> Self {
+        Self {
+            retain_until_ms: a.retain_until_ms,
+            may_delete: a.may_delete.into(),
+            may_purge: a.may_purge.into(),
+            next_check_ms: a.next_check_ms,
+        }
+    }
+}

@@ -1,0 +1,488 @@
+//! The takedown world's driver: runs a takedown plugin's `step` for the
+//! timer worker, and its `status` and `plan-hold` for operators.
+//!
+//! The plugin decides; the host commits. A step's commit comes back as WIT
+//! values and is converted here, its partitions checked against the
+//! plugin's grants, before the timer worker adds the timer, fence and audit
+//! rows and applies it in one transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::PolicyError;
+use crate::bindings::policy::takedown::custodian::policy::steps as steps_wit;
+use crate::bindings::policy::takedown::exports::custodian::policy::takedown_steps as wit;
+use crate::bindings::policy::takedown::{Takedown, TakedownPre};
+use crate::host::CallState;
+use crate::host::kv::convert_batch;
+use crate::{
+    CallContext, CallError, Grants, LimitExceeded, Limits, LoadError, Plugin, Services, World,
+};
+use custodian_core::budget::{BudgetedKv, BudgetedStore, SliceBudget};
+use custodian_core::timers::{
+    AuditEntry, DueTimer, FailureCause, Fired, StepCommit, StepFailure, TimerHandler,
+};
+use custodian_kv::Precondition;
+use custodian_object::ObjectStore;
+
+/// The timer kind takedown steps run under.
+pub const KIND: &str = "takedown";
+/// The KV partition a takedown plugin owns (read and write).
+pub const PARTITION: &str = "takedown";
+/// The host's content index, which a takedown plugin reads.
+pub const CONTENT_PARTITION: &str = custodian_core::content::PARTITION;
+/// The store users' content is served from, which a takedown plugin reads.
+pub const SERVING_STORE: &str = custodian_core::content::SERVING_STORE;
+/// The separately provisioned store only the takedown policy writes to.
+pub const PRESERVED_STORE: &str = "preserved";
+
+/// A takedown request as an operator files it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// 32 bytes; the timer's reference.
+    pub id: [u8; 32],
+    /// `namespace/name`.
+    pub repository: String,
+    /// When it was filed, ms since the epoch.
+    pub created_ms: u64,
+    /// Objects to take down; empty when `pack` is given.
+    pub objects: Vec<[u8; 32]>,
+    /// A pack whose whole inventory is taken down.
+    pub pack: Option<[u8; 32]>,
+}
+
+impl Request {
+    /// A request whose id is derived from its contents: filing the same
+    /// request twice in the same millisecond names the same request
+    /// (and the second is refused as existing), never two.
+    pub fn new(
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let context = "custodian takedown request v1";
+        let when = created_ms.to_le_bytes();
+        Self::hashed(context, &when, repository, created_ms, objects, pack)
+    }
+
+    /// A request filed under a client's idempotency key: its id derives
+    /// from the key and its contents, not the time, so a client that
+    /// retries after an answer it never got (a timeout, a dead host) names
+    /// the same request and cannot file it twice. `created_ms` is kept as
+    /// the first filing's time.
+    pub fn keyed(
+        key: &str,
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let context = "custodian keyed takedown request v1";
+        let named = [&(key.len() as u64).to_le_bytes()[..], key.as_bytes()].concat();
+        Self::hashed(context, &named, repository, created_ms, objects, pack)
+    }
+
+    /// The id over the contents, with `what` (the time, or the key)
+    /// after the repository: every field is length-prefixed or fixed-size
+    /// under its own derivation context, so no two requests hash the same
+    /// input.
+    fn hashed(
+        context: &str,
+        what: &[u8],
+        repository: String,
+        created_ms: u64,
+        objects: Vec<[u8; 32]>,
+        pack: Option<[u8; 32]>,
+    ) -> Self {
+        let mut hasher = blake3::Hasher::new_derive_key(context);
+        hasher.update(&(repository.len() as u64).to_le_bytes());
+        hasher.update(repository.as_bytes());
+        hasher.update(what);
+        hasher.update(&(objects.len() as u64).to_le_bytes());
+        for object in &objects {
+            hasher.update(object);
+        }
+        if let Some(pack) = &pack {
+            hasher.update(b"pack");
+            hasher.update(pack);
+        }
+        Self {
+            id: *hasher.finalize().as_bytes(),
+            repository,
+            created_ms,
+            objects,
+            pack,
+        }
+    }
+}
+
+/// Running totals of a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Objects queued for acquisition.
+    pub objects: u64,
+    /// Objects preserved and verified.
+    pub verified: u64,
+    /// Objects whose serving copy was corrupt.
+    pub corrupt: u64,
+    /// Pieces recorded.
+    pub pieces: u64,
+    /// Bytes preserved.
+    pub bytes: u64,
+    /// Holder repositories discovered.
+    pub holders: u64,
+    /// Preserved pieces deleted by purge passes.
+    pub purged_pieces: u64,
+}
+
+/// What a takedown plugin reaches: its own partition, the content index
+/// and serving copies to read, and the preserved store to write.
+pub fn grants() -> Grants {
+    Grants::none()
+        .partition(PARTITION)
+        .and_then(|g| g.read_partition(CONTENT_PARTITION))
+        .expect("the takedown partitions are valid, grantable names")
+        .read_store(SERVING_STORE)
+        .store(PRESERVED_STORE)
+}
+
+/// A request's state as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RequestStatus {
+    /// `namespace/name`.
+    pub repository: String,
+    /// When it was filed.
+    pub created_ms: u64,
+    /// The phase: `seed`, `acquire`, `closure`, `discover`, `retain`,
+    /// `purging` or `purged`.
+    pub phase: String,
+    /// How far verification got.
+    pub verification: String,
+    /// Running totals.
+    pub counts: Counts,
+    /// Kept at least until then.
+    pub retain_until_ms: u64,
+    /// A legal hold is set.
+    pub hold: bool,
+    /// The preserved copies have been purged.
+    pub purged: bool,
+    /// When the next purge pass (a re-sweep, once purged) may start.
+    pub next_purge_ms: Option<u64>,
+    /// The last error the policy recorded.
+    pub last_error: Option<String>,
+}
+
+/// A loaded takedown plugin.
+pub struct TakedownPolicy {
+    plugin: Arc<Plugin>,
+    pre: TakedownPre<CallState>,
+}
+
+impl TakedownPolicy {
+    /// Wraps `plugin`, which must implement the takedown world.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
+    /// not have the takedown world's types.
+    pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
+        let pre = super::link(&plugin, World::Takedown, TakedownPre::new)?;
+        Ok(Self { plugin, pre })
+    }
+
+    /// The plugin.
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    fn instance(
+        &self,
+        call: Arc<CallContext>,
+    ) -> Result<(wasmtime::Store<CallState>, Takedown), CallError> {
+        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
+    }
+
+    /// Runs one step of `timer` at `now_ms`. The commit's partitions are
+    /// checked against the call's grants and its size against the caller
+    /// bounds; a commit that breaks either is the policy's
+    /// [`PolicyError::InvalidArgument`] or [`PolicyError::AccessDenied`].
+    ///
+    /// # Errors
+    /// The outer error is the call failing (a trap, a limit); the inner one
+    /// is the policy's own answer.
+    pub fn step(
+        &self,
+        call: Arc<CallContext>,
+        timer: &DueTimer,
+        now_ms: u64,
+    ) -> Result<Result<Fired, PolicyError>, CallError> {
+        let grants = call.grants.clone();
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_takedown_steps()
+            .call_step(
+                &mut store,
+                &steps_wit::Timer {
+                    kind: timer.kind.clone(),
+                    reference: timer.reference.clone(),
+                    due_at_ms: timer.due_ms,
+                    now_ms,
+                },
+            )
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer.map_err(PolicyError::from).and_then(|result| {
+            Ok(match result {
+                steps_wit::StepResult::Reschedule(r) => Fired::Reschedule {
+                    due_ms: r.due_at_ms,
+                    commit: commit(&grants, r.commit)?,
+                },
+                steps_wit::StepResult::Done(c) => Fired::Done(commit(&grants, c)?),
+            })
+        }))
+    }
+
+    /// The guarded commit that records `request` (the caller adds its
+    /// timer).
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; the policy refuses a malformed
+    /// request, objects the repository does not hold, and an existing id.
+    pub fn plan_create(
+        &self,
+        call: Arc<CallContext>,
+        request: &Request,
+        now_ms: u64,
+    ) -> Result<Result<StepCommit, PolicyError>, CallError> {
+        let grants = call.grants.clone();
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_takedown_steps()
+            .call_plan_create(&mut store, &wit::Request::from(request), now_ms)
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer
+            .map_err(PolicyError::from)
+            .and_then(|c| commit(&grants, c)))
+    }
+
+    /// The request's current state.
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; an unknown request is the policy's
+    /// [`PolicyError::NotFound`].
+    pub fn status(
+        &self,
+        call: Arc<CallContext>,
+        request: &[u8],
+    ) -> Result<Result<RequestStatus, PolicyError>, CallError> {
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_takedown_steps()
+            .call_status(&mut store, request)
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer.map(RequestStatus::from).map_err(PolicyError::from))
+    }
+
+    /// The guarded commit that sets or clears the legal hold of `request`.
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; placing a hold once purging has
+    /// begun is the policy's [`PolicyError::PreconditionFailed`].
+    pub fn plan_hold(
+        &self,
+        call: Arc<CallContext>,
+        request: &[u8],
+        enabled: bool,
+        now_ms: u64,
+    ) -> Result<Result<StepCommit, PolicyError>, CallError> {
+        let grants = call.grants.clone();
+        let (mut store, instance) = self.instance(call)?;
+        let answer = instance
+            .custodian_policy_takedown_steps()
+            .call_plan_hold(&mut store, request, enabled, now_ms)
+            .map_err(|e| crate::classify(e, store.data()))?;
+        Ok(answer
+            .map_err(PolicyError::from)
+            .and_then(|c| commit(&grants, c)))
+    }
+}
+
+fn commit(grants: &Grants, commit: steps_wit::Commit) -> Result<StepCommit, PolicyError> {
+    let batch = convert_batch(grants, commit.batch).map_err(|e| {
+        // The plugin handed back a batch it could not have applied itself.
+        match PolicyError::from(e) {
+            PolicyError::AccessDenied(m) => {
+                PolicyError::AccessDenied(format!("the step's commit: {m}"))
+            }
+            other => PolicyError::InvalidArgument(format!("the step's commit: {other}")),
+        }
+    })?;
+    Ok(StepCommit {
+        batch,
+        audit: commit
+            .audit
+            .into_iter()
+            .map(|e| AuditEntry {
+                event: e.event,
+                targets: e.targets,
+                detail: e.detail,
+            })
+            .collect(),
+    })
+}
+
+impl From<wit::RequestStatus> for RequestStatus {
+    fn from(s: wit::RequestStatus) -> Self {
+        let c = s.counts;
+        Self {
+            repository: s.repository,
+            created_ms: s.created_ms,
+            phase: s.phase,
+            verification: s.verification,
+            counts: Counts {
+                objects: c.objects,
+                verified: c.verified,
+                corrupt: c.corrupt,
+                pieces: c.pieces,
+                bytes: c.bytes,
+                holders: c.holders,
+                purged_pieces: c.purged_pieces,
+            },
+            retain_until_ms: s.retain_until_ms,
+            hold: s.hold,
+            purged: s.purged,
+            next_purge_ms: s.next_purge_ms,
+            last_error: s.last_error,
+        }
+    }
+}
+
+impl From<&Request> for wit::Request {
+    fn from(r: &Request) -> Self {
+        Self {
+            id: r.id.to_vec(),
+            repository: r.repository.clone(),
+            created_ms: r.created_ms,
+            objects: r.objects.iter().map(|o| o.to_vec()).collect(),
+            pack: r.pack.map(|p| p.to_vec()),
+        }
+    }
+}
+
+/// Runs a takedown plugin's steps for the timer worker.
+///
+/// Each step gets a fresh instance, the plugin's grants and limits, and
+/// the KV and object stores behind budgeted wrappers charging the step's
+/// [`SliceBudget`]; it runs on a blocking thread because a plugin call is
+/// synchronous.
+pub struct TakedownHandler {
+    policy: Arc<TakedownPolicy>,
+    services: Arc<Services>,
+    grants: Grants,
+    limits: Limits,
+    guards: Vec<Precondition>,
+}
+
+impl TakedownHandler {
+    /// A handler running `policy` with `services`, reaching only `grants`.
+    pub fn new(
+        policy: Arc<TakedownPolicy>,
+        services: Arc<Services>,
+        grants: Grants,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            policy,
+            services,
+            grants,
+            limits,
+            guards: Vec::new(),
+        }
+    }
+
+    /// This handler with `guards` on every step commit (see
+    /// [`TimerHandler::guards`]).
+    #[must_use]
+    pub fn guarded(mut self, guards: Vec<Precondition>) -> Self {
+        self.guards = guards;
+        self
+    }
+
+    fn budgeted(&self, budget: &SliceBudget) -> Arc<Services> {
+        let stores: BTreeMap<String, Arc<dyn ObjectStore>> = self
+            .services
+            .stores
+            .iter()
+            .filter(|(name, _)| self.grants.may_read_store(name))
+            .map(|(name, store)| {
+                let wrapped: Arc<dyn ObjectStore> =
+                    Arc::new(BudgetedStore::new(store.clone(), budget.clone()));
+                (name.clone(), wrapped)
+            })
+            .collect();
+        Arc::new(Services {
+            kv: Arc::new(BudgetedKv::new(self.services.kv.clone(), budget.clone())),
+            stores,
+            clock: self.services.clock.clone(),
+            io: self.services.io.clone(),
+            retention: self.services.retention.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl TimerHandler for TakedownHandler {
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn actor(&self) -> String {
+        self.policy.plugin().info().actor()
+    }
+
+    fn max_per_tick(&self) -> Option<u32> {
+        // The seed fires one takedown step per tick: each moves bytes, and
+        // one request must not starve the other kinds.
+        Some(1)
+    }
+
+    fn guards(&self) -> &[Precondition] {
+        &self.guards
+    }
+
+    async fn fire(
+        &self,
+        timer: &DueTimer,
+        now_ms: u64,
+        budget: &SliceBudget,
+    ) -> Result<Fired, StepFailure> {
+        let call = Arc::new(CallContext {
+            services: self.budgeted(budget),
+            grants: self.grants.clone(),
+            limits: self.limits.clone(),
+            actor: self.actor(),
+        });
+        let policy = self.policy.clone();
+        let timer = timer.clone();
+        let answer = tokio::task::spawn_blocking(move || policy.step(call, &timer, now_ms))
+            .await
+            .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;
+        match answer {
+            Ok(Ok(fired)) => Ok(fired),
+            Ok(Err(policy)) => Err(StepFailure::because(
+                FailureCause::Policy,
+                format!("the policy answered {policy}"),
+            )),
+            Err(call) => {
+                let cause = match &call {
+                    CallError::Trap(_) => FailureCause::Trap,
+                    CallError::Limit(LimitExceeded::Time(_)) => FailureCause::Timeout,
+                    CallError::Limit(_) => FailureCause::Limit,
+                    _ => FailureCause::Other,
+                };
+                Err(StepFailure::because(cause, call.to_string()))
+            }
+        }
+    }
+}

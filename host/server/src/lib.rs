@@ -1,0 +1,8 @@
+//! Custodian's server: what runs a node. [`serve`] holds the HTTP API,
+//! the workers, jobs and the plugin set shared by every host on a KV;
+//! [`config`] the configuration file; [`data_dir`] the embedded default's
+//! on-disk layout.
+
+pub mod config;
+pub mod data_dir;
+pub mod serve;

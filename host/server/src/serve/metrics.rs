@@ -1,0 +1,504 @@
+//! The server's metrics, rendered as Prometheus text for `/metrics`.
+//!
+//! Counters are keyed by their labels in ordered maps, so the output is
+//! stable (families and series always in the same order) and a scrape
+//! costs one pass. Label values come from the server itself (routes as
+//! matched, plugin actors, store names, fixed outcome names), never from
+//! a request's raw path, so the number of series stays bounded.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::http::{Method, StatusCode};
+
+use custodian_core::timers::{FireOutcome, FiredTimer};
+
+/// Histogram bucket bounds, in seconds: from a cached read to a step at
+/// its time limit.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram with [`BUCKETS`].
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    /// Observations at or below each bound (not cumulative; summed when
+    /// rendered).
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if let Some(i) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.counts[i] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, count) in BUCKETS.iter().zip(self.counts) {
+            cumulative += count;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = |l: &str| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("{{{l}}}")
+            }
+        };
+        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), self.sum);
+        let _ = writeln!(out, "{name}_count{} {}", braces(labels), self.count);
+    }
+}
+
+/// Everything counted, under one lock: each update is a map lookup, far
+/// cheaper than the request or step it counts.
+#[derive(Default)]
+struct Families {
+    http_requests: BTreeMap<(String, String, u16), u64>,
+    http_latency: BTreeMap<(String, String), Histogram>,
+    steps: BTreeMap<(String, &'static str), u64>,
+    step_latency: BTreeMap<String, Histogram>,
+    step_failures: BTreeMap<(String, &'static str), u64>,
+    store_calls: BTreeMap<(String, &'static str), u64>,
+    store_errors: BTreeMap<(String, &'static str), u64>,
+    timer_lag: Histogram,
+    swaps: BTreeMap<(String, &'static str), u64>,
+    /// Whether this host runs exactly the shared plugin set (1) or not
+    /// (0); a gauge, so an alert can fire on a host that cannot follow.
+    in_sync: u64,
+    kv_calls: BTreeMap<&'static str, u64>,
+    kv_errors: BTreeMap<&'static str, u64>,
+    kv_batch: BatchSizes,
+}
+
+/// What the KV's batches have weighed: totals and the largest seen.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchSizes {
+    ops: u64,
+    bytes: u64,
+    max_ops: u64,
+    max_bytes: u64,
+}
+
+/// The server's metrics.
+#[derive(Default)]
+pub struct Metrics {
+    families: Mutex<Families>,
+}
+
+/// Escapes a label value for the text format.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn outcome_name(outcome: FireOutcome) -> &'static str {
+    match outcome {
+        FireOutcome::Rescheduled => "rescheduled",
+        FireOutcome::Done => "done",
+        FireOutcome::Failed => "failed",
+        FireOutcome::Lost => "lost",
+        FireOutcome::Fenced => "fenced",
+        FireOutcome::Deferred => "deferred",
+    }
+}
+
+impl Metrics {
+    /// No observations yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, update: impl FnOnce(&mut Families) -> T) -> T {
+        let mut families = self
+            .families
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        update(&mut families)
+    }
+
+    /// One HTTP request, by method, matched route and status.
+    pub fn http_request(&self, method: &Method, route: &str, status: StatusCode, took: Duration) {
+        self.with(|f| {
+            *f.http_requests
+                .entry((method.to_string(), route.to_owned(), status.as_u16()))
+                .or_default() += 1;
+            f.http_latency
+                .entry((method.to_string(), route.to_owned()))
+                .or_default()
+                .observe(took.as_secs_f64());
+        });
+    }
+
+    /// One fired timer: its outcome by plugin, its step's latency, its
+    /// failure's cause, and how late it fired (`now_ms` minus due time).
+    pub fn step(&self, fired: &FiredTimer, now_ms: u64) {
+        self.with(|f| {
+            *f.steps
+                .entry((fired.actor.clone(), outcome_name(fired.outcome)))
+                .or_default() += 1;
+            f.step_latency
+                .entry(fired.actor.clone())
+                .or_default()
+                .observe(fired.step_us as f64 / 1e6);
+            if let Some(cause) = fired.cause {
+                *f.step_failures
+                    .entry((fired.actor.clone(), cause.name()))
+                    .or_default() += 1;
+            }
+            f.timer_lag
+                .observe(now_ms.saturating_sub(fired.due_ms) as f64 / 1e3);
+        });
+    }
+
+    /// One object-store call, and whether it failed.
+    pub fn store_call(&self, store: &str, operation: &'static str, failed: bool) {
+        self.with(|f| {
+            *f.store_calls
+                .entry((store.to_owned(), operation))
+                .or_default() += 1;
+            if failed {
+                *f.store_errors
+                    .entry((store.to_owned(), operation))
+                    .or_default() += 1;
+            }
+        });
+    }
+
+    /// One plugin swap of `world`: `completed`, `refused`, or `adopted`
+    /// (made on another host, followed here).
+    pub fn swap(&self, world: &str, result: &'static str) {
+        self.with(|f| *f.swaps.entry((world.to_owned(), result)).or_default() += 1);
+    }
+
+    /// Whether this host now runs exactly the shared plugin set.
+    pub fn in_sync(&self, in_sync: bool) {
+        self.with(|f| f.in_sync = u64::from(in_sync));
+    }
+
+    /// One KV call, by operation, and whether it failed.
+    pub fn kv_call(&self, operation: &'static str, failed: bool) {
+        self.with(|f| {
+            *f.kv_calls.entry(operation).or_default() += 1;
+            if failed {
+                *f.kv_errors.entry(operation).or_default() += 1;
+            }
+        });
+    }
+
+    /// One KV batch of `ops` preconditions and writes and `bytes` of
+    /// partition names, keys and values.
+    pub fn kv_batch(&self, ops: u64, bytes: u64) {
+        self.with(|f| {
+            let sizes = &mut f.kv_batch;
+            sizes.ops += ops;
+            sizes.bytes += bytes;
+            sizes.max_ops = sizes.max_ops.max(ops);
+            sizes.max_bytes = sizes.max_bytes.max(bytes);
+        });
+    }
+
+    /// Everything, as Prometheus text (format 0.0.4).
+    pub fn render(&self) -> String {
+        let f = self.with(|f| {
+            // Rendering formats strings; do it outside the lock.
+            Families {
+                http_requests: f.http_requests.clone(),
+                http_latency: f.http_latency.clone(),
+                steps: f.steps.clone(),
+                step_latency: f.step_latency.clone(),
+                step_failures: f.step_failures.clone(),
+                store_calls: f.store_calls.clone(),
+                store_errors: f.store_errors.clone(),
+                timer_lag: f.timer_lag.clone(),
+                swaps: f.swaps.clone(),
+                in_sync: f.in_sync,
+                kv_calls: f.kv_calls.clone(),
+                kv_errors: f.kv_errors.clone(),
+                kv_batch: f.kv_batch,
+            }
+        });
+        let mut out = String::new();
+        let header = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        header(
+            &mut out,
+            "custodian_http_requests_total",
+            "counter",
+            "HTTP requests by method, route and status.",
+        );
+        for ((method, route, status), n) in &f.http_requests {
+            let _ = writeln!(
+                out,
+                "custodian_http_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {n}",
+                escape(route)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_http_request_seconds",
+            "histogram",
+            "HTTP request latency by method and route.",
+        );
+        for ((method, route), h) in &f.http_latency {
+            let labels = format!("method=\"{method}\",route=\"{}\"", escape(route));
+            h.render(&mut out, "custodian_http_request_seconds", &labels);
+        }
+        header(
+            &mut out,
+            "custodian_steps_total",
+            "counter",
+            "Timer steps by plugin and outcome.",
+        );
+        for ((actor, outcome), n) in &f.steps {
+            let _ = writeln!(
+                out,
+                "custodian_steps_total{{plugin=\"{}\",outcome=\"{outcome}\"}} {n}",
+                escape(actor)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_step_seconds",
+            "histogram",
+            "Time in a plugin's step, by plugin.",
+        );
+        for (actor, h) in &f.step_latency {
+            let labels = format!("plugin=\"{}\"", escape(actor));
+            h.render(&mut out, "custodian_step_seconds", &labels);
+        }
+        header(
+            &mut out,
+            "custodian_step_failures_total",
+            "counter",
+            "Failed steps by plugin and cause (policy, trap, timeout, limit, budget, other).",
+        );
+        for ((actor, cause), n) in &f.step_failures {
+            let _ = writeln!(
+                out,
+                "custodian_step_failures_total{{plugin=\"{}\",cause=\"{cause}\"}} {n}",
+                escape(actor)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_store_calls_total",
+            "counter",
+            "Object-store calls by store and operation.",
+        );
+        for ((store, op), n) in &f.store_calls {
+            let _ = writeln!(
+                out,
+                "custodian_store_calls_total{{store=\"{}\",operation=\"{op}\"}} {n}",
+                escape(store)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_store_errors_total",
+            "counter",
+            "Failed object-store calls by store and operation.",
+        );
+        for ((store, op), n) in &f.store_errors {
+            let _ = writeln!(
+                out,
+                "custodian_store_errors_total{{store=\"{}\",operation=\"{op}\"}} {n}",
+                escape(store)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_timer_lag_seconds",
+            "histogram",
+            "How late timers fired after they were due.",
+        );
+        f.timer_lag
+            .render(&mut out, "custodian_timer_lag_seconds", "");
+        header(
+            &mut out,
+            "custodian_plugin_swaps_total",
+            "counter",
+            "Plugin swaps by world and result (completed, refused; adopted: a swap made on another host, followed here).",
+        );
+        for ((world, result), n) in &f.swaps {
+            let _ = writeln!(
+                out,
+                "custodian_plugin_swaps_total{{world=\"{}\",result=\"{result}\"}} {n}",
+                escape(world)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_plugin_set_in_sync",
+            "gauge",
+            "1 while this host runs exactly the shared plugin set; 0 while it cannot follow it (its steps and actions fail their set guard).",
+        );
+        let _ = writeln!(out, "custodian_plugin_set_in_sync {}", f.in_sync);
+        header(
+            &mut out,
+            "custodian_kv_calls_total",
+            "counter",
+            "KV calls by operation (get, get_many, scan, apply).",
+        );
+        for (op, n) in &f.kv_calls {
+            let _ = writeln!(out, "custodian_kv_calls_total{{operation=\"{op}\"}} {n}");
+        }
+        header(
+            &mut out,
+            "custodian_kv_errors_total",
+            "counter",
+            "Failed KV calls by operation.",
+        );
+        for (op, n) in &f.kv_errors {
+            let _ = writeln!(out, "custodian_kv_errors_total{{operation=\"{op}\"}} {n}");
+        }
+        let sizes = f.kv_batch;
+        for (name, kind, help, value) in [
+            (
+                "custodian_kv_batch_ops_total",
+                "counter",
+                "Preconditions and writes over all KV batches.",
+                sizes.ops,
+            ),
+            (
+                "custodian_kv_batch_bytes_total",
+                "counter",
+                "Partition-name, key and value bytes over all KV batches.",
+                sizes.bytes,
+            ),
+            (
+                "custodian_kv_batch_ops_max",
+                "gauge",
+                "Most operations in one KV batch so far (the limit is 128).",
+                sizes.max_ops,
+            ),
+            (
+                "custodian_kv_batch_bytes_max",
+                "gauge",
+                "Most bytes in one KV batch so far (the limit is 1.25 MiB).",
+                sizes.max_bytes,
+            ),
+        ] {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use custodian_core::timers::FailureCause;
+
+    fn fired(outcome: FireOutcome, cause: Option<FailureCause>) -> FiredTimer {
+        FiredTimer {
+            kind: "takedown".into(),
+            reference: "r".into(),
+            due_ms: 1_000,
+            step: 1,
+            outcome,
+            next_due_ms: None,
+            error: None,
+            cause,
+            actor: "plugin:takedown@abc".into(),
+            step_us: 2_000,
+        }
+    }
+
+    #[test]
+    fn steps_are_counted_by_plugin_and_outcome_with_failures_by_cause() {
+        let metrics = Metrics::new();
+        metrics.step(&fired(FireOutcome::Rescheduled, None), 1_500);
+        metrics.step(&fired(FireOutcome::Rescheduled, None), 1_500);
+        metrics.step(&fired(FireOutcome::Failed, Some(FailureCause::Trap)), 3_000);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "custodian_steps_total{plugin=\"plugin:takedown@abc\",outcome=\"rescheduled\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "custodian_step_failures_total{plugin=\"plugin:takedown@abc\",cause=\"trap\"} 1"
+        ));
+        assert!(text.contains("custodian_step_seconds_count{plugin=\"plugin:takedown@abc\"} 3"));
+        // Lags of 0.5 s, 0.5 s and 2 s: two at or below 0.5, all three by 2.5.
+        assert!(text.contains("custodian_timer_lag_seconds_bucket{le=\"0.5\"} 2"));
+        assert!(text.contains("custodian_timer_lag_seconds_bucket{le=\"2.5\"} 3"));
+        assert!(text.contains("custodian_timer_lag_seconds_bucket{le=\"+Inf\"} 3"));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_with_the_count() {
+        let metrics = Metrics::new();
+        for ms in [0, 3, 30, 20_000] {
+            metrics.http_request(
+                &Method::GET,
+                "/healthz",
+                StatusCode::OK,
+                Duration::from_millis(ms),
+            );
+        }
+        let text = metrics.render();
+        let labels = "method=\"GET\",route=\"/healthz\"";
+        assert!(text.contains(&format!(
+            "custodian_http_request_seconds_bucket{{{labels},le=\"0.0005\"}} 1"
+        )));
+        assert!(text.contains(&format!(
+            "custodian_http_request_seconds_bucket{{{labels},le=\"0.005\"}} 2"
+        )));
+        assert!(text.contains(&format!(
+            "custodian_http_request_seconds_bucket{{{labels},le=\"10\"}} 3"
+        )));
+        assert!(text.contains(&format!(
+            "custodian_http_request_seconds_bucket{{{labels},le=\"+Inf\"}} 4"
+        )));
+        assert!(text.contains(&format!(
+            "custodian_http_requests_total{{{labels},status=\"200\"}} 4"
+        )));
+    }
+
+    #[test]
+    fn store_errors_are_counted_beside_the_calls() {
+        let metrics = Metrics::new();
+        metrics.store_call("serving", "put_whole", false);
+        metrics.store_call("serving", "put_whole", true);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "custodian_store_calls_total{store=\"serving\",operation=\"put_whole\"} 2"
+            )
+        );
+        assert!(
+            text.contains(
+                "custodian_store_errors_total{store=\"serving\",operation=\"put_whole\"} 1"
+            )
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,129 @@
+//! `custodian serve`: the long-running host.
+//!
+//! One process holds the data directory's KV and the named object stores,
+//! runs the timer workers, serves the HTTP API ([`http`]) and lets an
+//! operator replace a policy plugin while it runs ([`plugins`]).
+//!
+//! # Shutdown
+//!
+//! On SIGTERM or SIGINT the server stops accepting connections and reports
+//! not-ready, lets requests in flight finish, stops the workers between
+//! steps (a step still running after the drain period is abandoned: its
+//! result is dropped before commit, so it commits nothing and its timer
+//! fires again later) and exits 0. Every commit is durable when it is
+//! acknowledged, so there is nothing left to flush but the log.
+
+pub mod http;
+pub mod jobs;
+pub mod metered;
+pub mod metrics;
+pub mod plugins;
+// The plugin set's tests run on a whole test host, which sits above the
+// plugin set, so they live beside it rather than inside it.
+#[cfg(test)]
+mod plugin_set_tests;
+#[cfg(test)]
+mod test_host;
+pub mod workers;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use custodian_base::clock::Clock;
+use custodian_kv::Kv;
+use custodian_object::ObjectStore;
+
+pub use http::auth::{ReadAccess, Token};
+
+/// Who may call the API.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    /// The bearer token every mutating and admin route needs.
+    pub token: Token,
+    /// Whether read routes need it too.
+    pub read_access: ReadAccess,
+}
+
+/// Bounds on what one request may ask of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Largest object body a `PUT` may send, in bytes: a body is held in
+    /// memory to be checked against its CRC before it is published, so
+    /// this bounds the memory one request can pin.
+    pub max_object_bytes: u64,
+    /// Largest plugin a swap may upload, in bytes.
+    pub max_plugin_bytes: u64,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_object_bytes: 64 << 20,
+            max_plugin_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Everything the API and the workers share.
+pub struct Host {
+    /// The durable KV.
+    pub kv: Arc<dyn Kv>,
+    /// "Now" for every decision.
+    pub clock: Arc<dyn Clock>,
+    /// The named object stores (`serving`, `preserved`, and any other the
+    /// configuration names), each counted by [`metrics`].
+    pub stores: BTreeMap<String, Arc<dyn ObjectStore>>,
+    /// The loaded policy plugins, swappable.
+    pub plugins: Arc<plugins::PluginSet>,
+    /// Counters and histograms for `/metrics`.
+    pub metrics: Arc<metrics::Metrics>,
+    /// Purge and verification jobs.
+    pub jobs: Arc<jobs::Jobs>,
+    /// Who may call.
+    pub auth: Auth,
+    /// Per-request bounds.
+    pub limits: RequestLimits,
+    /// Whether the host takes new work.
+    pub readiness: Readiness,
+    /// Wakes idle timer workers: a request just scheduled a timer.
+    pub wake_workers: Arc<tokio::sync::Notify>,
+}
+
+/// Whether the host takes new work: set at start, cleared when shutdown
+/// begins so `/readyz` turns load balancers away while requests drain.
+#[derive(Debug)]
+pub struct Readiness(AtomicBool);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self(AtomicBool::new(true))
+    }
+}
+
+impl Readiness {
+    /// Whether the host takes new work.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Marks the host as draining.
+    pub fn begin_shutdown(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Host {
+    /// The store named `name`.
+    ///
+    /// # Errors
+    /// A 404 naming the stores there are.
+    pub fn store(&self, name: &str) -> Result<&Arc<dyn ObjectStore>, http::ApiError> {
+        self.stores.get(name).ok_or_else(|| {
+            http::ApiError::not_found(format!(
+                "no store named {name:?} (the stores are: {})",
+                self.stores.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })
+    }
+}

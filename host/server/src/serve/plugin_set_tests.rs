@@ -1,0 +1,543 @@
+//! The shared plugin set on whole test hosts: swaps, following, guards.
+
+use super::plugins::shared;
+use super::plugins::*;
+use crate::serve::test_host::test_host;
+use custodian_base::clock::Clock;
+use custodian_core::audit::{self, Record};
+use custodian_kv::memory::MemoryKv;
+use custodian_kv::{Kv, Precondition};
+use custodian_runtime::World;
+use custodian_runtime::policy::retention::Item;
+use custodian_runtime::policy::retention::Stage;
+use custodian_runtime::policy::takedown::{self, TakedownPolicy};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The bundled takedown plugin with a custom section appended: another
+/// build of the same policy, with its own hash.
+fn rebuilt(world: World) -> Vec<u8> {
+    let mut bytes = custodian_runtime::bundled::plugin(world).unwrap().to_vec();
+    let name = b"custodian-test-build";
+    bytes.extend_from_slice(&[0, name.len() as u8 + 1, name.len() as u8]);
+    bytes.extend_from_slice(name);
+    bytes
+}
+
+/// Swaps `host`'s takedown plugin for [`rebuilt`]'s, as operator alice.
+async fn swap_in_rebuilt(host: &crate::serve::Host) -> SwapReport {
+    host.plugins
+        .swap(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "test".into(),
+            "alice",
+        )
+        .await
+        .unwrap()
+}
+
+async fn swap_events(kv: &dyn Kv) -> Vec<Record> {
+    let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
+    records
+        .into_iter()
+        .filter(|r| r.event == "plugin/swap")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_serves_the_new_plugin_raises_the_authority_and_audits_both_hashes() {
+    let host = test_host().await;
+    let old = host
+        .plugins
+        .current(World::Takedown)
+        .plugin()
+        .info()
+        .hash
+        .clone();
+    let report = swap_in_rebuilt(&host).await;
+    assert!(report.changed);
+    assert_eq!(report.previous.hash, old);
+    assert_eq!(report.authority_generation, 1);
+    let new = host
+        .plugins
+        .current(World::Takedown)
+        .plugin()
+        .info()
+        .hash
+        .clone();
+    assert_eq!(report.current.hash, new);
+    assert_ne!(new, old);
+    let events = swap_events(host.kv.as_ref()).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].actor, "operator:alice");
+    assert!(events[0].targets.contains(&format!("from:{old}")));
+    assert!(events[0].targets.contains(&format!("to:{new}")));
+    assert!(
+        host.metrics
+            .render()
+            .contains("custodian_plugin_swaps_total{world=\"takedown\",result=\"completed\"} 1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapping_in_the_same_bytes_changes_nothing_and_leaves_the_fence_alone() {
+    let host = test_host().await;
+    let bytes = custodian_runtime::bundled::plugin(World::Retention)
+        .unwrap()
+        .to_vec();
+    let report = host
+        .plugins
+        .swap(World::Retention, bytes, "test".into(), "alice")
+        .await
+        .unwrap();
+    assert!(!report.changed);
+    assert_eq!(report.authority_generation, 0);
+    assert!(swap_events(host.kv.as_ref()).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
+    let host = test_host().await;
+    let old = host
+        .plugins
+        .current(World::Purge)
+        .plugin()
+        .info()
+        .hash
+        .clone();
+    let wrong = custodian_runtime::bundled::plugin(World::Archive)
+        .unwrap()
+        .to_vec();
+    let error = host
+        .plugins
+        .swap(World::Purge, wrong, "archive.wasm".into(), "alice")
+        .await
+        .unwrap_err();
+    let SwapError::Refused(reason) = error else {
+        panic!("refused, not {error}")
+    };
+    assert!(reason.contains("is not a purge plugin"), "{reason}");
+    assert_eq!(host.plugins.current(World::Purge).plugin().info().hash, old);
+    assert!(swap_events(host.kv.as_ref()).await.is_empty());
+    assert!(
+        host.metrics
+            .render()
+            .contains("custodian_plugin_swaps_total{world=\"purge\",result=\"refused\"} 1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
+    let host = test_host().await;
+    let item = Item {
+        created_ms: 1_000,
+        noncurrent_since_ms: None,
+        hold: false,
+        stage: Stage::Retaining,
+    };
+    let oracle = host.plugins.retention();
+    let before = tokio::task::block_in_place(|| oracle.assess(item, 2_000)).unwrap();
+    host.plugins
+        .swap(
+            World::Retention,
+            rebuilt(World::Retention),
+            "test".into(),
+            "alice",
+        )
+        .await
+        .unwrap();
+    // The same oracle handle now reaches the new build, which answers
+    // as the old one did (it is the same policy).
+    let after = tokio::task::block_in_place(|| oracle.assess(item, 2_000)).unwrap();
+    assert_eq!(before, after);
+    assert_eq!(
+        before.retain_until_ms,
+        1_000 + crate::serve::test_host::RETENTION_MS
+    );
+}
+
+/// Files `request` as an operator action planned by `policy` under `guard`.
+async fn file(
+    host: &crate::serve::Host,
+    (policy, guard): (Arc<TakedownPolicy>, Vec<Precondition>),
+    request: custodian_runtime::policy::takedown::Request,
+) -> Result<(), custodian_runtime::policy::requests::RequestError> {
+    use custodian_runtime::policy::requests::{self, Action};
+    let call = host.plugins.takedown_call(&policy);
+    let io = host.plugins.services().io.clone();
+    let kv = host.kv.clone();
+    let now_ms = request.created_ms;
+    tokio::task::spawn_blocking(move || {
+        let action = Action {
+            operator: "alice",
+            now_ms,
+            guard: &guard,
+        };
+        requests::create(&policy, call, &io, kv.as_ref(), &request, action)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
+    use custodian_core::content::RepoName;
+    use custodian_core::content::push::push_bytes;
+    use custodian_runtime::policy::requests::RequestError;
+    use custodian_runtime::policy::takedown::Request;
+
+    let host = test_host().await;
+    let repo = RepoName::parse("acme/site").unwrap();
+    let entry = push_bytes(
+        host.kv.as_ref(),
+        host.stores["serving"].as_ref(),
+        &repo,
+        "a.txt",
+        bytes::Bytes::from_static(b"planned before the swap"),
+    )
+    .await
+    .unwrap();
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    swap_in_rebuilt(&host).await;
+
+    let request = Request::new(
+        repo.to_string(),
+        host.clock.now_ms(),
+        vec![entry.id.0],
+        None,
+    );
+    let answer = file(&host, planned, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+    assert!(
+        custodian_core::timers::get(host.kv.as_ref(), "takedown", &request.id)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing of the stale action committed"
+    );
+
+    // Planned afresh, by the new plugin, it commits.
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    file(&host, planned, request).await.unwrap();
+}
+
+/// Two hosts, `alpha` and `beta`, sharing one KV, both configured with the
+/// bundled plugins.
+async fn two_hosts() -> (
+    Arc<dyn Kv>,
+    Arc<crate::serve::Host>,
+    Arc<crate::serve::Host>,
+) {
+    use crate::serve::RequestLimits;
+    use crate::serve::test_host::test_host_on;
+    use custodian_base::clock::SystemClock;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let bundled = BTreeMap::new();
+    let alpha = test_host_on(
+        kv.clone(),
+        "alpha",
+        &bundled,
+        clock.clone(),
+        RequestLimits::default(),
+    )
+    .await;
+    let beta = test_host_on(
+        kv.clone(),
+        "beta",
+        &bundled,
+        clock,
+        RequestLimits::default(),
+    )
+    .await;
+    (kv, alpha, beta)
+}
+
+/// Another start of node `node` on `kv`, configured with `sources`.
+async fn restart(
+    kv: &Arc<dyn Kv>,
+    node: &str,
+    sources: &BTreeMap<World, Source>,
+) -> Arc<crate::serve::Host> {
+    use crate::serve::RequestLimits;
+    use custodian_base::clock::SystemClock;
+    crate::serve::test_host::test_host_on(
+        kv.clone(),
+        node,
+        sources,
+        Arc::new(SystemClock),
+        RequestLimits::default(),
+    )
+    .await
+}
+
+fn takedown_hash(host: &crate::serve::Host) -> String {
+    host.plugins
+        .current(World::Takedown)
+        .plugin()
+        .info()
+        .hash
+        .clone()
+}
+
+async fn events(kv: &dyn Kv, event: &str) -> Vec<Record> {
+    let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
+    records.into_iter().filter(|r| r.event == event).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let old = takedown_hash(&beta);
+    let report = swap_in_rebuilt(&alpha).await;
+    assert_eq!(takedown_hash(&beta), old, "beta has not looked yet");
+
+    // The rebuilt plugin is not bundled: beta loads it from the KV.
+    assert_eq!(beta.plugins.follow().await.unwrap(), vec![World::Takedown]);
+    assert_eq!(takedown_hash(&beta), report.current.hash);
+    assert!(beta.plugins.shared_view().in_sync);
+    assert!(
+        beta.plugins.follow().await.unwrap().is_empty(),
+        "nothing more to follow"
+    );
+    let adopted = events(kv.as_ref(), "plugin/adopt").await;
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(adopted[0].actor, "host:beta");
+    assert!(adopted[0].targets.contains(&format!("from:{old}")));
+    assert!(
+        adopted[0]
+            .targets
+            .contains(&format!("to:{}", report.current.hash))
+    );
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
+
+    // The swapped-out plugin's bytes were collected: one stored plugin
+    // per world is left.
+    let partition = custodian_kv::Partition::new(shared::PARTITION).unwrap();
+    let stored = kv
+        .scan(&partition, b"stored/", Some(b"stored0"), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(stored.entries.len(), World::ALL.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_planned_on_a_host_cannot_commit_after_another_host_swaps() {
+    use custodian_core::content::RepoName;
+    use custodian_core::content::push::push_bytes;
+    use custodian_runtime::policy::requests::RequestError;
+    use custodian_runtime::policy::takedown::Request;
+
+    let (_kv, alpha, beta) = two_hosts().await;
+    let repo = RepoName::parse("acme/site").unwrap();
+    let entry = push_bytes(
+        beta.kv.as_ref(),
+        beta.stores["serving"].as_ref(),
+        &repo,
+        "a.txt",
+        bytes::Bytes::from_static(b"planned on beta"),
+    )
+    .await
+    .unwrap();
+    let planned = beta.plugins.takedown_for_action().await.unwrap();
+    swap_in_rebuilt(&alpha).await;
+    let request = Request::new(
+        repo.to_string(),
+        beta.clock.now_ms(),
+        vec![entry.id.0],
+        None,
+    );
+    let answer = file(&beta, planned, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+
+    // Still behind the set, beta's fresh plans fail too: its plugin is
+    // not the set's.
+    let stale = beta.plugins.takedown_for_action().await.unwrap();
+    let answer = file(&beta, stale, request.clone()).await;
+    assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
+
+    beta.plugins.follow().await.unwrap();
+    let planned = beta.plugins.takedown_for_action().await.unwrap();
+    file(&beta, planned, request).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_an_unchanged_configuration_keeps_a_swap_made_since() {
+    let (kv, alpha, _beta) = two_hosts().await;
+    let report = swap_in_rebuilt(&alpha).await;
+    let again = restart(&kv, "beta", &BTreeMap::new()).await;
+    assert_eq!(takedown_hash(&again), report.current.hash);
+    let adopted = events(kv.as_ref(), "plugin/adopt").await;
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(adopted[0].actor, "host:beta");
+
+    // A node's first start follows the set too.
+    let newcomer = restart(&kv, "gamma", &BTreeMap::new()).await;
+    assert_eq!(takedown_hash(&newcomer), report.current.hash);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_a_changed_configuration_swaps_every_host() {
+    let (kv, alpha, _beta) = two_hosts().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("takedown.wasm");
+    std::fs::write(&path, rebuilt(World::Takedown)).unwrap();
+    let changed = BTreeMap::from([(World::Takedown, Source::File(path))]);
+    let bundled_hash = takedown_hash(&alpha);
+
+    let beta = restart(&kv, "beta", &changed).await;
+    let new = takedown_hash(&beta);
+    assert_ne!(new, bundled_hash);
+    let swaps = events(kv.as_ref(), "plugin/swap").await;
+    assert_eq!(swaps.len(), 1, "{swaps:?}");
+    assert_eq!(swaps[0].actor, "host:beta");
+    assert!(swaps[0].targets.contains(&format!("from:{bundled_hash}")));
+    assert!(swaps[0].targets.contains(&format!("to:{new}")));
+
+    alpha.plugins.follow().await.unwrap();
+    assert_eq!(takedown_hash(&alpha), new);
+
+    // Started again with the same file, beta changes nothing more.
+    let beta = restart(&kv, "beta", &changed).await;
+    assert_eq!(takedown_hash(&beta), new);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewhere() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let report = swap_in_rebuilt(&alpha).await;
+    let outcomes = beta.plugins.reconfigure(&BTreeMap::new(), "sighup").await;
+    assert!(
+        outcomes.is_empty(),
+        "nothing in beta's configuration changed: {:?}",
+        outcomes.iter().map(|(w, _)| *w).collect::<Vec<_>>()
+    );
+    beta.plugins.follow().await.unwrap();
+    assert_eq!(takedown_hash(&beta), report.current.hash);
+
+    // A reload that does change a world swaps it everywhere.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retention.wasm");
+    std::fs::write(&path, rebuilt(World::Retention)).unwrap();
+    let changed = BTreeMap::from([(World::Retention, Source::File(path))]);
+    let outcomes = beta.plugins.reconfigure(&changed, "sighup").await;
+    assert_eq!(outcomes.len(), 1);
+    let (world, swapped) = &outcomes[0];
+    assert_eq!(*world, World::Retention);
+    let retention = swapped.as_ref().unwrap().current.hash.clone();
+    alpha.plugins.follow().await.unwrap();
+    assert_eq!(
+        alpha.plugins.current(World::Retention).plugin().info().hash,
+        retention
+    );
+    assert_eq!(takedown_hash(&alpha), report.current.hash);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let mut other = rebuilt(World::Takedown);
+    other.extend_from_slice(&[0, 2, 1, b'x']);
+    let (a, b) = tokio::join!(
+        alpha.plugins.swap(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "a".into(),
+            "alice"
+        ),
+        beta.plugins.swap(World::Takedown, other, "b".into(), "bob"),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.changed && b.changed);
+    alpha.plugins.follow().await.unwrap();
+    beta.plugins.follow().await.unwrap();
+    assert_ne!(a.current.hash, b.current.hash);
+    let set = shared::read(kv.as_ref()).await.unwrap().unwrap().set;
+    let last = &set.member(World::Takedown).unwrap().hash;
+    assert!(*last == a.current.hash || *last == b.current.hash);
+    assert_eq!(&takedown_hash(&alpha), last);
+    assert_eq!(&takedown_hash(&beta), last);
+    // Ordered by the set: the later swap replaced the earlier one's plugin.
+    let (first, second) = if *last == b.current.hash {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert_eq!(second.previous.hash, first.current.hash);
+    assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_takedown_handler_carries_the_guard_of_the_set_its_plugin_belongs_to() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let guards = |host: &crate::serve::Host| {
+        host.plugins
+            .handlers()
+            .get(takedown::KIND)
+            .expect("a takedown handler")
+            .guards()
+            .to_vec()
+    };
+    let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    assert_eq!(guards(&beta), vec![shared::guard(&row)]);
+
+    swap_in_rebuilt(&alpha).await;
+    let swapped = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    assert_ne!(swapped, row);
+    assert_eq!(guards(&alpha), vec![shared::guard(&swapped)]);
+    assert_eq!(
+        guards(&beta),
+        vec![shared::guard(&row)],
+        "beta's handler still runs the old plugin: its guard is the old set's"
+    );
+    beta.plugins.follow().await.unwrap();
+    assert_eq!(guards(&beta), vec![shared::guard(&swapped)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
+    let (kv, alpha, beta) = two_hosts().await;
+    let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    let mut set = row.set.clone();
+    // A plugin whose bytes were never stored.
+    set.worlds.insert(
+        World::Takedown.name().to_owned(),
+        shared::Member {
+            hash: "ab".repeat(32),
+            size: 10,
+            source: "lost.wasm".into(),
+        },
+    );
+    shared::publish(kv.as_ref(), Some(&row), set)
+        .await
+        .unwrap()
+        .unwrap();
+    let before = takedown_hash(&beta);
+
+    let error = beta.plugins.follow().await.unwrap_err();
+    assert!(error.to_string().contains("missing"), "{error}");
+    assert_eq!(takedown_hash(&beta), before, "beta keeps its plugin");
+    let view = beta.plugins.shared_view();
+    assert!(!view.in_sync);
+    assert!(view.last_error.unwrap().contains("missing"));
+    assert!(
+        beta.metrics
+            .render()
+            .contains("custodian_plugin_set_in_sync 0")
+    );
+    // Its plans fail their set guard until it follows.
+    let (_, guards) = beta.plugins.takedown_for_action().await.unwrap();
+    assert!(
+        guards.contains(&shared::guard(&row)),
+        "beta still plans under the set it installed"
+    );
+    assert!(
+        alpha
+            .metrics
+            .render()
+            .contains("custodian_plugin_set_in_sync 1")
+    );
+}

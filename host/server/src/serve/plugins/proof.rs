@@ -1,0 +1,165 @@
+//! Proving a plugin before it serves: it loads, implements its world,
+//! links against the world's types, and answers a smoke call in
+//! isolation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Loaded, Policy, Source, SwapError, WorldSettings};
+use custodian_base::clock::Clock;
+use custodian_core::decisions::purge::{Candidate, Governance};
+use custodian_core::versions::hops::VersionRef;
+use custodian_kv::memory::MemoryKv;
+use custodian_object::ObjectStore;
+use custodian_object::memory::MemoryStore;
+use custodian_runtime::policy::archive::ArchivePolicy;
+use custodian_runtime::policy::purge::PurgePolicy;
+use custodian_runtime::policy::retention::{self, Item, RetentionPolicy, Stage};
+use custodian_runtime::policy::takedown::{self, TakedownPolicy};
+use custodian_runtime::{
+    CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World,
+};
+
+/// The bytes and name of `source`.
+///
+/// # Errors
+/// [`SwapError::Refused`] when the file cannot be read.
+pub fn read_source(world: World, source: &Source) -> Result<(Vec<u8>, String), SwapError> {
+    match source {
+        Source::Bundled => {
+            let bytes = custodian_runtime::bundled::plugin(world).ok_or_else(|| {
+                SwapError::Refused(format!("no plugin is bundled for the {world} world"))
+            })?;
+            Ok((bytes.to_vec(), custodian_runtime::bundled::name(world)))
+        }
+        Source::File(path) => std::fs::read(path)
+            .map(|bytes| (bytes, path.display().to_string()))
+            .map_err(|e| SwapError::Refused(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
+/// Loads `bytes` as a plugin of `world` and smoke-calls it in isolation.
+pub(super) async fn prove(
+    runtime: &Arc<Runtime>,
+    isolated: &Arc<Services>,
+    clock: &Arc<dyn Clock>,
+    world: World,
+    settings: &WorldSettings,
+    bytes: Vec<u8>,
+    source: String,
+) -> Result<Loaded, SwapError> {
+    let runtime = runtime.clone();
+    let isolated = isolated.clone();
+    let clock = clock.clone();
+    let settings = settings.clone();
+    // Compiling and the smoke call are synchronous and may take a while.
+    tokio::task::spawn_blocking(move || {
+        let refused = |e: LoadError| SwapError::Refused(e.to_string());
+        let plugin = Arc::new(runtime.load_bytes(&bytes, &source).map_err(refused)?);
+        plugin.expect_world(world).map_err(refused)?;
+        let limits = settings.limits.clone();
+        let policy = match world {
+            World::Takedown => Policy::Takedown(Arc::new(
+                TakedownPolicy::new(plugin.clone()).map_err(refused)?,
+            )),
+            World::Retention => Policy::Retention(Arc::new(
+                RetentionPolicy::new(plugin.clone()).map_err(refused)?,
+            )),
+            World::Purge => Policy::Purge(Arc::new(
+                PurgePolicy::new(plugin.clone(), isolated.clone(), limits).map_err(refused)?,
+            )),
+            World::Archive => Policy::Archive(Arc::new(
+                ArchivePolicy::new(plugin.clone(), isolated.clone(), limits).map_err(refused)?,
+            )),
+        };
+        smoke(&policy, &plugin, &isolated, &clock, &settings)
+            .map_err(|e| SwapError::Refused(format!("{source} failed its smoke call: {e}")))?;
+        Ok(Loaded {
+            plugin,
+            since_ms: clock.now_ms(),
+            policy,
+        })
+    })
+    .await
+    .map_err(|e| SwapError::Refused(format!("the plugin's check could not finish: {e}")))?
+}
+
+/// One harmless call of the world's interface in isolation: an empty
+/// in-memory KV and stores, the world's grants and limits. Any answer the
+/// policy gives passes (an unknown request is `not-found`); a trap or a
+/// limit fails.
+fn smoke(
+    policy: &Policy,
+    plugin: &Plugin,
+    isolated: &Arc<Services>,
+    clock: &Arc<dyn Clock>,
+    settings: &WorldSettings,
+) -> Result<(), CallError> {
+    let now = clock.now_ms();
+    match policy {
+        Policy::Takedown(policy) => {
+            let stores: BTreeMap<String, Arc<dyn ObjectStore>> =
+                [takedown::SERVING_STORE, takedown::PRESERVED_STORE]
+                    .into_iter()
+                    .map(|name| {
+                        let store: Arc<dyn ObjectStore> =
+                            Arc::new(MemoryStore::versioned(clock.clone()));
+                        (name.to_owned(), store)
+                    })
+                    .collect();
+            let services = Arc::new(Services {
+                kv: Arc::new(MemoryKv::new(clock.clone())),
+                stores,
+                clock: clock.clone(),
+                io: isolated.io.clone(),
+                retention: None,
+            });
+            let call = Arc::new(CallContext {
+                services,
+                grants: settings.grants.clone(),
+                limits: settings.limits.clone(),
+                actor: plugin.info().actor(),
+            });
+            policy.status(call, &[0; 32]).map(drop)
+        }
+        Policy::Retention(policy) => {
+            let call = Arc::new(CallContext {
+                services: isolated.clone(),
+                grants: Grants::none(),
+                limits: settings.limits.clone(),
+                actor: plugin.info().actor(),
+            });
+            let item = Item {
+                created_ms: now,
+                noncurrent_since_ms: None,
+                hold: false,
+                stage: Stage::Active,
+            };
+            let sample = retention::Settings {
+                retention_ms: 1,
+                noncurrent_retention_ms: 0,
+            };
+            policy.assess(call, sample, item, now).map(drop)
+        }
+        Policy::Purge(policy) => {
+            let candidate = Candidate {
+                key: "smoke/key".into(),
+                version_id: "smoke-version".into(),
+                etag: "smoke-etag".into(),
+                size: 0,
+                is_delete_marker: false,
+                last_modified_ms: Some(now),
+            };
+            policy
+                .verdict(&candidate, &Governance::Unarchived, now)
+                .map(drop)
+        }
+        Policy::Archive(policy) => {
+            let wanted = VersionRef {
+                key: "smoke/key".into(),
+                version_id: "smoke-version".into(),
+            };
+            policy.choose(&wanted, None, None, &[]).map(drop)
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The timer worker loops: each fires its share of the due timers, under
+//! its own fence lease, until shutdown. Hosts sharing one KV each run their
+//! own loops; each step is claimed first, so two hosts rarely run the same
+//! step, and its commit is guarded on the timer row, so they never both
+//! commit it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use super::metrics::Metrics;
+use custodian_base::clock::Clock;
+use custodian_core::fence::{Coordinator, Namespace, ShardId};
+use custodian_core::timers::claim::ClaimConfig;
+use custodian_core::timers::{self, Handlers, Share, Worker, WorkerConfig};
+use custodian_kv::Kv;
+
+/// Longest idle sleep between scans for due timers: a timer scheduled by
+/// another process (a `custodian takedown create` against the same data
+/// is impossible while the server holds it, but a timer rescheduled for
+/// "now" is not) is picked up within this.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Pause after a tick failed (the KV unavailable, a corrupt timer row):
+/// long enough not to spin on a persistent fault.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// Pause after a tick was fenced off: long enough for a host behind the
+/// shared plugin set to follow it (polled every second) without spinning
+/// on steps that cannot commit, short enough that a fresh lease after a
+/// swap costs little.
+const FENCED_PAUSE: Duration = Duration::from_millis(250);
+
+/// How the workers run.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Worker loops; each fires the timers whose reference hashes to it.
+    pub count: u32,
+    /// Store calls one step may make.
+    pub step_store_calls: u32,
+    /// How long shutdown waits for a tick in flight before abandoning it.
+    pub drain: Duration,
+    /// This host's node name: its workers' fence shards and step claims
+    /// are named after it, so hosts sharing a KV never renew each other's
+    /// leases.
+    pub node: String,
+    /// How long a step claim keeps other hosts' workers away, when hosts
+    /// share the KV; `None` for a host alone on its KV.
+    pub claim: Option<Duration>,
+}
+
+/// The running workers.
+pub struct Workers {
+    handles: Vec<JoinHandle<()>>,
+    wake: Arc<Notify>,
+    stop: watch::Sender<bool>,
+}
+
+/// What the workers share.
+pub struct WorkerParts {
+    /// The durable KV.
+    pub kv: Arc<dyn Kv>,
+    /// "Now".
+    pub clock: Arc<dyn Clock>,
+    /// The handlers by kind (swapped by the plugin set).
+    pub handlers: Arc<Handlers>,
+    /// The fence coordinator.
+    pub coordinator: Arc<Coordinator>,
+    /// Where fired steps are counted.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Workers {
+    /// Starts `settings.count` worker loops on the current runtime.
+    pub fn start(parts: WorkerParts, settings: &WorkerSettings) -> Self {
+        let wake = Arc::new(Notify::new());
+        let (stop, stopped) = watch::channel(false);
+        let count = settings.count.max(1);
+        let handles = (0..count)
+            .map(|index| {
+                let mut worker = Worker::sharing(
+                    parts.kv.clone(),
+                    parts.clock.clone(),
+                    WorkerConfig {
+                        step_store_calls: settings.step_store_calls,
+                        share: Share { index, of: count },
+                        ..WorkerConfig::default()
+                    },
+                    parts.handlers.clone(),
+                );
+                let name = format!("{}.w{index}", settings.node);
+                worker.fence(
+                    parts.coordinator.clone(),
+                    Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
+                    // A node name is at most 32 bytes of the same alphabet.
+                    ShardId::new(name.clone()).expect("a valid shard name"),
+                );
+                if let Some(ttl) = settings.claim {
+                    worker
+                        .claim_steps(ClaimConfig {
+                            holder: name,
+                            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                        })
+                        .expect("a node-and-index holder and a positive ttl are valid");
+                }
+                tokio::spawn(run(
+                    worker,
+                    Loop {
+                        kv: parts.kv.clone(),
+                        clock: parts.clock.clone(),
+                        metrics: parts.metrics.clone(),
+                        wake: wake.clone(),
+                        stopped: stopped.clone(),
+                        drain: settings.drain,
+                    },
+                ))
+            })
+            .collect();
+        Self {
+            handles,
+            wake,
+            stop,
+        }
+    }
+
+    /// Wakes idle workers: a timer was just scheduled.
+    pub fn wake(&self) {
+        self.wake.notify_waiters();
+    }
+
+    /// A handle that wakes the workers, for the API.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Stops the workers: each finishes the tick in flight within the
+    /// drain period or abandons it (an abandoned step commits nothing).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for handle in self.handles {
+            let _ = handle.await;
+        }
+    }
+}
+
+struct Loop {
+    kv: Arc<dyn Kv>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
+    stopped: watch::Receiver<bool>,
+    drain: Duration,
+}
+
+async fn run(worker: Worker, mut lp: Loop) {
+    loop {
+        if *lp.stopped.borrow() {
+            return;
+        }
+        let tick = worker.tick();
+        tokio::pin!(tick);
+        let result = tokio::select! {
+            result = &mut tick => result,
+            _ = lp.stopped.changed() => match tokio::time::timeout(lp.drain, &mut tick).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!(
+                        "a timer step was still running after the drain period; abandoned \
+                         (it commits nothing and fires again later)"
+                    );
+                    return;
+                }
+            },
+        };
+        let report = match result {
+            Ok(report) => report,
+            Err(error) => {
+                tracing::error!("the timer tick failed: {:#}", anyhow::Error::new(error));
+                pause(&mut lp, ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let now = lp.clock.now_ms();
+        for fired in &report.fired {
+            lp.metrics.step(fired, now);
+        }
+        // Fenced: a swap (here or on another host) moved the authority or
+        // the shared plugin set on. A pause lets this host follow before
+        // its next step, instead of running steps that cannot commit.
+        if report.fenced {
+            pause(&mut lp, FENCED_PAUSE).await;
+            continue;
+        }
+        if !report.fired.is_empty() || report.more_due {
+            continue;
+        }
+        // Idle: sleep until the next timer is due, a wake-up, or the poll.
+        let wait = match timers::next_due_after(lp.kv.as_ref(), now).await {
+            Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)).min(IDLE_POLL),
+            Ok(None) => IDLE_POLL,
+            Err(error) => {
+                tracing::error!(
+                    "cannot read the next due timer: {:#}",
+                    anyhow::Error::new(error)
+                );
+                ERROR_PAUSE
+            }
+        };
+        pause(&mut lp, wait).await;
+    }
+}
+
+async fn pause(lp: &mut Loop, wait: Duration) {
+    tokio::select! {
+        () = tokio::time::sleep(wait) => {}
+        () = lp.wake.notified() => {}
+        _ = lp.stopped.changed() => {}
+    }
+}

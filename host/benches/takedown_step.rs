@@ -17,8 +17,8 @@
 //!   boundary, the memory KV and stores), retention asked of the bundled
 //!   retention component (a second fresh instance per question).
 //!
-//! The ratio is wasm throughput over native (higher is better; DESIGN.md
-//! targets ≥ 0.8).
+//! The ratio is wasm throughput over native (higher is better; the target
+//! is ≥ 0.8).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

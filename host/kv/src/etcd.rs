@@ -66,7 +66,7 @@
 //! member.
 //!
 //! Fencing relies on `NotAfter` for expired leases, so on this backend
-//! [`FenceConfig::lease_margin_ms`](custodian_core::fence::FenceConfig::lease_margin_ms)
+//! the fence's `lease_margin_ms` (in the core crate's `FenceConfig`)
 //! must cover `request_timeout` plus the clock skew between hosts. The
 //! default margin (5 s) equals the default `request_timeout` and leaves
 //! nothing for skew: add the timeout to the margin (as `custodian serve`

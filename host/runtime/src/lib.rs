@@ -3,7 +3,7 @@
 //! ([`policy`]) and the plugins bundled as defaults ([`bundled`]). This is
 //! the only crate that links wasmtime.
 //!
-//! Rules it keeps (see DESIGN.md):
+//! Rules it keeps (README, "The runtime's rules"):
 //! - calls are synchronous (`concurrency_support(false)`); a call blocks
 //!   its thread, so async callers run it on a blocking thread;
 //! - the pooling allocator with copy-on-write memory images, and one

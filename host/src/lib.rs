@@ -10,7 +10,7 @@
 //! | [`custodian_kv`] ([`kv`]) | key-value stores with guarded batches: memory, redb, etcd |
 //! | [`custodian_core`] | [`fence`], [`timers`], [`audit`], [`budget`], [`content`], [`versions`], [`purge`], [`decisions`] |
 //! | [`custodian_runtime`] ([`runtime`]) | the WebAssembly runtime, the [`policy`] drivers, the [`bundled`] plugins |
-//! | [`custodian_server`] | [`serve`], [`config`], [`data_dir`] |
+//! | [`custodian_server`] | [`node`], [`serve`], [`config`], [`data_dir`] |
 //!
 //! The modules below re-export those crates under the names the command,
 //! the end-to-end tests and the benchmarks use.
@@ -21,4 +21,4 @@ pub use custodian_kv as kv;
 pub use custodian_object as object;
 pub use custodian_runtime as runtime;
 pub use custodian_runtime::{bundled, policy};
-pub use custodian_server::{config, data_dir, serve};
+pub use custodian_server::{config, data_dir, node, serve};

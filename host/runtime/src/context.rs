@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use custodian_base::clock::Clock;
 use custodian_core::decisions::retention::RetentionOracle;
+use custodian_kv::memory::MemoryKv;
 use custodian_kv::{Kv, KvError, Partition};
 use custodian_object::ObjectStore;
 
@@ -25,6 +26,21 @@ pub struct Services {
     /// Where a plugin's `retention-oracle` questions go; `None` answers
     /// them `unavailable`.
     pub retention: Option<Arc<dyn RetentionOracle>>,
+}
+
+impl Services {
+    /// Services for plugins granted nothing (policies that decide from
+    /// what the host hands them, and proofs of a new plugin): an empty
+    /// in-memory KV, no stores, `clock`, and `io` to drive them.
+    pub fn isolated(clock: Arc<dyn Clock>, io: tokio::runtime::Handle) -> Self {
+        Self {
+            kv: Arc::new(MemoryKv::new(clock.clone())),
+            stores: BTreeMap::new(),
+            clock,
+            io,
+            retention: None,
+        }
+    }
 }
 
 /// What one plugin may reach. Everything not listed is denied.

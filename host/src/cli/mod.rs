@@ -133,22 +133,26 @@ fn runtime(global: &Global) -> Result<Runtime, Failure> {
     Runtime::new(&config).map_err(|e| Failure::Failed(e.into()))
 }
 
-/// The data directory and its KV, read with `clock`.
+/// The data directory and its KV (the embedded default's), read with
+/// `clock`.
 fn open_data(
     data: &options::DataArgs,
     clock: std::sync::Arc<dyn custodian::clock::Clock>,
 ) -> Result<std::sync::Arc<dyn custodian::kv::Kv>, Failure> {
-    use anyhow::Context;
-    let dir = custodian::data_dir::DataDir::create(&data.data)
-        .with_context(|| format!("cannot use the data directory {}", data.data.display()))
-        .map_err(Failure::Failed)?;
-    dir.open_kv(clock).map_err(|e| match e {
-        custodian::kv::KvError::InUse(_) => Failure::Busy(e.into()),
-        other => Failure::Failed(
-            anyhow::Error::new(other)
-                .context(format!("cannot open the KV in {}", data.data.display())),
-        ),
-    })
+    let node = custodian::node::Node::open_local(&data.data, clock).map_err(node_failure)?;
+    Ok(node.kv().clone())
+}
+
+/// How a node that cannot be opened fails the command: busy (exit 3) when
+/// another process holds it, a usage error (exit 2) for a configuration
+/// that cannot work, else failed (exit 1).
+fn node_failure(error: custodian::node::NodeError) -> Failure {
+    use custodian::node::NodeError;
+    match error {
+        NodeError::Busy { .. } => Failure::Busy(error.into()),
+        NodeError::Config { .. } => Failure::Usage(error.into()),
+        NodeError::Open { .. } => Failure::Failed(error.into()),
+    }
 }
 
 /// The configuration file the global options name, if any.

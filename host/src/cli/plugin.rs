@@ -99,23 +99,6 @@ pub(super) fn load(runtime: &Runtime, spec: &str) -> Result<Plugin, Failure> {
     loaded.map_err(|e| Failure::Usage(e.into()))
 }
 
-/// Services for a plugin granted nothing (an archive or purge plugin, a
-/// retention route): a clock and the I/O runtime, and an empty KV that
-/// nothing can reach.
-pub(super) fn isolated_services(
-    io: &tokio::runtime::Runtime,
-) -> std::sync::Arc<custodian::runtime::Services> {
-    use std::sync::Arc;
-    let clock: Arc<dyn custodian::clock::Clock> = Arc::new(custodian::clock::SystemClock);
-    Arc::new(custodian::runtime::Services {
-        kv: Arc::new(custodian::kv::memory::MemoryKv::new(clock.clone())),
-        stores: Default::default(),
-        clock,
-        io: io.handle().clone(),
-        retention: None,
-    })
-}
-
 pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
     match command {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),

@@ -224,7 +224,10 @@ impl Policies {
         io: &tokio::runtime::Runtime,
     ) -> Result<Self, Failure> {
         let runtime = super::runtime(global)?;
-        let services = super::plugin::isolated_services(io);
+        let services = std::sync::Arc::new(custodian::runtime::Services::isolated(
+            std::sync::Arc::new(custodian::clock::SystemClock),
+            io.handle().clone(),
+        ));
         let plugin = Arc::new(super::plugin::load(&runtime, purge_spec)?);
         let judge = PurgePolicy::new(plugin, services.clone(), Limits::default()).map_err(|e| {
             Failure::Usage(

@@ -9,13 +9,9 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::{Clock, SystemClock};
-use custodian::config::{
-    Config, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, KvBackend,
-};
-use custodian::data_dir::{DataDir, DirLock};
-use custodian::fence::{Coordinator, FenceConfig};
-use custodian::kv::etcd::{EtcdConfig, EtcdKv};
-use custodian::kv::{Kv, KvError, Partition};
+use custodian::config::{Config, DEFAULT_LISTEN};
+use custodian::fence::Coordinator;
+use custodian::node::Node;
 use custodian::object::ObjectStore;
 use custodian::policy::retention::Settings;
 use custodian::policy::takedown;
@@ -31,7 +27,7 @@ use custodian::timers::Handlers;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::options::Global;
-use super::{Failure, Outcome};
+use super::{Failure, Outcome, node_failure};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -244,69 +240,14 @@ const STEP_CLAIM_MARGIN: Duration = Duration::from_secs(10);
 /// a swap elsewhere, at the cost of one small KV read a second.
 const SHARED_SET_POLL: Duration = Duration::from_secs(1);
 
-fn etcd_request_timeout_ms(config: &Config) -> u64 {
-    config
-        .kv
-        .request_timeout_ms
-        .unwrap_or(DEFAULT_ETCD_REQUEST_TIMEOUT_MS)
-}
-
-/// The configured KV, and the lock on the data directory when the KV is
-/// not a file in it (a redb file holds its own lock).
-async fn open_kv(
-    plan: &Plan,
-    dir: &DataDir,
-    clock: Arc<dyn Clock>,
-) -> Result<(Arc<dyn Kv>, Option<DirLock>), Failure> {
-    let busy_or = |e: KvError, what: String| match e {
-        KvError::InUse(_) => Failure::Busy(e.into()),
-        other => failed(anyhow!(other).context(what)),
-    };
-    match plan.config.kv.backend {
-        KvBackend::Redb => {
-            let kv = dir.open_kv(clock).map_err(|e| {
-                busy_or(e, format!("cannot open the KV in {}", plan.data.display()))
-            })?;
-            Ok((kv, None))
-        }
-        KvBackend::Etcd => {
-            let lock = dir
-                .lock()
-                .map_err(|e| busy_or(e, format!("cannot hold {}", plan.data.display())))?;
-            let section = &plan.config.kv;
-            let prefix = section.prefix.as_deref().unwrap_or(DEFAULT_ETCD_PREFIX);
-            let mut config = EtcdConfig::from_env(section.endpoints.clone(), prefix.into())
-                .map_err(|e| usage(anyhow!(e).context("[kv] etcd settings")))?;
-            config.request_timeout = Duration::from_millis(etcd_request_timeout_ms(&plan.config));
-            let endpoints = section.endpoints.join(", ");
-            let unreachable = |e: KvError| {
-                failed(anyhow!(e).context(format!("cannot reach etcd at {endpoints}")))
-            };
-            let kv = EtcdKv::connect(config, clock).await.map_err(unreachable)?;
-            // The client connects lazily; a read needs a quorum, so a host
-            // that cannot reach one says so now instead of serving 503s.
-            let timers = Partition::new(custodian::timers::PARTITION).expect("a valid name");
-            kv.get(&timers, b"r").await.map_err(unreachable)?;
-            Ok((Arc::new(kv), Some(lock)))
-        }
-    }
-}
-
 async fn serve(global: &Global, plan: Plan) -> Outcome {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dir = DataDir::create(&plan.data)
-        .with_context(|| format!("cannot use the data directory {}", plan.data.display()))
-        .map_err(failed)?;
     let metrics = Arc::new(Metrics::new());
-    let (kv, _held) = open_kv(&plan, &dir, clock.clone()).await?;
-    let kv = metered::metered_kv(kv, metrics.clone());
-    let node = match &plan.config.server.node {
-        Some(node) => node.clone(),
-        None => dir
-            .node_name()
-            .with_context(|| format!("cannot name this node in {}", plan.data.display()))
-            .map_err(failed)?,
-    };
+    let node = Node::open(&plan.data, plan.config.clone(), clock.clone())
+        .await
+        .map_err(node_failure)?;
+    let kv = metered::metered_kv(node.kv().clone(), metrics.clone());
+    let node_name = node.name().map_err(node_failure)?;
     let token = token(&plan.config, &plan.data)?;
     let mut names: Vec<String> = plan.config.stores.keys().cloned().collect();
     for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
@@ -316,8 +257,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     }
     let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
     for name in names {
-        let store =
-            super::stores::open_named(Some(&plan.config), &plan.data, &name, clock.clone()).await?;
+        let store = node.store(&name).await.map_err(node_failure)?;
         stores.insert(
             name.clone(),
             metered::metered(&name, store, metrics.clone()),
@@ -331,19 +271,8 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         runtime_config.cache_dir = Some(dir.clone());
     }
     let runtime = Arc::new(Runtime::new(&runtime_config).map_err(failed)?);
-    let fence_config = match plan.config.kv.backend {
-        KvBackend::Redb => FenceConfig::default(),
-        // A step's lease deadline is checked before its request travels to
-        // etcd, which may take up to the request timeout: revocation waits
-        // that much longer before it counts a lease as over.
-        KvBackend::Etcd => FenceConfig {
-            lease_margin_ms: FenceConfig::default().lease_margin_ms
-                + etcd_request_timeout_ms(&plan.config),
-            ..FenceConfig::default()
-        },
-    };
     let coordinator =
-        Arc::new(Coordinator::new(kv.clone(), clock.clone(), fence_config).map_err(failed)?);
+        Arc::new(Coordinator::new(kv.clone(), clock.clone(), node.fence_config()).map_err(failed)?);
     let handlers = Arc::new(Handlers::new());
     let (sources, settings) = plugin_plan(&plan.config)?;
     // A step may run as long as its plugin's time limit; a claim outlives
@@ -373,7 +302,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
                 noncurrent_retention_ms: plan.config.retention.noncurrent_retention_ms,
             },
             settings,
-            node: node.clone(),
+            node: node_name.clone(),
         },
         &sources,
     )
@@ -396,15 +325,15 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             count: plan.workers,
             step_store_calls,
             drain: plan.drain,
-            node: node.clone(),
+            node: node_name.clone(),
             // Only hosts sharing a KV can run the same step; one alone on
             // its redb file has nobody to keep away.
-            claim: (plan.config.kv.backend == KvBackend::Etcd).then_some(step_claim),
+            claim: node.shares_kv().then_some(step_claim),
         },
     );
     let jobs = Arc::new(Jobs::shared(
         JobLimits::default(),
-        Board::new(kv.clone(), node.clone(), clock.clone()),
+        Board::new(kv.clone(), node_name.clone(), clock.clone()),
     ));
     let host = Arc::new(Host {
         kv,
@@ -430,7 +359,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     // The one line on stdout: scripts and tests read the address from it.
     println!("listening on http://{address}");
     let _ = std::io::stdout().flush();
-    tracing::info!(%address, data = %plan.data.display(), %node, "serving");
+    tracing::info!(%address, data = %plan.data.display(), node = %node_name, "serving");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(signals(host.clone(), plan.config_path.clone(), stop_tx));

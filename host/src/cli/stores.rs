@@ -5,14 +5,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
 use custodian::clock::Clock;
 use custodian::config::Config;
-use custodian::data_dir::DataDir;
+use custodian::node::open_named_store;
 use custodian::object::ObjectStore;
-use custodian::object::open::StoreUrl;
 
-use super::Failure;
+use super::{Failure, node_failure};
 
 /// Opens the store called `name`: the configuration's `[stores.NAME]`
 /// when present, else the filesystem store `DATA/NAME` (created, with the
@@ -28,26 +26,7 @@ pub(super) async fn open_named(
     name: &str,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn ObjectStore>, Failure> {
-    let url = match config.filter(|config| config.stores.contains_key(name)) {
-        Some(config) => config.store(name).map_err(|e| Failure::Usage(e.into()))?,
-        None => {
-            // Created owner-only first, as every command creates it, so a
-            // store opened before the KV does not leave it world-readable.
-            let dir = DataDir::create(data)
-                .with_context(|| format!("cannot use the data directory {}", data.display()))
-                .map_err(Failure::Failed)?;
-            StoreUrl::File {
-                // Store URLs are absolute: a store's identity must not
-                // depend on the working directory.
-                root: std::path::absolute(dir.root())
-                    .with_context(|| format!("cannot resolve {}", data.display()))
-                    .map_err(Failure::Failed)?
-                    .join(name),
-                versioned: None,
-            }
-        }
-    };
-    url.open(clock)
+    open_named_store(config, data, name, clock)
         .await
-        .map_err(|e| Failure::Failed(anyhow!(e).context(format!("cannot open the {name} store"))))
+        .map_err(node_failure)
 }

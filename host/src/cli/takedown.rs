@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Kv;
+use custodian::node::Node;
 use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, Action, RequestError};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
@@ -20,7 +21,7 @@ use serde_json::json;
 
 use super::options::{DataArgs, Global, RetentionArgs};
 use super::plugin::load;
-use super::{Failure, Outcome, io_runtime, open_data, runtime};
+use super::{Failure, Outcome, io_runtime, node_failure, runtime};
 
 /// The takedown policy and the data directory a takedown command uses.
 #[derive(Debug, Args)]
@@ -115,6 +116,9 @@ pub enum TakedownCommand {
 /// retention route, and the runtime that must outlive every call.
 pub(super) struct Environment {
     pub runtime: Runtime,
+    /// The node opened, held (with any lock on the directory) for as long
+    /// as the command runs; dropped before `io`, which drives its KV.
+    pub node: Node,
     pub io: tokio::runtime::Runtime,
     pub kv: Arc<dyn Kv>,
     pub services: Arc<Services>,
@@ -167,19 +171,19 @@ impl Environment {
         data: &DataArgs,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Failure> {
-        let config = super::config(global)?;
+        let config = super::config(global)?.unwrap_or_default();
         let io = io_runtime()?;
-        let kv = open_data(data, clock.clone())?;
+        // The node the server on this directory would open: its KV (the
+        // redb file, or the configured etcd cluster) and its stores.
+        let node = io
+            .block_on(Node::open(&data.data, config, clock.clone()))
+            .map_err(node_failure)?;
         let mut stores = BTreeMap::new();
         for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
-            let store = io.block_on(super::stores::open_named(
-                config.as_ref(),
-                &data.data,
-                name,
-                clock.clone(),
-            ))?;
+            let store = io.block_on(node.store(name)).map_err(node_failure)?;
             stores.insert(name.to_owned(), store);
         }
+        let kv = node.kv().clone();
         let services = Arc::new(Services {
             kv: kv.clone(),
             stores,
@@ -189,6 +193,7 @@ impl Environment {
         });
         Ok(Self {
             runtime,
+            node,
             io,
             kv,
             services,

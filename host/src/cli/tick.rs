@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use custodian::clock::{Clock, FixedClock, SystemClock};
-use custodian::fence::{Coordinator, FenceConfig, Namespace, ShardId};
+use custodian::fence::{Coordinator, Namespace, ShardId};
 use custodian::policy::takedown::{self, TakedownHandler, TakedownPolicy};
 use custodian::runtime::{Limits, World};
 use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
@@ -106,7 +106,7 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     }
 
     let kv = environment.kv.clone();
-    let coordinator = Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default())
+    let coordinator = Coordinator::new(kv.clone(), clock.clone(), environment.node.fence_config())
         .map_err(|e| Failure::Failed(e.into()))?;
     let mut worker = Worker::new(
         kv.clone(),

@@ -261,7 +261,10 @@ fn archive_policy(
     let plugin = Arc::new(super::plugin::load(&runtime, spec)?);
     let policy = ArchivePolicy::new(
         plugin,
-        super::plugin::isolated_services(io),
+        std::sync::Arc::new(custodian::runtime::Services::isolated(
+            std::sync::Arc::new(custodian::clock::SystemClock),
+            io.handle().clone(),
+        )),
         Limits::default(),
     )
     .map_err(|e| {

@@ -60,7 +60,6 @@ use custodian_base::clock::Clock;
 use custodian_core::audit::{self, Record};
 use custodian_core::fence::{Coordinator, FenceError, FenceKind, Namespace};
 use custodian_core::timers::{self, Handlers};
-use custodian_kv::memory::MemoryKv;
 use custodian_kv::{Kv, KvError, Precondition};
 use custodian_object::ObjectStore;
 use custodian_runtime::policy::PolicyError;
@@ -321,16 +320,6 @@ struct SwapState {
 /// up ([`SwapError::Contended`]) rather than retry forever.
 const PUBLISH_ATTEMPTS: u32 = 8;
 
-fn isolated_services(clock: &Arc<dyn Clock>, io: &tokio::runtime::Handle) -> Arc<Services> {
-    Arc::new(Services {
-        kv: Arc::new(MemoryKv::new(clock.clone())),
-        stores: BTreeMap::new(),
-        clock: clock.clone(),
-        io: io.clone(),
-        retention: None,
-    })
-}
-
 /// What proving a plugin needs.
 struct Prover<'a> {
     runtime: &'a Arc<Runtime>,
@@ -539,7 +528,7 @@ impl PluginSet {
         parts: PluginSetParts,
         sources: &BTreeMap<World, Source>,
     ) -> Result<Arc<Self>, SwapError> {
-        let isolated = isolated_services(&parts.clock, &parts.io);
+        let isolated = Arc::new(Services::isolated(parts.clock.clone(), parts.io.clone()));
         let prover = Prover {
             runtime: &parts.runtime,
             isolated: &isolated,

@@ -1,0 +1,347 @@
+//! One node, opened one way: the data directory, the configured KV (the
+//! redb file in the directory, or an etcd cluster, with the lock that then
+//! keeps a second process out of the directory), the node's name, its
+//! fence settings and its named object stores.
+//!
+//! `custodian serve` and every command that opens a data directory open
+//! it here, so a command run on a server's directory reads and writes the
+//! same KV and stores the server does, under the same rules.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use custodian_base::clock::Clock;
+use custodian_core::fence::FenceConfig;
+use custodian_kv::etcd::{EtcdConfig, EtcdKv};
+use custodian_kv::{Kv, KvError, Partition};
+use custodian_object::ObjectStore;
+use custodian_object::open::StoreUrl;
+
+use crate::config::{Config, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, KvBackend};
+use crate::data_dir::{DataDir, DirLock};
+
+/// Why a node could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Another process holds the data directory or its KV: nothing was
+    /// done, and trying again later may succeed.
+    #[error("{what}")]
+    Busy {
+        /// What could not be held.
+        what: String,
+        /// The KV's refusal.
+        #[source]
+        source: KvError,
+    },
+    /// The configuration names something that cannot be used (a store
+    /// URL, etcd settings): nothing was done, and retrying cannot help.
+    #[error("{what}")]
+    Config {
+        /// The setting at fault.
+        what: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Opening failed: the directory, the KV or a store.
+    #[error("{what}")]
+    Open {
+        /// What could not be opened.
+        what: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl NodeError {
+    fn open(what: String, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Open {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// A KV failure opening `what`: busy when another process holds it.
+    fn kv(what: String, source: KvError) -> Self {
+        match source {
+            KvError::InUse(_) => Self::Busy { what, source },
+            other => Self::open(what, other),
+        }
+    }
+}
+
+/// A data directory opened with its KV.
+pub struct Node {
+    dir: DataDir,
+    kv: Arc<dyn Kv>,
+    config: Config,
+    clock: Arc<dyn Clock>,
+    /// Held while the KV is not a file in the directory (a redb file
+    /// holds its own lock).
+    _lock: Option<DirLock>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("dir", &self.dir)
+            .field("kv", &self.config.kv.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Opens the data directory `data` (created, owner-only, if missing)
+    /// and the KV `config` names, whose `NotAfter` guards read `clock`. On
+    /// etcd it first reads once, which needs a quorum, so a node that
+    /// cannot reach one says so now rather than failing every later call.
+    ///
+    /// # Errors
+    /// [`NodeError::Busy`] when another process holds the directory or its
+    /// KV; [`NodeError::Config`] for unusable etcd settings;
+    /// [`NodeError::Open`] otherwise.
+    pub async fn open(
+        data: &Path,
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, NodeError> {
+        if config.kv.backend == KvBackend::Redb {
+            return Self::local(data, config, clock);
+        }
+        let dir = create(data)?;
+        let lock = dir
+            .lock()
+            .map_err(|e| NodeError::kv(format!("cannot hold {}", data.display()), e))?;
+        let section = &config.kv;
+        let prefix = section.prefix.as_deref().unwrap_or(DEFAULT_ETCD_PREFIX);
+        let mut etcd =
+            EtcdConfig::from_env(section.endpoints.clone(), prefix.into()).map_err(|e| {
+                NodeError::Config {
+                    what: "[kv] etcd settings".into(),
+                    source: e.into(),
+                }
+            })?;
+        etcd.request_timeout = Duration::from_millis(etcd_request_timeout_ms(&config));
+        let unreachable = |e: KvError| {
+            NodeError::open(
+                format!("cannot reach etcd at {}", section.endpoints.join(", ")),
+                e,
+            )
+        };
+        let etcd = EtcdKv::connect(etcd, clock.clone())
+            .await
+            .map_err(unreachable)?;
+        // The client connects lazily; a read needs a quorum.
+        let timers = Partition::new(custodian_core::timers::PARTITION)
+            .expect("the timers partition has a valid name");
+        etcd.get(&timers, b"r").await.map_err(unreachable)?;
+        let kv: Arc<dyn Kv> = Arc::new(etcd);
+        Ok(Self {
+            dir,
+            kv,
+            config,
+            clock,
+            _lock: Some(lock),
+        })
+    }
+
+    /// Opens the data directory `data` on the embedded default: the KV is
+    /// the redb file in it, whatever a configuration file would say. For
+    /// commands that take no configuration.
+    ///
+    /// # Errors
+    /// As for [`Node::open`].
+    pub fn open_local(data: &Path, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        Self::local(data, Config::default(), clock)
+    }
+
+    fn local(data: &Path, config: Config, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        let dir = create(data)?;
+        let kv = dir
+            .open_kv(clock.clone())
+            .map_err(|e| NodeError::kv(format!("cannot open the KV in {}", data.display()), e))?;
+        Ok(Self {
+            dir,
+            kv,
+            config,
+            clock,
+            _lock: None,
+        })
+    }
+
+    /// The KV.
+    pub fn kv(&self) -> &Arc<dyn Kv> {
+        &self.kv
+    }
+
+    /// The clock the node was opened with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &DataDir {
+        &self.dir
+    }
+
+    /// The configuration the node was opened with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// This node's name among the hosts sharing its KV: `[server] node`,
+    /// else the one kept in the data directory.
+    ///
+    /// # Errors
+    /// [`NodeError::Open`] when the directory's name cannot be read or
+    /// written.
+    pub fn name(&self) -> Result<String, NodeError> {
+        match &self.config.server.node {
+            Some(node) => Ok(node.clone()),
+            None => self.dir.node_name().map_err(|e| {
+                NodeError::open(
+                    format!("cannot name this node in {}", self.dir.root().display()),
+                    e,
+                )
+            }),
+        }
+    }
+
+    /// The fence settings for this node's KV.
+    pub fn fence_config(&self) -> FenceConfig {
+        match self.config.kv.backend {
+            KvBackend::Redb => FenceConfig::default(),
+            // A step's lease deadline is checked before its request travels
+            // to etcd, which may take up to the request timeout: revocation
+            // waits that much longer before it counts a lease as over.
+            KvBackend::Etcd => FenceConfig {
+                lease_margin_ms: FenceConfig::default().lease_margin_ms
+                    + etcd_request_timeout_ms(&self.config),
+                ..FenceConfig::default()
+            },
+        }
+    }
+
+    /// Whether other hosts may share this node's KV (and so its timers).
+    pub fn shares_kv(&self) -> bool {
+        self.config.kv.backend == KvBackend::Etcd
+    }
+
+    /// Opens the store called `name`: the configuration's `[stores.NAME]`
+    /// when present, else the filesystem store `DATA/NAME` (versioned when
+    /// new).
+    ///
+    /// # Errors
+    /// [`NodeError::Config`] when the configured store's URL is unusable;
+    /// [`NodeError::Open`] when the store cannot be opened.
+    pub async fn store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, NodeError> {
+        open_store(
+            Some(&self.config),
+            || Ok(self.dir.clone()),
+            name,
+            self.clock.clone(),
+        )
+        .await
+    }
+}
+
+/// The etcd request timeout `config` sets, or the default.
+pub fn etcd_request_timeout_ms(config: &Config) -> u64 {
+    config
+        .kv
+        .request_timeout_ms
+        .unwrap_or(DEFAULT_ETCD_REQUEST_TIMEOUT_MS)
+}
+
+/// Opens the store called `name` for a command that needs no KV: the
+/// configuration's `[stores.NAME]` when present, else `NAME` in the data
+/// directory `data` (which is then created, owner-only, if missing). See
+/// [`Node::store`].
+///
+/// # Errors
+/// As for [`Node::store`].
+pub async fn open_named_store(
+    config: Option<&Config>,
+    data: &Path,
+    name: &str,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn ObjectStore>, NodeError> {
+    open_store(config, || create(data), name, clock).await
+}
+
+/// The data directory `data`, created owner-only if missing.
+fn create(data: &Path) -> Result<DataDir, NodeError> {
+    DataDir::create(data).map_err(|e| {
+        NodeError::open(
+            format!("cannot use the data directory {}", data.display()),
+            e,
+        )
+    })
+}
+
+/// Opens the store `name` as `config` names it, else in the data
+/// directory `dir` gives (asked for only then: a command on configured
+/// stores leaves no directory behind).
+async fn open_store(
+    config: Option<&Config>,
+    dir: impl FnOnce() -> Result<DataDir, NodeError>,
+    name: &str,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn ObjectStore>, NodeError> {
+    let url = match config.filter(|config| config.stores.contains_key(name)) {
+        Some(config) => config.store(name).map_err(|e| NodeError::Config {
+            what: format!("[stores.{name}]"),
+            source: e.into(),
+        })?,
+        None => StoreUrl::File {
+            // Store URLs are absolute: a store's identity must not depend
+            // on the working directory.
+            root: absolute(dir()?.root())?.join(name),
+            versioned: None,
+        },
+    };
+    url.open(clock)
+        .await
+        .map_err(|e| NodeError::open(format!("cannot open the {name} store"), e))
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, NodeError> {
+    std::path::absolute(path)
+        .map_err(|e| NodeError::open(format!("cannot resolve {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use custodian_base::clock::FixedClock;
+
+    #[tokio::test]
+    async fn a_second_node_on_the_same_directory_is_busy_until_the_first_closes() {
+        let root = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(FixedClock::new(1));
+        let first = Node::open(root.path(), Config::default(), clock.clone())
+            .await
+            .unwrap();
+        let second = Node::open(root.path(), Config::default(), clock.clone()).await;
+        assert!(matches!(second, Err(NodeError::Busy { .. })), "{second:?}");
+        drop(first);
+        Node::open(root.path(), Config::default(), clock)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_unconfigured_store_is_a_directory_of_the_data_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(FixedClock::new(1));
+        let node = Node::open(root.path(), Config::default(), clock)
+            .await
+            .unwrap();
+        node.store("serving").await.unwrap();
+        assert!(root.path().join("serving").is_dir());
+        assert_eq!(node.fence_config(), FenceConfig::default());
+        assert!(!node.shares_kv());
+    }
+}

@@ -27,6 +27,7 @@ use args::{Cli, Command};
 use options::Global;
 
 /// How a command failed, which decides the exit code.
+#[derive(Debug)]
 pub enum Failure {
     /// The operation ran and failed (exit 1).
     Failed(anyhow::Error),

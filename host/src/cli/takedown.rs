@@ -8,7 +8,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
-use custodian::kv::Kv;
+use custodian::kv::{Kv, Precondition};
 use custodian::node::Node;
 use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, Action, RequestError};
@@ -210,22 +210,32 @@ impl Environment {
         })
     }
 
-    /// The takedown policy `spec` names (see [`Environment::plugin`]).
+    /// The takedown policy `spec` names and the guards its commits carry
+    /// (see [`Environment::plugin`]).
     pub(super) fn takedown_policy(
         &self,
         spec: Option<&str>,
         changes: bool,
-    ) -> Result<TakedownPolicy, Failure> {
-        TakedownPolicy::new(Arc::new(self.plugin(spec, changes)?))
-            .map_err(|e| Failure::Usage(e.into()))
+    ) -> Result<(TakedownPolicy, Vec<Precondition>), Failure> {
+        let (plugin, guards) = self.plugin(spec, changes)?;
+        let policy = TakedownPolicy::new(Arc::new(plugin)).map_err(|e| Failure::Usage(e.into()))?;
+        Ok((policy, guards))
     }
 
     /// The plugin a command runs: `spec` when given, else the takedown
     /// plugin the data directory's shared set names (what a server on it
-    /// last ran: swaps outlive it), else the bundled one. A command that
-    /// `changes` state refuses a takedown plugin the set does not name,
-    /// since it would commit a policy a swap replaced.
-    pub(super) fn plugin(&self, spec: Option<&str>, changes: bool) -> Result<Plugin, Failure> {
+    /// last ran: swaps outlive it), else the bundled one; and the guards
+    /// every commit it plans carries, as a server's do: `Equals` on the
+    /// set row that names it ([`shared::guard`]), so a swap published by a
+    /// server sharing the KV while the command runs keeps its plans from
+    /// committing. A command that `changes` state refuses a takedown
+    /// plugin the set does not name, since it would commit a policy a swap
+    /// replaced.
+    pub(super) fn plugin(
+        &self,
+        spec: Option<&str>,
+        changes: bool,
+    ) -> Result<(Plugin, Vec<Precondition>), Failure> {
         let row = self
             .io
             .block_on(shared::read(self.kv.as_ref()))
@@ -257,14 +267,23 @@ impl Environment {
             && plugin.info().hash != member.hash
         {
             return Err(Failure::Usage(anyhow!(
-                "{} is not the takedown plugin this data directory's shared plugin set names                  ({}, hash {}, set by {}): a server swapped it in, and a step of another                  plugin would commit a policy the swap replaced; leave --plugin out to run                  the set's plugin, or swap this one in through the server",
+                "{} is not the takedown plugin this data directory's shared plugin set names \
+                 ({}, hash {}, set by {}): a server swapped it in, and a step of another \
+                 plugin would commit a policy the swap replaced; leave --plugin out to run \
+                 the set's plugin, or swap this one in through the server",
                 spec.unwrap_or("builtin:takedown"),
                 member.source,
                 &member.hash[..12],
                 row.set.by
             )));
         }
-        Ok(plugin)
+        let guards = match &member {
+            Some((member, row)) if takedown && plugin.info().hash == member.hash => {
+                vec![shared::guard(row)]
+            }
+            _ => Vec::new(),
+        };
+        Ok((plugin, guards))
     }
 }
 
@@ -310,7 +329,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let clock = clock(now);
             let environment =
                 Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let plugin = environment.takedown_policy(policy.plugin.as_deref(), true)?;
+            let (plugin, guards) = environment.takedown_policy(policy.plugin.as_deref(), true)?;
             let request = Request::new(repository, clock.now_ms(), objects, pack);
             requests::create(
                 &plugin,
@@ -321,9 +340,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 Action {
                     operator: &policy.operator,
                     now_ms: clock.now_ms(),
-                    // The CLI holds the data directory alone: no plugin
-                    // can be swapped under it.
-                    guard: &[],
+                    guard: &guards,
                 },
             )
             .map_err(request_failure)?;
@@ -339,7 +356,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let id = parse_id(&id, "request id")?;
             let clock = clock(None);
             let environment = Environment::open(global, &policy.data, &policy.retention, clock)?;
-            let plugin = environment.takedown_policy(policy.plugin.as_deref(), false)?;
+            let (plugin, _) = environment.takedown_policy(policy.plugin.as_deref(), false)?;
             let mut status = plugin
                 .status(environment.call(&plugin, &limits), &id)
                 .map_err(|e| Failure::Failed(e.into()))?
@@ -378,7 +395,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let clock = clock(now);
             let environment =
                 Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let plugin = environment.takedown_policy(policy.plugin.as_deref(), true)?;
+            let (plugin, guards) = environment.takedown_policy(policy.plugin.as_deref(), true)?;
             let enabled = state == "on";
             requests::hold(
                 &plugin,
@@ -390,7 +407,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 Action {
                     operator: &policy.operator,
                     now_ms: clock.now_ms(),
-                    guard: &[],
+                    guard: &guards,
                 },
             )
             .map_err(request_failure)?;
@@ -438,5 +455,90 @@ fn print_status(id: &[u8; 32], s: &takedown::RequestStatus, next_step_ms: Option
     }
     if let Some(error) = &s.last_error {
         println!("last error    {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use custodian::clock::SystemClock;
+    use custodian::serve::plugins::shared::{self, Member, SharedSet};
+
+    use super::*;
+    use crate::cli::options::LogFormat;
+
+    fn global() -> Global {
+        Global {
+            cache_dir: None,
+            no_cache: true,
+            config: None,
+            verbose: 0,
+            log_format: LogFormat::Text,
+        }
+    }
+
+    fn environment(data: &std::path::Path) -> Environment {
+        let retention = RetentionArgs {
+            retention_plugin: "builtin:retention".into(),
+            retention_ms: 1,
+            noncurrent_retention_ms: 0,
+        };
+        let data = DataArgs {
+            data: data.to_owned(),
+        };
+        Environment::open(&global(), &data, &retention, Arc::new(SystemClock))
+            .unwrap_or_else(|f| panic!("{}", f.error()))
+    }
+
+    /// Publishes a set naming `hash` as the takedown plugin.
+    fn publish(environment: &Environment, hash: &str) -> shared::SetRow {
+        let set = SharedSet {
+            worlds: BTreeMap::from([(
+                World::Takedown.name().to_owned(),
+                Member {
+                    hash: hash.to_owned(),
+                    size: 1,
+                    source: "test".into(),
+                },
+            )]),
+            by: "test".into(),
+            at_ms: 1,
+        };
+        environment
+            .io
+            .block_on(shared::publish(environment.kv.as_ref(), None, set))
+            .unwrap()
+            .expect("the first set is published")
+    }
+
+    #[test]
+    fn on_a_directory_no_server_ran_on_the_commits_carry_no_set_guard() {
+        let data = tempfile::tempdir().unwrap();
+        let environment = environment(data.path());
+        let (_, guards) = environment.plugin(None, true).unwrap();
+        assert!(guards.is_empty(), "{guards:?}");
+    }
+
+    #[test]
+    fn the_sets_plugin_commits_guarded_on_the_set_row_as_a_servers_steps_do() {
+        let data = tempfile::tempdir().unwrap();
+        let environment = environment(data.path());
+        let bundled = custodian::bundled::plugin(World::Takedown).unwrap();
+        let row = publish(&environment, &custodian::runtime::content_hash(bundled));
+        let (plugin, guards) = environment.plugin(Some("builtin:takedown"), true).unwrap();
+        assert_eq!(plugin.info().worlds, vec![World::Takedown]);
+        assert_eq!(guards, vec![shared::guard(&row)]);
+    }
+
+    #[test]
+    fn a_plugin_the_set_does_not_name_may_read_but_not_change_state() {
+        let data = tempfile::tempdir().unwrap();
+        let environment = environment(data.path());
+        publish(&environment, &"0".repeat(64));
+        let refused = environment.plugin(Some("builtin:takedown"), true);
+        assert!(matches!(refused, Err(Failure::Usage(_))));
+        let (_, guards) = environment.plugin(Some("builtin:takedown"), false).unwrap();
+        assert!(guards.is_empty(), "a read commits nothing: {guards:?}");
     }
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::options::{DataArgs, Global, RetentionArgs};
 use super::takedown::Environment;
-use super::{Failure, Outcome};
+use super::{Failure, Outcome, node_failure};
 
 #[derive(Debug, Args)]
 pub struct TickArgs {
@@ -89,11 +89,13 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     };
     let mut policies = Vec::new();
     for spec in specs {
-        let plugin = Arc::new(environment.plugin(spec, true)?);
+        let (plugin, guards) = environment.plugin(spec, true)?;
+        let plugin = Arc::new(plugin);
         let spec = spec.unwrap_or("the shared set's takedown plugin");
         match plugin.info().worlds.first() {
             Some(World::Takedown) => {
-                policies.push(Arc::new(TakedownPolicy::new(plugin).map_err(usage)?));
+                let policy = Arc::new(TakedownPolicy::new(plugin).map_err(usage)?);
+                policies.push((policy, guards));
             }
             Some(world) => {
                 return Err(usage(anyhow!(
@@ -117,19 +119,24 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         },
     );
     // One process at a time holds a data directory, so every `tick` run
-    // is the same shard: the lease row is renewed, never multiplied.
+    // on it is the same shard, named after the node (hosts sharing an etcd
+    // KV each have their own): the lease row is renewed, never multiplied.
+    let node = environment.node.name().map_err(node_failure)?;
     worker.fence(
         Arc::new(coordinator),
         Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
-        ShardId::new("local").expect("a valid name"),
+        ShardId::new(format!("{node}.tick")).map_err(|e| Failure::Failed(e.into()))?,
     );
-    for policy in policies {
-        worker.register(Arc::new(TakedownHandler::new(
-            policy,
-            environment.services.clone(),
-            takedown::grants(),
-            limits.clone(),
-        )));
+    for (policy, guards) in policies {
+        worker.register(Arc::new(
+            TakedownHandler::new(
+                policy,
+                environment.services.clone(),
+                takedown::grants(),
+                limits.clone(),
+            )
+            .guarded(guards),
+        ));
     }
 
     // Text goes out tick by tick, so a long run shows its progress; JSON is

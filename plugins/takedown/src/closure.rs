@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use custodian_sdk::contract::content::manifest as layout;
 use custodian_sdk::objects::{self, MAX_BODY_BYTES};
 use custodian_sdk::{Error, checksum, kv};
 use serde::{Deserialize, Serialize};
@@ -117,17 +118,19 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     }
     let header = reader.read(0, manifest::HEADER)?;
     let length = manifest::file_length(
-        header[8..16]
-            .try_into()
-            .map_err(|_| corrupt("a manifest header"))?,
+        header
+            .get(layout::FILE_LEN_AT)
+            .and_then(|field| field.try_into().ok())
+            .ok_or_else(|| corrupt("a manifest header"))?,
     );
     let declared = u32::from_le_bytes(
-        header[18..22]
-            .try_into()
-            .map_err(|_| corrupt("a manifest header"))?,
+        header
+            .get(layout::COUNT_AT)
+            .and_then(|field| field.try_into().ok())
+            .ok_or_else(|| corrupt("a manifest header"))?,
     );
     let trailer = reader.read(info.size - manifest::TRAILER, manifest::TRAILER)?;
-    let crc64 = u64::from_le_bytes(
+    let crc64 = layout::decode_trailer(
         trailer
             .as_slice()
             .try_into()

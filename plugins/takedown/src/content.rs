@@ -1,29 +1,24 @@
 //! Reading the host's content index (partition `content`, read only) and
-//! the formats of the objects it describes; see `wit/takedown.wit`.
+//! the formats of the objects it describes; see `wit/takedown.wit`. The
+//! layouts themselves (constants, keys, header checks, row decoding) are
+//! the contract's ([`layout`]), shared with the host that writes them;
+//! this module does the reads and words the errors as this policy stores
+//! them.
 
+use custodian_sdk::contract::content::{self as layout, index};
 use custodian_sdk::{Error, kv};
 
 use crate::codec::{Id, corrupt, hex};
 
 /// The host's content index.
-pub const CONTENT: &str = "content";
+pub const CONTENT: &str = layout::PARTITION;
 /// The store users' content is served from.
-pub const SERVING: &str = "serving";
+pub const SERVING: &str = layout::SERVING_STORE;
 
-/// Kind byte of a blob.
-pub const BLOB: u8 = 1;
-/// Kind byte of a manifest.
-pub const MANIFEST: u8 = 2;
-/// Kind byte of a pack.
-pub const PACK: u8 = 3;
+pub use layout::{BLOB, MANIFEST, PACK, is_kind};
 
 /// Most keys one `get-many` may ask for (the host's page bound).
 const GET_MANY_KEYS: usize = kv::MAX_PAGE_ENTRIES as usize;
-
-/// Whether `kind` names a kind of object.
-pub fn is_kind(kind: u8) -> bool {
-    matches!(kind, BLOB | MANIFEST | PACK)
-}
 
 /// A repository, `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,50 +53,23 @@ impl std::fmt::Display for Repository {
     }
 }
 
-/// What the index's `o` row says about an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectRow {
-    /// [`BLOB`], [`MANIFEST`] or [`PACK`].
-    pub kind: u8,
-    /// Size in bytes.
-    pub size: u64,
-    /// CRC-64/NVME of the bytes.
-    pub crc64: u64,
-}
-
-fn o_key(object: &Id) -> Vec<u8> {
-    [b"o".as_slice(), object].concat()
-}
+/// What the index's `o` row says about an object: its kind ([`BLOB`],
+/// [`MANIFEST`] or [`PACK`]), size and CRC-64/NVME.
+pub use index::ObjectRow;
 
 /// The `o` row of `object`, `None` if the index has none. A row that does
 /// not decode is the host's index corrupt.
 pub fn object_row(object: &Id) -> Result<Option<ObjectRow>, Error> {
-    let Some(raw) = kv::get(CONTENT, &o_key(object))? else {
+    let Some(raw) = kv::get(CONTENT, &index::object_key(object))? else {
         return Ok(None);
     };
-    let bad = || corrupt(format!("the content row o{} does not decode", hex(object)));
-    if raw.len() != 17 || !is_kind(raw[0]) {
-        return Err(bad());
-    }
-    let size = u64::from_be_bytes(raw[1..9].try_into().map_err(|_| bad())?);
-    let crc64 = u64::from_be_bytes(raw[9..17].try_into().map_err(|_| bad())?);
-    Ok(Some(ObjectRow {
-        kind: raw[0],
-        size,
-        crc64,
-    }))
-}
-
-fn h_prefix(object: &Id) -> Vec<u8> {
-    [b"h".as_slice(), object].concat()
+    ObjectRow::decode(&raw)
+        .map(Some)
+        .map_err(|_| corrupt(format!("the content row o{} does not decode", hex(object))))
 }
 
 fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
-    let mut key = h_prefix(object);
-    key.extend_from_slice(repository.namespace.as_bytes());
-    key.push(0);
-    key.extend_from_slice(repository.name.as_bytes());
-    key
+    index::holder_key(object, &repository.namespace, &repository.name)
 }
 
 /// The objects of `objects` that `repository` does not hold, in order.
@@ -130,10 +98,7 @@ pub fn sealed(packs: &[Id]) -> Result<Vec<bool>, Error> {
     if packs.is_empty() {
         return Ok(Vec::new());
     }
-    let keys: Vec<Vec<u8>> = packs
-        .iter()
-        .map(|p| [b"s".as_slice(), p].concat())
-        .collect();
+    let keys: Vec<Vec<u8>> = packs.iter().map(index::seal_key).collect();
     let rows = kv::get_many(CONTENT, &keys)?;
     if rows.len() != keys.len() {
         return Err(corrupt("get-many answered a different number of keys"));
@@ -154,7 +119,7 @@ pub struct HolderPage {
 /// earlier page). A cursor outside the object's rows is `Corrupt` (it came
 /// from this policy's own state), as is a holder row that does not parse.
 pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderPage, Error> {
-    let (start, end) = crate::keys::prefix_range(h_prefix(object));
+    let (start, end) = crate::keys::prefix_range(index::holder_prefix(object));
     if cursor.is_some_and(|c| !c.starts_with(&start)) {
         return Err(corrupt(format!(
             "the holders cursor of {} is outside its rows",
@@ -166,9 +131,7 @@ pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderP
     for entry in &page.entries {
         let bad = || corrupt(format!("a holder row of {} does not parse", hex(object)));
         let tail = entry.key.strip_prefix(start.as_slice()).ok_or_else(bad)?;
-        let split = tail.iter().position(|b| *b == 0).ok_or_else(bad)?;
-        let namespace = std::str::from_utf8(&tail[..split]).map_err(|_| bad())?;
-        let name = std::str::from_utf8(&tail[split + 1..]).map_err(|_| bad())?;
+        let (namespace, name) = index::holder_of(tail).map_err(|_| bad())?;
         let repository = Repository::parse(&format!("{namespace}/{name}")).ok_or_else(bad)?;
         holders.push(repository);
     }
@@ -178,89 +141,71 @@ pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderP
     })
 }
 
-/// The manifest format: `CUSTMNFT`, file length (u64 LE), format 1
-/// (u16 LE), chunk count (u32 LE), chunk ids, trailer CRC (u64 LE).
+/// The manifest format ([`layout::manifest`]), with this policy's
+/// wording of what is wrong.
 pub mod manifest {
-    /// Bytes before the first chunk id.
-    pub const HEADER: u64 = 22;
-    /// Bytes after the last chunk id.
-    pub const TRAILER: u64 = 8;
+    use custodian_sdk::contract::content::manifest::{self as layout, ManifestError};
 
-    /// The chunk count of a manifest of `size` bytes, if a manifest can
-    /// have that size.
-    pub fn count_for_size(size: u64) -> Option<u32> {
-        let ids = size.checked_sub(HEADER + TRAILER)?;
-        if !ids.is_multiple_of(32) {
-            return None;
-        }
-        u32::try_from(ids / 32).ok()
-    }
+    pub use layout::{chunk_offset, count_for_size, file_length};
 
-    /// Offset of chunk `index`'s id.
-    pub fn chunk_offset(index: u32) -> u64 {
-        HEADER + u64::from(index) * 32
-    }
+    /// Bytes before the first chunk id, as an object offset.
+    pub const HEADER: u64 = layout::HEADER_BYTES as u64;
+    /// Bytes after the last chunk id, as an object offset.
+    pub const TRAILER: u64 = layout::TRAILER_BYTES as u64;
 
-    /// Checks the structure of a whole manifest; the reason it is not one
-    /// otherwise.
+    /// Checks the structure of a whole manifest (the contract's
+    /// [`layout::check`]); the reason it is not one otherwise.
     pub fn check(bytes: &[u8]) -> Result<u32, String> {
-        if bytes.len() < 30 || &bytes[..8] != b"CUSTMNFT" {
-            return Err("not a manifest (magic)".into());
-        }
-        if u16::from_le_bytes([bytes[16], bytes[17]]) != 1 {
-            return Err("an unknown manifest format".into());
-        }
-        let count = u32::from_le_bytes([bytes[18], bytes[19], bytes[20], bytes[21]]);
-        if count_for_size(bytes.len() as u64) != Some(count) {
-            return Err(format!(
-                "a manifest of {count} chunks cannot be {} bytes",
-                bytes.len()
-            ));
-        }
-        Ok(count)
-    }
-
-    /// The file length a manifest header declares.
-    pub fn file_length(header: &[u8; 8]) -> u64 {
-        u64::from_le_bytes(*header)
+        layout::check(bytes)
+            .map(|header| header.count)
+            .map_err(|why| match why {
+                ManifestError::Short { .. } | ManifestError::Magic => {
+                    "not a manifest (magic)".into()
+                }
+                ManifestError::Format(_) => "an unknown manifest format".into(),
+                ManifestError::Size { count, len } => {
+                    format!("a manifest of {count} chunks cannot be {len} bytes")
+                }
+                // `check` judges neither the bounds nor the file length.
+                other => other.to_string(),
+            })
     }
 }
 
-/// The pack format: `CUSTPACK`, format 1 (u16 LE), member count (u32 LE),
-/// then one 33-byte entry (id, kind) per member.
+/// The pack format ([`layout::pack`]), with this policy's wording of what
+/// is wrong.
 pub mod pack {
-    /// Bytes before the first entry.
-    pub const HEADER: u64 = 14;
-    /// Bytes per entry.
-    pub const ENTRY: u64 = 33;
+    use custodian_sdk::contract::content::pack::{self as layout, PackError};
 
-    /// The member count of a pack header; the reason it is not one
-    /// otherwise.
-    pub fn count(header: &[u8]) -> Result<u32, String> {
-        if header.len() != HEADER as usize || &header[..8] != b"CUSTPACK" {
-            return Err("not a pack (magic)".into());
+    /// Bytes before the first entry, as an object offset.
+    pub const HEADER: u64 = layout::HEADER_BYTES as u64;
+    /// Bytes per entry (id, kind), as an object offset.
+    pub const ENTRY: u64 = layout::MEMBER_BYTES as u64;
+
+    fn reason(why: PackError) -> String {
+        match why {
+            PackError::Short { .. } => "shorter than a pack header".into(),
+            PackError::Magic => "not a pack (magic)".into(),
+            PackError::Format(_) => "an unknown pack format".into(),
+            PackError::Size { count, len } => {
+                format!("a pack of {count} members cannot be {len} bytes")
+            }
+            // Neither `count` nor `check` judges the member bound.
+            other @ PackError::TooMany { .. } => other.to_string(),
         }
-        if u16::from_le_bytes([header[8], header[9]]) != 1 {
-            return Err("an unknown pack format".into());
-        }
-        Ok(u32::from_le_bytes([
-            header[10], header[11], header[12], header[13],
-        ]))
     }
 
-    /// Checks the structure of a whole pack.
+    /// The member count of a pack header (exactly [`HEADER`] bytes); the
+    /// reason it is not one otherwise.
+    pub fn count(header: &[u8]) -> Result<u32, String> {
+        let header = header.try_into().map_err(|_| reason(PackError::Magic))?;
+        layout::decode_header(header).map_err(reason)
+    }
+
+    /// Checks the structure of a whole pack (the contract's
+    /// [`layout::check`]).
     pub fn check(bytes: &[u8]) -> Result<u32, String> {
-        let header = bytes
-            .get(..HEADER as usize)
-            .ok_or("shorter than a pack header")?;
-        let count = count(header)?;
-        if bytes.len() as u64 != HEADER + ENTRY * u64::from(count) {
-            return Err(format!(
-                "a pack of {count} members cannot be {} bytes",
-                bytes.len()
-            ));
-        }
-        Ok(count)
+        layout::check(bytes).map_err(reason)
     }
 }
 

@@ -2,6 +2,7 @@
 //! crate's module doc) and the preserved store's keys.
 
 use custodian_sdk::Error;
+use custodian_sdk::contract::content::OBJECT_KEY_PREFIX;
 use custodian_sdk::key::prefix_end;
 
 use crate::codec::{Id, corrupt, hex};
@@ -121,7 +122,7 @@ pub fn preserved_key(id: &Id, object: &Id, offset: u64) -> String {
 
 /// Where `object` is served from in `serving`.
 pub fn serving_key(object: &Id) -> String {
-    format!("content/{}", hex(object))
+    format!("{OBJECT_KEY_PREFIX}{}", hex(object))
 }
 
 #[cfg(test)]

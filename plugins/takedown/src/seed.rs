@@ -95,7 +95,7 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
     let members = if take == 0 {
         Vec::new()
     } else {
-        let offset = pack::HEADER + pack::ENTRY * u64::from(cursor.next);
+        let offset = custodian_sdk::contract::content::pack::member_offset(cursor.next);
         let bytes = read(&serving, offset, pack::ENTRY * u64::from(take))?;
         if bytes.len() as u64 != pack::ENTRY * u64::from(take) {
             return Err(corrupt(format!(

@@ -6,12 +6,18 @@
 //! - [`version`]: which contract version the host speaks and which
 //!   plugin versions link;
 //! - [`limits`]: the bounds of every guest-controlled size;
-//! - [`name`]: the alphabet of names that become key segments.
+//! - [`name`]: the alphabet of names that become key segments;
+//! - [`content`]: the content model's byte layouts (manifests, packs, the
+//!   content index's keys and rows), which the host writes and a takedown
+//!   plugin reads.
 //!
 //! No dependencies, so every plugin can link it.
 
 #![no_std]
 
+extern crate alloc;
+
+pub mod content;
 pub mod limits;
 pub mod name;
 pub mod version;

@@ -5,19 +5,29 @@ use crate::bindings::host::custodian::host::kv::{
     Batch as WitBatch, Entry, KeyRef, Outcome, Page, Precondition, Write,
 };
 use custodian_contract::limits::{
-    MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_VALUE_BYTES,
+    HOST_PARTITION_PREFIX, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
+    MAX_VALUE_BYTES,
 };
 
 fn invalid(message: String) -> Error {
     Error::InvalidArgument(message)
 }
 
+/// Every valid partition is granted (a unit test is its own deployer),
+/// except the host's own, which no deployer can grant: the host answers
+/// `access-denied` for them, so the native host does too.
 fn check_partition(partition: &str) -> Result<(), Error> {
-    if custodian_contract::name::is_name(partition, custodian_contract::limits::MAX_PARTITION_BYTES)
-    {
-        Ok(())
-    } else {
+    if !custodian_contract::name::is_name(
+        partition,
+        custodian_contract::limits::MAX_PARTITION_BYTES,
+    ) {
         Err(invalid(format!("{partition:?} is not a partition name")))
+    } else if partition.starts_with(HOST_PARTITION_PREFIX) {
+        Err(Error::AccessDenied(format!(
+            "partition {partition} is reserved for the host and cannot be granted"
+        )))
+    } else {
+        Ok(())
     }
 }
 
@@ -43,6 +53,8 @@ pub fn get(partition: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
 
 /// The native host's `kv.get-many`; see `wit/deps/host/kv.wit`.
 pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+    // The partition first, as the host does, even when no key is asked.
+    check_partition(partition)?;
     if keys.len() > MAX_PAGE_ENTRIES as usize {
         return Err(invalid(format!(
             "{} keys exceed {MAX_PAGE_ENTRIES}",
@@ -65,6 +77,14 @@ pub fn scan(
         return Err(invalid(format!(
             "limit {limit} is outside 1..={MAX_PAGE_ENTRIES}"
         )));
+    }
+    for bound in [Some(start), end, cursor].into_iter().flatten() {
+        if bound.len() > MAX_KEY_BYTES {
+            return Err(invalid(format!(
+                "a scan bound of {} bytes exceeds {MAX_KEY_BYTES}",
+                bound.len()
+            )));
+        }
     }
     let lower = match cursor {
         Some(cursor) if cursor < start || end.is_some_and(|end| cursor >= end) => {
@@ -107,13 +127,27 @@ pub fn scan(
 }
 
 fn check_batch(batch: &WitBatch) -> Result<(), Error> {
+    // Every partition first, as the host checks its grants before the bounds.
+    for precondition in &batch.preconditions {
+        match precondition {
+            Precondition::Absent(KeyRef { partition, .. })
+            | Precondition::Equals(Entry { partition, .. }) => check_partition(partition)?,
+            Precondition::NotAfter(_) => {}
+        }
+    }
+    for write in &batch.writes {
+        match write {
+            Write::Put(Entry { partition, .. }) | Write::Delete(KeyRef { partition, .. }) => {
+                check_partition(partition)?;
+            }
+        }
+    }
     let ops = batch.preconditions.len() + batch.writes.len();
     if ops > MAX_BATCH_OPS {
         return Err(invalid(format!("{ops} operations exceed {MAX_BATCH_OPS}")));
     }
     let mut bytes = 0usize;
-    let mut check_ref = |partition: &str, key: &[u8], value: Option<&[u8]>| {
-        check_partition(partition)?;
+    let mut check_ref = |key: &[u8], value: Option<&[u8]>| {
         check_key(key)?;
         if let Some(value) = value {
             if value.len() > MAX_VALUE_BYTES {
@@ -129,23 +163,15 @@ fn check_batch(batch: &WitBatch) -> Result<(), Error> {
     };
     for precondition in &batch.preconditions {
         match precondition {
-            Precondition::Absent(KeyRef { partition, key }) => check_ref(partition, key, None)?,
-            Precondition::Equals(Entry {
-                partition,
-                key,
-                value,
-            }) => check_ref(partition, key, Some(value))?,
+            Precondition::Absent(KeyRef { key, .. }) => check_ref(key, None)?,
+            Precondition::Equals(Entry { key, value, .. }) => check_ref(key, Some(value))?,
             Precondition::NotAfter(_) => {}
         }
     }
     for write in &batch.writes {
         match write {
-            Write::Put(Entry {
-                partition,
-                key,
-                value,
-            }) => check_ref(partition, key, Some(value))?,
-            Write::Delete(KeyRef { partition, key }) => check_ref(partition, key, None)?,
+            Write::Put(Entry { key, value, .. }) => check_ref(key, Some(value))?,
+            Write::Delete(KeyRef { key, .. }) => check_ref(key, None)?,
         }
     }
     if bytes > MAX_BATCH_BYTES {

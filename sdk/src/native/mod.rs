@@ -3,7 +3,10 @@
 //! It keeps the host's semantics where policies depend on them — guarded
 //! batches are really guarded, scans page with cursors, publishes check
 //! conditions and CRCs, bounds are the host's — and grants every partition
-//! and store, since a unit test is its own deployer. One host per thread,
+//! and store, since a unit test is its own deployer (but not the host's
+//! reserved `custodian.` partitions, which no deployer can grant). The KV
+//! runs the host's KV conformance suite (`tests/kv_conformance.rs`), so its
+//! semantics are the host backends'. One host per thread,
 //! so parallel tests do not see each other; [`crate::testing`] resets and
 //! inspects it.
 //!

@@ -1,72 +1,52 @@
 //! The content index's keys and rows (partition `content`; the layout is
 //! in the [module documentation](super)), and paged reads of holders and
-//! repository entries.
+//! repository entries. The key layouts and row codecs are
+//! [`custodian_contract::content::index`]; this module gives them the
+//! host's types and errors.
 //!
 //! Every row read back is decoded strictly: a row that does not have the
 //! documented shape is [`ContentError::Corrupt`], never a panic.
 
-use super::{ContentError, MAX_REPO_PART_BYTES, ObjectId, ObjectKind, RepoName, partition};
+use custodian_contract::content::index::{self as layout, EntryValue, HolderError, RowError};
 use custodian_kv::{Kv, MAX_KEY_BYTES, MAX_PAGE_ENTRIES};
 
-/// Tag of an object row: `o` id.
-pub const OBJECT_TAG: u8 = b'o';
-/// Tag of a holder row: `h` id namespace 0x00 name.
-pub const HOLDER_TAG: u8 = b'h';
-/// Tag of a seal row: `s` pack-id.
-pub const SEAL_TAG: u8 = b's';
-/// Tag of a repository entry: `r` namespace 0x00 name 0x00 path.
-pub const ENTRY_TAG: u8 = b'r';
+use super::{ContentError, MAX_REPO_PART_BYTES, ObjectId, ObjectKind, RepoName, partition};
 
-/// Longest entry path, in bytes (a directory's with its trailing `/`).
-/// With two repository parts at their bound, an entry key stays within
-/// the KV's key bound, so a deep or long-named tree is refused before
-/// anything is pushed rather than halfway through its index rows.
-pub const MAX_PATH_BYTES: usize = 768;
+pub use layout::{ENTRY_TAG, HOLDER_TAG, MAX_PATH_BYTES, OBJECT_TAG, SEAL_TAG};
 
+// The contract bounds entry keys by its own key bound; the KV this host
+// runs must accept them too.
 const _: () = assert!(1 + 2 * MAX_REPO_PART_BYTES + 2 + MAX_PATH_BYTES <= MAX_KEY_BYTES);
 
 /// The key of `id`'s object row.
 pub fn object_row_key(id: &ObjectId) -> Vec<u8> {
-    [&[OBJECT_TAG][..], id.as_bytes()].concat()
+    layout::object_key(id.as_bytes())
 }
 
 /// The prefix of every holder row of `id`.
 pub fn holder_prefix(id: &ObjectId) -> Vec<u8> {
-    [&[HOLDER_TAG][..], id.as_bytes()].concat()
+    layout::holder_prefix(id.as_bytes())
 }
 
 /// The key of the row saying `repo` holds `id`.
 pub fn holder_key(id: &ObjectId, repo: &RepoName) -> Vec<u8> {
-    let mut key = holder_prefix(id);
-    push_repo(&mut key, repo);
-    key
+    layout::holder_key(id.as_bytes(), repo.namespace(), repo.name())
 }
 
 /// The key of pack `id`'s seal row.
 pub fn seal_key(id: &ObjectId) -> Vec<u8> {
-    [&[SEAL_TAG][..], id.as_bytes()].concat()
+    layout::seal_key(id.as_bytes())
 }
 
 /// The prefix of every entry of `repo` (ends with the 0x00 before the
 /// path).
 pub fn entry_prefix(repo: &RepoName) -> Vec<u8> {
-    let mut key = vec![ENTRY_TAG];
-    push_repo(&mut key, repo);
-    key.push(0);
-    key
+    layout::entry_prefix(repo.namespace(), repo.name())
 }
 
 /// The key of `repo`'s entry at `path`.
 pub fn entry_key(repo: &RepoName, path: &str) -> Vec<u8> {
-    let mut key = entry_prefix(repo);
-    key.extend_from_slice(path.as_bytes());
-    key
-}
-
-fn push_repo(key: &mut Vec<u8>, repo: &RepoName) {
-    key.extend_from_slice(repo.namespace().as_bytes());
-    key.push(0);
-    key.extend_from_slice(repo.name().as_bytes());
+    layout::entry_key(repo.namespace(), repo.name(), path)
 }
 
 /// The first key after every key starting with `prefix`; `None` when no
@@ -129,11 +109,13 @@ pub struct ObjectRow {
 impl ObjectRow {
     /// The row's value: kind, size (u64 BE), CRC (u64 BE).
     pub fn encode(&self) -> Vec<u8> {
-        let mut value = Vec::with_capacity(17);
-        value.push(self.kind.byte());
-        value.extend_from_slice(&self.size.to_be_bytes());
-        value.extend_from_slice(&self.crc64.to_be_bytes());
-        value
+        layout::ObjectRow {
+            kind: self.kind.byte(),
+            size: self.size,
+            crc64: self.crc64,
+        }
+        .encode()
+        .to_vec()
     }
 
     /// Decodes a row's value.
@@ -141,13 +123,14 @@ impl ObjectRow {
     /// # Errors
     /// [`ContentError::Corrupt`] unless it is 17 bytes with a valid kind.
     pub fn decode(value: &[u8]) -> Result<Self, ContentError> {
-        let value: &[u8; 17] = value.try_into().map_err(|_| {
-            ContentError::Corrupt(format!("an object row of {} bytes, not 17", value.len()))
+        let row = layout::ObjectRow::decode(value).map_err(|why| match why {
+            RowError::Length { .. } => ContentError::Corrupt(format!("an object row of {why}")),
+            RowError::Kind(unknown) => unknown.into(),
         })?;
         Ok(Self {
-            kind: ObjectKind::from_byte(value[0])?,
-            size: u64::from_be_bytes(value[1..9].try_into().expect("8 bytes")),
-            crc64: u64::from_be_bytes(value[9..17].try_into().expect("8 bytes")),
+            kind: ObjectKind::from_byte(row.kind)?,
+            size: row.size,
+            crc64: row.crc64,
         })
     }
 }
@@ -169,11 +152,13 @@ pub struct Entry {
 impl Entry {
     /// The entry row's value: id, kind, size (u64 BE).
     pub fn encode_value(&self) -> Vec<u8> {
-        let mut value = Vec::with_capacity(41);
-        value.extend_from_slice(self.id.as_bytes());
-        value.push(self.kind.byte());
-        value.extend_from_slice(&self.size.to_be_bytes());
-        value
+        EntryValue {
+            id: self.id.0,
+            kind: self.kind.byte(),
+            size: self.size,
+        }
+        .encode()
+        .to_vec()
     }
 
     /// The entry at `path` from its row's value.
@@ -181,16 +166,16 @@ impl Entry {
     /// # Errors
     /// [`ContentError::Corrupt`] unless it is 41 bytes with a valid kind.
     pub fn decode_value(path: String, value: &[u8]) -> Result<Self, ContentError> {
-        let value: &[u8; 41] = value.try_into().map_err(|_| {
-            ContentError::Corrupt(format!(
-                "the entry {path:?} has {} bytes, not 41",
-                value.len()
-            ))
+        let value = EntryValue::decode(value).map_err(|why| match why {
+            RowError::Length { .. } => {
+                ContentError::Corrupt(format!("the entry {path:?} has {why}"))
+            }
+            RowError::Kind(unknown) => unknown.into(),
         })?;
         Ok(Self {
-            id: ObjectId(value[..32].try_into().expect("32 bytes")),
-            kind: ObjectKind::from_byte(value[32])?,
-            size: u64::from_be_bytes(value[33..].try_into().expect("8 bytes")),
+            id: ObjectId(value.id),
+            kind: ObjectKind::from_byte(value.kind)?,
+            size: value.size,
             path,
         })
     }
@@ -245,14 +230,8 @@ pub async fn sealed_at(kv: &dyn Kv, id: &ObjectId) -> Result<Option<u64>, Conten
     kv.get(&partition(), &seal_key(id))
         .await?
         .map(|value| {
-            <[u8; 8]>::try_from(value.as_slice())
-                .map(u64::from_be_bytes)
-                .map_err(|_| {
-                    ContentError::Corrupt(format!(
-                        "the seal of pack {id} has {} bytes, not 8",
-                        value.len()
-                    ))
-                })
+            layout::decode_seal(&value)
+                .map_err(|why| ContentError::Corrupt(format!("the seal of pack {id} has {why}")))
         })
         .transpose()
 }
@@ -293,17 +272,11 @@ pub async fn holders(
             if !value.is_empty() {
                 return Err(corrupt("has a value"));
             }
-            let rest = &key[prefix.len()..];
-            let split = rest
-                .iter()
-                .position(|&b| b == 0)
-                .ok_or_else(|| corrupt("has no separator"))?;
-            let (Ok(namespace), Ok(name)) = (
-                std::str::from_utf8(&rest[..split]),
-                std::str::from_utf8(&rest[split + 1..]),
-            ) else {
-                return Err(corrupt("is not UTF-8"));
-            };
+            let (namespace, name) =
+                layout::holder_of(&key[prefix.len()..]).map_err(|why| match why {
+                    HolderError::NoSeparator => corrupt("has no separator"),
+                    HolderError::NotUtf8 => corrupt("is not UTF-8"),
+                })?;
             RepoName::new(namespace, name).map_err(|_| corrupt("does not name a repository"))
         })
         .collect::<Result<Vec<_>, _>>()?;

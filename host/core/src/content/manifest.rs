@@ -1,41 +1,19 @@
 //! Manifests: a file larger than one chunk, as the ids of its chunks.
 //!
-//! Bytes (the contract a takedown plugin reads):
-//!
-//! | bytes | what |
-//! |---|---|
-//! | 0..8 | `CUSTMNFT` |
-//! | 8..16 | the file's length (u64 LE) |
-//! | 16..18 | format, 1 (u16 LE) |
-//! | 18..22 | the chunk count (u32 LE) |
-//! | 22.. | the chunk ids, 32 bytes each, in file order |
-//! | last 8 | the CRC-64/NVME of the reassembled file (u64 LE) |
-//!
-//! Format 1 cuts files into [`CHUNK_BYTES`] chunks, the last one possibly
-//! shorter, so the chunk count is always `ceil(length / 4 MiB)`; a parse
-//! refuses anything else, since a count that disagrees with the length
-//! cannot describe the file.
+//! The bytes (the contract a takedown plugin reads: `CUSTMNFT`, the
+//! file's length, the format, the chunk count at bytes 18..22, the chunk
+//! ids from byte 22, the file's CRC), their bounds and their checks are
+//! [`custodian_contract::content::manifest`]; this module wraps them in
+//! the host's type and errors. A parse refuses a chunk count other than
+//! `ceil(length / 4 MiB)`, since it cannot describe the file.
 
-use super::{CHUNK_BYTES, ContentError, ObjectId};
+use custodian_contract::content::manifest::{self as layout, Header, ManifestError};
 
-/// The first 8 bytes of every manifest.
-pub const MAGIC: &[u8; 8] = b"CUSTMNFT";
-/// The only format this host writes and reads.
-pub const FORMAT: u16 = 1;
-/// Bytes before the first chunk id.
-pub const HEADER_BYTES: usize = 22;
-/// Bytes after the last chunk id (the file's CRC).
-pub const TRAILER_BYTES: usize = 8;
-/// Largest manifest, in bytes. A takedown plugin reads a manifest whole,
-/// inside its memory limit (64 MiB by default), to queue the chunks: a
-/// manifest of unbounded size could exhaust it, or make one step's work
-/// unbounded.
-pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
-/// Most chunks in one manifest: as many as fit [`MAX_MANIFEST_BYTES`]
-/// (524,287, so a file of up to ~2 TiB).
-pub const MAX_CHUNKS: u32 = ((MAX_MANIFEST_BYTES - HEADER_BYTES - TRAILER_BYTES) / 32) as u32;
-/// Largest file a manifest can describe.
-pub const MAX_FILE_BYTES: u64 = MAX_CHUNKS as u64 * CHUNK_BYTES;
+use super::{ContentError, ObjectId};
+
+pub use layout::{
+    FORMAT, HEADER_BYTES, MAGIC, MAX_CHUNKS, MAX_FILE_BYTES, MAX_MANIFEST_BYTES, TRAILER_BYTES,
+};
 
 /// A large file as its chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +35,8 @@ impl Manifest {
         chunks: Vec<ObjectId>,
         file_crc64: u64,
     ) -> Result<Self, ContentError> {
-        check(file_len, chunks.len() as u64).map_err(ContentError::InvalidArgument)?;
+        layout::check_chunks(file_len, chunks.len() as u64)
+            .map_err(|why| ContentError::InvalidArgument(why.to_string()))?;
         Ok(Self {
             file_len,
             chunks,
@@ -82,89 +61,44 @@ impl Manifest {
 
     /// The manifest's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let count = u32::try_from(self.chunks.len()).expect("bounded by MAX_CHUNKS");
+        let header = Header {
+            file_len: self.file_len,
+            count: u32::try_from(self.chunks.len()).expect("bounded by MAX_CHUNKS"),
+        };
         let mut out = Vec::with_capacity(HEADER_BYTES + 32 * self.chunks.len() + TRAILER_BYTES);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.file_len.to_le_bytes());
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&header.encode());
         for chunk in &self.chunks {
             out.extend_from_slice(chunk.as_bytes());
         }
-        out.extend_from_slice(&self.file_crc64.to_le_bytes());
+        out.extend_from_slice(&layout::encode_trailer(self.file_crc64));
         out
     }
 
-    /// Parses a manifest's bytes, strictly: the magic, the format, a
-    /// chunk count that fits the bounds and the length, and exactly as
-    /// many bytes as the count says.
+    /// Parses a manifest's bytes, strictly: the length's bounds, the
+    /// magic, the format, a chunk count that fits the bounds and the
+    /// length, and exactly as many bytes as the count says.
     ///
     /// # Errors
     /// [`ContentError::Corrupt`] saying what is wrong.
     pub fn parse(bytes: &[u8]) -> Result<Self, ContentError> {
-        let corrupt = |why: String| ContentError::Corrupt(format!("manifest: {why}"));
-        if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
-            return Err(corrupt(format!(
-                "{} bytes is shorter than a header",
-                bytes.len()
-            )));
-        }
-        if bytes.len() > MAX_MANIFEST_BYTES {
-            return Err(corrupt(format!(
-                "{} bytes exceeds {MAX_MANIFEST_BYTES}",
-                bytes.len()
-            )));
-        }
-        if &bytes[..8] != MAGIC {
-            return Err(corrupt("does not start with CUSTMNFT".into()));
-        }
-        let file_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-        let format = u16::from_le_bytes(bytes[16..18].try_into().expect("2 bytes"));
-        if format != FORMAT {
-            return Err(corrupt(format!(
-                "format {format} (this host reads {FORMAT})"
-            )));
-        }
-        let count = u32::from_le_bytes(bytes[18..22].try_into().expect("4 bytes"));
-        check(file_len, u64::from(count)).map_err(corrupt)?;
-        let expected = HEADER_BYTES + 32 * count as usize + TRAILER_BYTES;
-        if bytes.len() != expected {
-            return Err(corrupt(format!(
-                "{} bytes, but {count} chunks make {expected}",
-                bytes.len()
-            )));
-        }
-        let ids = &bytes[HEADER_BYTES..bytes.len() - TRAILER_BYTES];
-        let chunks = ids
-            .chunks_exact(32)
-            .map(|id| ObjectId(id.try_into().expect("32 bytes")))
-            .collect();
-        let crc = &bytes[bytes.len() - TRAILER_BYTES..];
+        let corrupt = |why: ManifestError| ContentError::Corrupt(format!("manifest: {why}"));
+        layout::check_len(bytes.len()).map_err(corrupt)?;
+        let header = bytes.first_chunk().expect("check_len: at least a header");
+        let Header { file_len, count } = Header::decode(header).map_err(corrupt)?;
+        layout::check_chunks(file_len, u64::from(count)).map_err(corrupt)?;
+        layout::check_size(count, bytes.len()).map_err(corrupt)?;
         Ok(Self {
             file_len,
-            chunks,
-            file_crc64: u64::from_le_bytes(crc.try_into().expect("8 bytes")),
+            chunks: layout::chunk_ids(bytes).map(ObjectId).collect(),
+            file_crc64: layout::file_crc64(bytes).expect("check_len: a trailer"),
         })
     }
-}
-
-/// Whether `count` chunks can describe a file of `file_len` bytes.
-fn check(file_len: u64, count: u64) -> Result<(), String> {
-    if count == 0 || count > u64::from(MAX_CHUNKS) {
-        return Err(format!("{count} chunks is outside 1..={MAX_CHUNKS}"));
-    }
-    let expected = file_len.div_ceil(CHUNK_BYTES);
-    if count != expected {
-        return Err(format!(
-            "{count} chunks cannot hold {file_len} bytes in 4 MiB chunks ({expected} would)"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content::CHUNK_BYTES;
 
     fn example() -> Manifest {
         let chunks = (0..3u8).map(|i| ObjectId([i; 32])).collect();

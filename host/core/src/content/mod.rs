@@ -4,7 +4,9 @@
 //!
 //! A takedown policy plugin reads this layout (see `interface
 //! takedown-steps` in `wit/takedown.wit`); it is a contract, so every byte
-//! below is fixed.
+//! below is fixed, and written once: the constants, key builders and pure
+//! codecs are [`custodian_contract::content`], which the plugin links too.
+//! This module adds the host's types over them and the I/O.
 //!
 //! # Objects
 //!
@@ -57,6 +59,7 @@ mod tests;
 
 use std::fmt;
 
+use custodian_contract::content as contract;
 use custodian_kv::{KvError, Partition};
 use custodian_object::ObjectError;
 
@@ -65,18 +68,12 @@ pub use manifest::Manifest;
 pub use pack::{Pack, PackMember};
 pub use push::{PushProgress, push};
 
-/// The KV partition holding the content index.
-pub const PARTITION: &str = "content";
-
-/// The name of the object store holding content as users pushed it.
-pub const SERVING_STORE: &str = "serving";
-
-/// The key prefix of content objects in the serving store.
-pub const OBJECT_KEY_PREFIX: &str = "content/";
-
-/// The largest blob: files up to this size are one blob, larger ones are
-/// cut into chunks of this size and described by a manifest.
-pub const CHUNK_BYTES: u64 = 4 << 20;
+/// The KV partition holding the content index, the object store holding
+/// content as users pushed it, the key prefix of content objects in it,
+/// and the largest blob (larger files are cut into chunks of this size
+/// and described by a manifest): facts of the contract a takedown plugin
+/// reads, written once in [`custodian_contract::content`].
+pub use custodian_contract::content::{CHUNK_BYTES, OBJECT_KEY_PREFIX, PARTITION, SERVING_STORE};
 
 /// Longest namespace or repository name, in bytes (a contract fact the
 /// takedown plugin shares). Bounds the holder and entry keys (with
@@ -118,6 +115,13 @@ pub enum ContentError {
     /// The serving store failed.
     #[error("the serving store failed")]
     Store(#[from] ObjectError),
+}
+
+impl From<contract::UnknownKind> for ContentError {
+    /// A stored kind byte that names no kind is corruption.
+    fn from(unknown: contract::UnknownKind) -> Self {
+        ContentError::Corrupt(unknown.to_string())
+    }
 }
 
 /// A content address: the BLAKE3 hash of an object's bytes.
@@ -198,9 +202,9 @@ impl ObjectKind {
     /// The kind's byte in rows and packs.
     pub fn byte(self) -> u8 {
         match self {
-            ObjectKind::Blob => 1,
-            ObjectKind::Manifest => 2,
-            ObjectKind::Pack => 3,
+            ObjectKind::Blob => contract::BLOB,
+            ObjectKind::Manifest => contract::MANIFEST,
+            ObjectKind::Pack => contract::PACK,
         }
     }
 
@@ -210,12 +214,10 @@ impl ObjectKind {
     /// [`ContentError::Corrupt`] for a byte that names no kind.
     pub fn from_byte(byte: u8) -> Result<Self, ContentError> {
         match byte {
-            1 => Ok(ObjectKind::Blob),
-            2 => Ok(ObjectKind::Manifest),
-            3 => Ok(ObjectKind::Pack),
-            other => Err(ContentError::Corrupt(format!(
-                "object kind {other} (expected 1 blob, 2 manifest or 3 pack)"
-            ))),
+            contract::BLOB => Ok(ObjectKind::Blob),
+            contract::MANIFEST => Ok(ObjectKind::Manifest),
+            contract::PACK => Ok(ObjectKind::Pack),
+            other => Err(contract::UnknownKind(other).into()),
         }
     }
 

@@ -1,33 +1,17 @@
 //! Packs: a directory as the inventory of its entries.
 //!
-//! Bytes (the contract a takedown plugin reads):
-//!
-//! | bytes | what |
-//! |---|---|
-//! | 0..8 | `CUSTPACK` |
-//! | 8..10 | format, 1 (u16 LE) |
-//! | 10..14 | the member count (u32 LE) |
-//! | 14.. | one 33-byte entry per member: its id (32 bytes), its kind (1) |
-//!
-//! A pack holds no names: members are in the order of their names in the
-//! directory (bytewise), so the same tree always makes the same pack. The
-//! same id may appear more than once (two files with equal bytes).
+//! The bytes (the contract a takedown plugin reads: `CUSTPACK`, the
+//! format, the member count, then one 33-byte entry of id and kind per
+//! member), their bound and their checks are
+//! [`custodian_contract::content::pack`]; this module wraps them in the
+//! host's types and errors. Members are in the order of their names in the
+//! directory (bytewise), so the same tree always makes the same pack.
+
+use custodian_contract::content::pack::{self as layout, PackError};
 
 use super::{ContentError, ObjectId, ObjectKind};
 
-/// The first 8 bytes of every pack.
-pub const MAGIC: &[u8; 8] = b"CUSTPACK";
-/// The only format this host writes and reads.
-pub const FORMAT: u16 = 1;
-/// Bytes before the first member.
-pub const HEADER_BYTES: usize = 14;
-/// Bytes of one member entry.
-pub const MEMBER_BYTES: usize = 33;
-/// Most members of one pack (a pack of at most ~2.1 MiB). A takedown
-/// plugin reads a pack whole inside its memory limit and queues its whole
-/// inventory, and a push holds a directory's listing in memory: an
-/// unbounded directory would make both unbounded.
-pub const MAX_MEMBERS: u32 = 65_536;
+pub use layout::{FORMAT, HEADER_BYTES, MAGIC, MAX_MEMBERS, MEMBER_BYTES};
 
 /// One member of a pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +52,12 @@ impl Pack {
     pub fn encode(&self) -> Vec<u8> {
         let count = u32::try_from(self.members.len()).expect("bounded by MAX_MEMBERS");
         let mut out = Vec::with_capacity(HEADER_BYTES + MEMBER_BYTES * self.members.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&layout::encode_header(count));
         for member in &self.members {
-            out.extend_from_slice(member.id.as_bytes());
-            out.push(member.kind.byte());
+            out.extend_from_slice(&layout::encode_member(
+                member.id.as_bytes(),
+                member.kind.byte(),
+            ));
         }
         out
     }
@@ -85,39 +69,16 @@ impl Pack {
     /// # Errors
     /// [`ContentError::Corrupt`] saying what is wrong.
     pub fn parse(bytes: &[u8]) -> Result<Self, ContentError> {
-        let corrupt = |why: String| ContentError::Corrupt(format!("pack: {why}"));
-        if bytes.len() < HEADER_BYTES {
-            return Err(corrupt(format!(
-                "{} bytes is shorter than a header",
-                bytes.len()
-            )));
-        }
-        if &bytes[..8] != MAGIC {
-            return Err(corrupt("does not start with CUSTPACK".into()));
-        }
-        let format = u16::from_le_bytes(bytes[8..10].try_into().expect("2 bytes"));
-        if format != FORMAT {
-            return Err(corrupt(format!(
-                "format {format} (this host reads {FORMAT})"
-            )));
-        }
-        let count = u32::from_le_bytes(bytes[10..14].try_into().expect("4 bytes"));
-        if count > MAX_MEMBERS {
-            return Err(corrupt(format!("{count} members exceed {MAX_MEMBERS}")));
-        }
-        let expected = HEADER_BYTES + MEMBER_BYTES * count as usize;
-        if bytes.len() != expected {
-            return Err(corrupt(format!(
-                "{} bytes, but {count} members make {expected}",
-                bytes.len()
-            )));
-        }
-        let members = bytes[HEADER_BYTES..]
-            .chunks_exact(MEMBER_BYTES)
-            .map(|entry| {
+        let corrupt = |why: PackError| ContentError::Corrupt(format!("pack: {why}"));
+        let count =
+            layout::decode_header(layout::header(bytes).map_err(corrupt)?).map_err(corrupt)?;
+        layout::check_count(count).map_err(corrupt)?;
+        layout::check_size(count, bytes.len()).map_err(corrupt)?;
+        let members = layout::members(bytes)
+            .map(|(id, kind)| {
                 Ok(PackMember {
-                    id: ObjectId(entry[..32].try_into().expect("32 bytes")),
-                    kind: ObjectKind::from_byte(entry[32])?,
+                    id: ObjectId(id),
+                    kind: ObjectKind::from_byte(kind)?,
                 })
             })
             .collect::<Result<_, ContentError>>()?;

@@ -605,7 +605,10 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
         let (id, size) = (pack.id, pack.len());
         self.object(pack, ObjectKind::Pack).await?;
         self.writer
-            .create(index::seal_key(&id), now_ms.to_be_bytes().to_vec())
+            .create(
+                index::seal_key(&id),
+                custodian_contract::content::index::encode_seal(now_ms).to_vec(),
+            )
             .await?;
         Ok((id, ObjectKind::Pack, size))
     }

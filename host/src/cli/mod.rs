@@ -101,9 +101,9 @@ fn init_logging(verbose: u8, format: options::LogFormat, server: bool) {
     // `tick` prints every failed step itself; the worker's own warning
     // about it (meant for a server's log) would repeat it at this level.
     let default = match (verbose, server) {
-        (0, false) => "warn,custodian::timers::worker=error",
-        (0, true) | (1, _) => "info",
-        _ => "debug",
+        (0, false) => format!("warn,{}=error", custodian::timers::WORKER_LOG_TARGET),
+        (0, true) | (1, _) => "info".to_owned(),
+        _ => "debug".to_owned(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

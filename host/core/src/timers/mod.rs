@@ -30,8 +30,9 @@ pub mod claim;
 mod worker;
 
 pub use worker::{
-    AuditEntry, DueTimer, FailureCause, FireOutcome, Fired, FiredTimer, Handlers, MAX_STEP_AUDIT,
-    Share, StepCommit, StepFailure, TickReport, TimerHandler, Worker, WorkerConfig,
+    AuditEntry, DueTimer, FailureCause, FireOutcome, Fired, FiredTimer, Handlers,
+    LOG_TARGET as WORKER_LOG_TARGET, MAX_STEP_AUDIT, Share, StepCommit, StepFailure, TickReport,
+    TimerHandler, Worker, WorkerConfig,
 };
 
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The target of the worker's log events, for filters: a command that
+/// reports each step itself can quiet the worker's own warnings.
+pub const LOG_TARGET: &str = module_path!();
+
 use async_trait::async_trait;
 use serde::Serialize;
 

@@ -5,7 +5,8 @@
 //!
 //! | crate | holds |
 //! |---|---|
-//! | [`custodian_base`] | CRC-64/NVME ([`checksum`]), clocks ([`clock`]), the name alphabet |
+//! | `custodian_contract` | the plugin contract's facts: version, limits, names, content codecs |
+//! | [`custodian_base`] | CRC-64/NVME ([`checksum`]), clocks ([`clock`]), the kinds of failure ([`error`]) |
 //! | [`custodian_object`] ([`object`]) | object stores: memory, filesystem, S3 |
 //! | [`custodian_kv`] ([`kv`]) | key-value stores with guarded batches: memory, redb, etcd |
 //! | [`custodian_core`] | [`fence`], [`timers`], [`audit`], [`budget`], [`content`], [`versions`], [`purge`], [`decisions`] |
@@ -15,7 +16,7 @@
 //! The modules below re-export those crates under the names the command,
 //! the end-to-end tests and the benchmarks use.
 
-pub use custodian_base::{checksum, clock};
+pub use custodian_base::{checksum, clock, error};
 pub use custodian_core::{audit, budget, content, decisions, fence, purge, timers, versions};
 pub use custodian_kv as kv;
 pub use custodian_object as object;

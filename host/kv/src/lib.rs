@@ -49,6 +49,7 @@ pub mod conformance;
 pub mod intercept;
 
 use async_trait::async_trait;
+pub use custodian_base::error::ErrorKind;
 
 // The bounds a plugin's calls are held to are contract facts, shared with
 // the SDK; the commit bounds below add the host's own rows to them.
@@ -93,6 +94,30 @@ pub enum KvError {
     /// one at a time).
     #[error("{0}")]
     InUse(String),
+}
+
+impl KvError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::BudgetExhausted(_) => ErrorKind::BudgetExhausted,
+            Self::InUse(_) => ErrorKind::Busy,
+        }
+    }
+
+    /// What went wrong, without the kind's prefix.
+    pub fn into_message(self) -> String {
+        match self {
+            Self::InvalidArgument(m)
+            | Self::Unavailable(m)
+            | Self::Corrupt(m)
+            | Self::BudgetExhausted(m)
+            | Self::InUse(m) => m,
+        }
+    }
 }
 
 /// A validated partition name: 1..=64 bytes of `[a-z0-9._-]`.

@@ -51,6 +51,7 @@ use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+pub use custodian_base::error::ErrorKind;
 
 pub use compose::{ComposeSpec, PartSource};
 pub use epoch::{EpochLease, EpochState};
@@ -116,6 +117,42 @@ pub enum ObjectError {
     /// the core crate's `budget`); the store was not called.
     #[error("budget exhausted: {0}")]
     BudgetExhausted(String),
+}
+
+impl ObjectError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NotFound(_) | Self::NoSuchUpload(_) => ErrorKind::NotFound,
+            Self::PreconditionFailed(_) => ErrorKind::PreconditionFailed,
+            Self::Conflict(_) => ErrorKind::Conflict,
+            Self::ChecksumMismatch(_) => ErrorKind::ChecksumMismatch,
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::Unsupported(_) => ErrorKind::Unsupported,
+            Self::Auth(_) => ErrorKind::AccessDenied,
+            Self::Unavailable(_) | Self::Io(_) => ErrorKind::Unavailable,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::BudgetExhausted(_) => ErrorKind::BudgetExhausted,
+        }
+    }
+
+    /// What went wrong, without the kind's prefix.
+    pub fn into_message(self) -> String {
+        match self {
+            Self::NotFound(m)
+            | Self::PreconditionFailed(m)
+            | Self::Conflict(m)
+            | Self::ChecksumMismatch(m)
+            | Self::InvalidArgument(m)
+            | Self::Unsupported(m)
+            | Self::Auth(m)
+            | Self::Unavailable(m)
+            | Self::Corrupt(m)
+            | Self::NoSuchUpload(m)
+            | Self::Io(m)
+            | Self::BudgetExhausted(m) => m,
+        }
+    }
 }
 
 /// The guard on a publish.

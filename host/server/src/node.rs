@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use custodian_base::clock::Clock;
+use custodian_base::error::ErrorKind;
 use custodian_core::fence::FenceConfig;
 use custodian_kv::etcd::{EtcdConfig, EtcdKv};
 use custodian_kv::{Kv, KvError, Partition};
@@ -56,6 +57,15 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Busy { .. } => ErrorKind::Busy,
+            Self::Config { .. } => ErrorKind::InvalidArgument,
+            Self::Open { .. } => ErrorKind::Unavailable,
+        }
+    }
+
     fn open(what: String, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Open {
             what,

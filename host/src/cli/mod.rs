@@ -39,6 +39,19 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The one table from a failure's kind to how the command fails: busy
+    /// (exit 3: nothing was done; retry later) when something is held
+    /// elsewhere, bad usage (exit 2) for an argument or setting that cannot
+    /// work, else failed (exit 1).
+    fn of_kind(kind: custodian::error::ErrorKind, error: anyhow::Error) -> Self {
+        use custodian::error::ErrorKind;
+        match kind {
+            ErrorKind::Busy => Failure::Busy(error),
+            ErrorKind::InvalidArgument => Failure::Usage(error),
+            _ => Failure::Failed(error),
+        }
+    }
+
     fn code(&self) -> u8 {
         match self {
             Failure::Failed(_) => 1,
@@ -144,16 +157,9 @@ fn open_data(
     Ok(node.kv().clone())
 }
 
-/// How a node that cannot be opened fails the command: busy (exit 3) when
-/// another process holds it, a usage error (exit 2) for a configuration
-/// that cannot work, else failed (exit 1).
+/// How a node that cannot be opened fails the command.
 fn node_failure(error: custodian::node::NodeError) -> Failure {
-    use custodian::node::NodeError;
-    match error {
-        NodeError::Busy { .. } => Failure::Busy(error.into()),
-        NodeError::Config { .. } => Failure::Usage(error.into()),
-        NodeError::Open { .. } => Failure::Failed(error.into()),
-    }
+    Failure::of_kind(error.kind(), error.into())
 }
 
 /// The configuration file the global options name, if any.

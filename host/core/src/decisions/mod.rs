@@ -10,6 +10,8 @@
 pub mod purge;
 pub mod retention;
 
+use custodian_base::error::ErrorKind;
+
 /// A policy's own error answer (the WIT `error` it returned), as opposed to
 /// a failure of the call itself ([`crate::CallError`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,4 +43,41 @@ pub enum PolicyError {
     /// See the WIT `error` type.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+}
+
+impl PolicyError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::PreconditionFailed(_) => ErrorKind::PreconditionFailed,
+            Self::Conflict(_) => ErrorKind::Conflict,
+            Self::ChecksumMismatch(_) => ErrorKind::ChecksumMismatch,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::BudgetExhausted(_) => ErrorKind::BudgetExhausted,
+            Self::AccessDenied(_) => ErrorKind::AccessDenied,
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+        }
+    }
+
+    /// A policy's answer of `kind`. The WIT `error` has no case for
+    /// `Unsupported`, `Busy` or `Internal`, so a policy never answers them;
+    /// they arrive as the cases a guest sees them as (invalid argument,
+    /// unavailable).
+    pub fn from_kind(kind: ErrorKind, message: String) -> Self {
+        match kind {
+            ErrorKind::NotFound => Self::NotFound(message),
+            ErrorKind::PreconditionFailed => Self::PreconditionFailed(message),
+            ErrorKind::Conflict => Self::Conflict(message),
+            ErrorKind::ChecksumMismatch => Self::ChecksumMismatch(message),
+            ErrorKind::Corrupt => Self::Corrupt(message),
+            ErrorKind::Unavailable | ErrorKind::Busy | ErrorKind::Internal => {
+                Self::Unavailable(message)
+            }
+            ErrorKind::BudgetExhausted => Self::BudgetExhausted(message),
+            ErrorKind::AccessDenied => Self::AccessDenied(message),
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported => Self::InvalidArgument(message),
+        }
+    }
 }

@@ -16,12 +16,7 @@ pub(crate) fn kv_error(error: KvError) -> HostError {
 
 /// A mechanism error as the guest sees it.
 pub(crate) fn wit_error(error: KvError) -> Error {
-    match error {
-        KvError::InvalidArgument(m) => Error::InvalidArgument(m),
-        KvError::Unavailable(m) | KvError::InUse(m) => Error::Unavailable(m),
-        KvError::Corrupt(m) => Error::Corrupt(m),
-        KvError::BudgetExhausted(m) => Error::BudgetExhausted(m),
-    }
+    super::guest_error(error.kind(), error.into_message())
 }
 
 /// The partition named `name`, if `grants` let the plugin write it. Found

@@ -19,6 +19,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use custodian_base::error::ErrorKind;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, component::HasData};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -34,6 +35,43 @@ use crate::context::CallContext;
 const STDERR_BYTES: usize = 8 * 1024;
 /// Table elements a guest may grow to; Rust components use a few dozen.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// The one table from a failure's kind to the WIT `error` a guest sees.
+/// `custodian:host@0.1` has no case for `unsupported`, `busy` or
+/// `internal`; each travels as the case a guest can act on (a call it must
+/// not repeat as it is; one to retry later), its message naming the kind.
+pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
+    use types::Error;
+    match kind {
+        ErrorKind::NotFound => Error::NotFound(message),
+        ErrorKind::PreconditionFailed => Error::PreconditionFailed(message),
+        ErrorKind::Conflict => Error::Conflict(message),
+        ErrorKind::ChecksumMismatch => Error::ChecksumMismatch(message),
+        ErrorKind::Corrupt => Error::Corrupt(message),
+        ErrorKind::Unavailable | ErrorKind::Busy => Error::Unavailable(message),
+        ErrorKind::Internal => Error::Unavailable(format!("the host failed: {message}")),
+        ErrorKind::BudgetExhausted => Error::BudgetExhausted(message),
+        ErrorKind::AccessDenied => Error::AccessDenied(message),
+        ErrorKind::InvalidArgument => Error::InvalidArgument(message),
+        ErrorKind::Unsupported => Error::InvalidArgument(format!("unsupported: {message}")),
+    }
+}
+
+/// The kind of a WIT `error` a guest returned, and its message.
+pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
+    use types::Error;
+    match error {
+        Error::NotFound(m) => (ErrorKind::NotFound, m),
+        Error::PreconditionFailed(m) => (ErrorKind::PreconditionFailed, m),
+        Error::Conflict(m) => (ErrorKind::Conflict, m),
+        Error::ChecksumMismatch(m) => (ErrorKind::ChecksumMismatch, m),
+        Error::Corrupt(m) => (ErrorKind::Corrupt, m),
+        Error::Unavailable(m) => (ErrorKind::Unavailable, m),
+        Error::BudgetExhausted(m) => (ErrorKind::BudgetExhausted, m),
+        Error::AccessDenied(m) => (ErrorKind::AccessDenied, m),
+        Error::InvalidArgument(m) => (ErrorKind::InvalidArgument, m),
+    }
+}
 
 /// What a store carries for one call.
 pub(crate) struct CallState {
@@ -228,4 +266,52 @@ pub(crate) fn add_to_linker(
         ))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ErrorKind, error_kind, guest_error};
+
+    #[test]
+    fn a_kind_the_wit_error_has_crosses_to_the_guest_and_back_unchanged() {
+        for kind in [
+            ErrorKind::NotFound,
+            ErrorKind::PreconditionFailed,
+            ErrorKind::Conflict,
+            ErrorKind::ChecksumMismatch,
+            ErrorKind::Corrupt,
+            ErrorKind::Unavailable,
+            ErrorKind::BudgetExhausted,
+            ErrorKind::AccessDenied,
+            ErrorKind::InvalidArgument,
+        ] {
+            assert_eq!(
+                error_kind(guest_error(kind, "m".into())),
+                (kind, "m".into())
+            );
+        }
+    }
+
+    #[test]
+    fn a_kind_the_wit_error_lacks_reaches_the_guest_as_the_case_it_can_act_on() {
+        let cases = [
+            (
+                ErrorKind::Unsupported,
+                ErrorKind::InvalidArgument,
+                "unsupported: m",
+            ),
+            (ErrorKind::Busy, ErrorKind::Unavailable, "m"),
+            (
+                ErrorKind::Internal,
+                ErrorKind::Unavailable,
+                "the host failed: m",
+            ),
+        ];
+        for (kind, seen, message) in cases {
+            assert_eq!(
+                error_kind(guest_error(kind, "m".into())),
+                (seen, message.into())
+            );
+        }
+    }
 }

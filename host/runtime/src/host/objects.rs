@@ -18,22 +18,7 @@ use custodian_object::{
 use custodian_contract::limits::MAX_BODY_BYTES;
 
 fn object_error(error: ObjectError) -> HostError {
-    HostError::Guest(match error {
-        ObjectError::NotFound(m) => Error::NotFound(m),
-        ObjectError::PreconditionFailed(m) => Error::PreconditionFailed(m),
-        ObjectError::Conflict(m) => Error::Conflict(m),
-        ObjectError::ChecksumMismatch(m) => Error::ChecksumMismatch(m),
-        ObjectError::InvalidArgument(m) => Error::InvalidArgument(m),
-        ObjectError::Unsupported(m) => {
-            Error::InvalidArgument(format!("unsupported by this store: {m}"))
-        }
-        ObjectError::Auth(m) => Error::AccessDenied(m),
-        ObjectError::Unavailable(m) => Error::Unavailable(m),
-        ObjectError::Corrupt(m) => Error::Corrupt(m),
-        ObjectError::NoSuchUpload(m) => Error::NotFound(m),
-        ObjectError::Io(m) => Error::Unavailable(m),
-        ObjectError::BudgetExhausted(m) => Error::BudgetExhausted(m),
-    })
+    HostError::Guest(super::guest_error(error.kind(), error.into_message()))
 }
 
 fn invalid(message: String) -> HostError {

@@ -71,16 +71,7 @@ fn blocking<T>(call: impl FnOnce() -> T) -> T {
 
 impl From<WitError> for PolicyError {
     fn from(error: WitError) -> Self {
-        match error {
-            WitError::NotFound(m) => Self::NotFound(m),
-            WitError::PreconditionFailed(m) => Self::PreconditionFailed(m),
-            WitError::Conflict(m) => Self::Conflict(m),
-            WitError::ChecksumMismatch(m) => Self::ChecksumMismatch(m),
-            WitError::Corrupt(m) => Self::Corrupt(m),
-            WitError::Unavailable(m) => Self::Unavailable(m),
-            WitError::BudgetExhausted(m) => Self::BudgetExhausted(m),
-            WitError::AccessDenied(m) => Self::AccessDenied(m),
-            WitError::InvalidArgument(m) => Self::InvalidArgument(m),
-        }
+        let (kind, message) = crate::host::error_kind(error);
+        Self::from_kind(kind, message)
     }
 }

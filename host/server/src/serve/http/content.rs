@@ -82,6 +82,7 @@ use serde_json::{Value, json};
 use super::ApiError;
 use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
 use crate::serve::Host;
+use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
 use custodian_core::content::{self, ContentError, Entry, ObjectId, RepoName};
 use custodian_core::timers::{self, TimerError};
@@ -129,15 +130,14 @@ fn content_error(error: ContentError) -> ApiError {
 /// A KV error: the client's input never reaches the KV unchecked, so
 /// every case is the server's (`what` names the caller's use of it).
 fn kv_error(error: KvError, what: &str) -> ApiError {
-    let message = format!("{what}: {error}");
-    match error {
-        KvError::Corrupt(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message),
-        KvError::BudgetExhausted(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted", message)
-        }
-        KvError::Unavailable(_) | KvError::InUse(_) => ApiError::unavailable(message),
-        KvError::InvalidArgument(_) => ApiError::internal(message),
-    }
+    let kind = match error.kind() {
+        // The host built the arguments, so a bad one is the host's fault.
+        ErrorKind::InvalidArgument => ErrorKind::Internal,
+        // To a request, a KV held elsewhere is a KV that cannot answer.
+        ErrorKind::Busy => ErrorKind::Unavailable,
+        kind => kind,
+    };
+    ApiError::of_kind(kind, format!("{what}: {error}"))
 }
 
 /// The policy's own answer.

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use custodian_base::error::ErrorKind;
 use custodian_object::ObjectError;
 
 /// An API error: what the client sees.
@@ -87,31 +88,72 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<ObjectError> for ApiError {
-    fn from(error: ObjectError) -> Self {
-        let message = error.to_string();
-        let (status, code) = match error {
-            ObjectError::NotFound(_) | ObjectError::NoSuchUpload(_) => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
-            ObjectError::PreconditionFailed(_) => {
+impl ApiError {
+    /// The one table from a failure's kind to the API's status and code.
+    pub fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let (status, code) = match kind {
+            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ErrorKind::PreconditionFailed => {
                 (StatusCode::PRECONDITION_FAILED, "precondition_failed")
             }
-            ObjectError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ObjectError::ChecksumMismatch(_) => (StatusCode::BAD_REQUEST, "checksum_mismatch"),
-            ObjectError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
-            ObjectError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
-            // The store refused the *host's* credentials: not the client's
-            // fault, and not a 401 that would make it retry its token.
-            ObjectError::Auth(_) => (StatusCode::BAD_GATEWAY, "store_access_denied"),
-            ObjectError::Unavailable(_) | ObjectError::Io(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
-            }
-            ObjectError::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
-            ObjectError::BudgetExhausted(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted")
-            }
+            ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::ChecksumMismatch => (StatusCode::BAD_REQUEST, "checksum_mismatch"),
+            ErrorKind::InvalidArgument => (StatusCode::BAD_REQUEST, "invalid_argument"),
+            ErrorKind::Unsupported => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
+            // Only the host's own credentials reach a backend: a store that
+            // refuses them is not the client's fault, and not a 401 that
+            // would make it retry its token.
+            ErrorKind::AccessDenied => (StatusCode::BAD_GATEWAY, "store_access_denied"),
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ErrorKind::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            ErrorKind::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
+            ErrorKind::BudgetExhausted => (StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted"),
+            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         Self::new(status, code, message)
+    }
+}
+
+impl From<ObjectError> for ApiError {
+    fn from(error: ObjectError) -> Self {
+        Self::of_kind(error.kind(), error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_answers_its_own_status_and_code() {
+        let table = [
+            (ErrorKind::NotFound, 404, "not_found"),
+            (ErrorKind::PreconditionFailed, 412, "precondition_failed"),
+            (ErrorKind::Conflict, 409, "conflict"),
+            (ErrorKind::ChecksumMismatch, 400, "checksum_mismatch"),
+            (ErrorKind::InvalidArgument, 400, "invalid_argument"),
+            (ErrorKind::Unsupported, 501, "unsupported"),
+            (ErrorKind::AccessDenied, 502, "store_access_denied"),
+            (ErrorKind::Unavailable, 503, "unavailable"),
+            (ErrorKind::Busy, 503, "busy"),
+            (ErrorKind::Corrupt, 500, "corrupt"),
+            (ErrorKind::BudgetExhausted, 503, "budget_exhausted"),
+            (ErrorKind::Internal, 500, "internal"),
+        ];
+        for (kind, status, code) in table {
+            let error = ApiError::of_kind(kind, "m");
+            assert_eq!(
+                (error.status.as_u16(), error.code),
+                (status, code),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_store_error_answers_by_its_kind_with_its_whole_message() {
+        let error = ApiError::from(ObjectError::NoSuchUpload("u".into()));
+        assert_eq!((error.status.as_u16(), error.code), (404, "not_found"));
+        assert_eq!(error.message, "no such upload: u");
     }
 }

@@ -140,13 +140,8 @@ fn accepted(id: &JobId) -> impl IntoResponse + use<> {
 
 impl From<JobError> for ApiError {
     fn from(error: JobError) -> Self {
-        match error {
-            JobError::InvalidArgument(m) => ApiError::invalid(m),
-            JobError::NotFound(m) => ApiError::not_found(m),
-            JobError::Busy(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", m),
-            JobError::Unavailable(m) => ApiError::unavailable(m),
-            JobError::Internal(m) => ApiError::internal(m),
-        }
+        let kind = error.kind();
+        ApiError::of_kind(kind, error.into_message())
     }
 }
 

@@ -38,6 +38,7 @@ use futures::FutureExt;
 use serde_json::{Value, json};
 
 use custodian_base::clock::Clock;
+use custodian_base::error::ErrorKind;
 use custodian_core::decisions::purge::PurgeJudge;
 use custodian_core::purge::run::purge_observed;
 use custodian_core::purge::{PurgeError, PurgeFailure};
@@ -708,6 +709,30 @@ pub enum JobError {
     /// The server cannot start a job at all (no runtime, no randomness).
     #[error("{0}")]
     Internal(String),
+}
+
+impl JobError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::Busy(_) => ErrorKind::Busy,
+            Self::Unavailable(_) => ErrorKind::Unavailable,
+            Self::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// What went wrong.
+    pub fn into_message(self) -> String {
+        match self {
+            Self::InvalidArgument(m)
+            | Self::NotFound(m)
+            | Self::Busy(m)
+            | Self::Unavailable(m)
+            | Self::Internal(m) => m,
+        }
+    }
 }
 
 /// A fresh job id for a job started at `started_ms` (see [`JobId`]).

@@ -49,7 +49,7 @@ pub mod conformance;
 pub mod intercept;
 
 use async_trait::async_trait;
-pub use custodian_base::error::ErrorKind;
+use custodian_base::error::ErrorKind;
 
 // The bounds a plugin's calls are held to are contract facts, shared with
 // the SDK; the commit bounds below add the host's own rows to them.

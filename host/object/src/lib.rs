@@ -51,7 +51,7 @@ use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-pub use custodian_base::error::ErrorKind;
+use custodian_base::error::ErrorKind;
 
 pub use compose::{ComposeSpec, PartSource};
 pub use epoch::{EpochLease, EpochState};

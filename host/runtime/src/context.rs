@@ -32,14 +32,14 @@ impl Services {
     /// Services for plugins granted nothing (policies that decide from
     /// what the host hands them, and proofs of a new plugin): an empty
     /// in-memory KV, no stores, `clock`, and `io` to drive them.
-    pub fn isolated(clock: Arc<dyn Clock>, io: tokio::runtime::Handle) -> Self {
-        Self {
+    pub fn isolated(clock: Arc<dyn Clock>, io: tokio::runtime::Handle) -> Arc<Self> {
+        Arc::new(Self {
             kv: Arc::new(MemoryKv::new(clock.clone())),
             stores: BTreeMap::new(),
             clock,
             io,
             retention: None,
-        }
+        })
     }
 }
 

@@ -157,6 +157,15 @@ fn open_data(
     Ok(node.kv().clone())
 }
 
+/// Services for a command's plugins granted nothing, on the system clock
+/// and `io`.
+fn isolated_services(io: &tokio::runtime::Runtime) -> std::sync::Arc<custodian::runtime::Services> {
+    custodian::runtime::Services::isolated(
+        std::sync::Arc::new(custodian::clock::SystemClock),
+        io.handle().clone(),
+    )
+}
+
 /// How a node that cannot be opened fails the command.
 fn node_failure(error: custodian::node::NodeError) -> Failure {
     Failure::of_kind(error.kind(), error.into())

@@ -224,10 +224,7 @@ impl Policies {
         io: &tokio::runtime::Runtime,
     ) -> Result<Self, Failure> {
         let runtime = super::runtime(global)?;
-        let services = std::sync::Arc::new(custodian::runtime::Services::isolated(
-            std::sync::Arc::new(custodian::clock::SystemClock),
-            io.handle().clone(),
-        ));
+        let services = super::isolated_services(io);
         let plugin = Arc::new(super::plugin::load(&runtime, purge_spec)?);
         let judge = PurgePolicy::new(plugin, services.clone(), Limits::default()).map_err(|e| {
             Failure::Usage(

@@ -259,17 +259,10 @@ fn archive_policy(
 ) -> Result<Arc<dyn HopPolicy>, Failure> {
     let runtime = super::runtime(global)?;
     let plugin = Arc::new(super::plugin::load(&runtime, spec)?);
-    let policy = ArchivePolicy::new(
-        plugin,
-        std::sync::Arc::new(custodian::runtime::Services::isolated(
-            std::sync::Arc::new(custodian::clock::SystemClock),
-            io.handle().clone(),
-        )),
-        Limits::default(),
-    )
-    .map_err(|e| {
-        Failure::Usage(anyhow!(e).context(format!("cannot use {spec} as the archive plugin")))
-    })?;
+    let policy = ArchivePolicy::new(plugin, super::isolated_services(io), Limits::default())
+        .map_err(|e| {
+            Failure::Usage(anyhow!(e).context(format!("cannot use {spec} as the archive plugin")))
+        })?;
     Ok(Arc::new(policy))
 }
 

@@ -528,7 +528,7 @@ impl PluginSet {
         parts: PluginSetParts,
         sources: &BTreeMap<World, Source>,
     ) -> Result<Arc<Self>, SwapError> {
-        let isolated = Arc::new(Services::isolated(parts.clock.clone(), parts.io.clone()));
+        let isolated = Services::isolated(parts.clock.clone(), parts.io.clone());
         let prover = Prover {
             runtime: &parts.runtime,
             isolated: &isolated,

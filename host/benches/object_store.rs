@@ -28,7 +28,7 @@ use bytes::Bytes;
 use custodian::checksum::crc64_nvme;
 use custodian::clock::SystemClock;
 use custodian::object::fs::FsStore;
-use custodian::object::{Metadata, ObjectStore, PutCondition};
+use custodian::object::{Metadata, ObjectStoreExt, PutCondition};
 
 const BATCHES: usize = 7;
 

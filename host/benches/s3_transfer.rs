@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use custodian::object::s3::local_server::{self, Kind};
-use custodian::object::{ComposeSpec, Metadata, ObjectStore, PartSource, PutCondition};
+use custodian::object::{
+    ComposeSpec, GetOptions, Metadata, ObjectKey, ObjectStore, PartSource, PutCondition,
+};
 
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 256 * MIB;
@@ -43,7 +45,7 @@ fn rate(elapsed: Duration) -> f64 {
 /// The backend's upload and download times.
 async fn backend(store: Arc<dyn ObjectStore>, file: &std::path::Path) -> (Duration, Duration) {
     let spec = ComposeSpec {
-        key: "bench/backend",
+        key: &ObjectKey::new("bench/backend").expect("a valid key"),
         local_path: file,
         parts: (0..SIZE / PART)
             .map(|i| PartSource::Local {
@@ -59,7 +61,7 @@ async fn backend(store: Arc<dyn ObjectStore>, file: &std::path::Path) -> (Durati
         progress: None,
     };
     let started = Instant::now();
-    let meta = store.compose_generation(&spec).await.expect("the upload");
+    let meta = store.compose(&spec).await.expect("the upload");
     let upload = started.elapsed();
 
     let started = Instant::now();
@@ -71,13 +73,14 @@ async fn backend(store: Arc<dyn ObjectStore>, file: &std::path::Path) -> (Durati
             let Some(offset) = offsets.next() else { break };
             let (store, etag) = (store.clone(), meta.etag.clone());
             reads.spawn(async move {
-                store
-                    .get_range_segments("bench/backend", offset..offset + PART, &etag)
-                    .await
-                    .expect("a range")
-                    .iter()
-                    .map(|s| s.len() as u64)
-                    .sum::<u64>()
+                let options = GetOptions {
+                    range: Some(offset..offset + PART),
+                    if_match: Some(&etag),
+                    ..GetOptions::default()
+                };
+                let key = ObjectKey::new("bench/backend").expect("a valid key");
+                let got = store.get_opts(&key, options).await.expect("a range");
+                got.len()
             });
         }
         match reads.join_next().await {

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use custodian::clock::{Clock, FixedClock};
 use custodian::kv::memory::MemoryKv;
 use custodian::kv::{Batch, Kv, Outcome, Partition, Precondition, Write};
+use custodian::object::ObjectStoreExt;
 use custodian::object::memory::MemoryStore;
 use custodian::object::{ObjectStore, PutCondition};
 use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};

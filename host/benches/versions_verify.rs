@@ -15,6 +15,7 @@
 //! (its cost grows with the bucket, not the page), so there the fewer
 //! requests can take longer; S3 and LocalStack index by key.
 
+use custodian_object::ObjectStoreExt;
 use std::sync::Arc;
 use std::time::Instant;
 

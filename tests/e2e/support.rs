@@ -1,6 +1,7 @@
 //! What the end-to-end tests share: real `.wasm` guests built from
 //! `tests/guests/`, a runtime, call contexts, and the `custodian` binary.
 
+use custodian_object::ObjectStoreExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};

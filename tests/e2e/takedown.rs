@@ -3,6 +3,7 @@
 //! filesystem `serving` and `preserved` stores in one data directory).
 //! Time is driven with `tick --now … --fast-forward-to …`.
 
+use custodian_object::ObjectStoreExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

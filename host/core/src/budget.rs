@@ -12,18 +12,14 @@
 //! policy ignored the `budget-exhausted` answer and returned a result
 //! anyway (see [`SliceBudget::exhausted`]).
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 
 use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition};
-use custodian_object::{
-    BootstrapReport, ComposeSpec, LifecycleView, ListPage, ListedObject, ListedVersion, Metadata,
-    ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome,
-};
+use custodian_object::observed::{Call, Observed, Observer};
+use custodian_object::{ObjectError, ObjectStore};
 
 /// A bounded number of store calls, optionally inside a parent budget.
 /// Clones share the same count.
@@ -173,265 +169,43 @@ impl Kv for BudgetedKv {
     }
 }
 
-/// An [`ObjectStore`] that charges every backend call to a budget before
-/// making it. Epoch cells are left to the trait's provided
-/// implementations, so each primitive they make is charged; a compose is
-/// charged for its calls up front and run by the backend.
-pub struct BudgetedStore {
-    inner: Arc<dyn ObjectStore>,
-    budget: SliceBudget,
+/// `inner`, with every primitive call charged to `budget` before it is
+/// made: the object store's one decorator ([`Observed`]) with a charging
+/// hook. A refused call never reaches the store. Epoch cells and the
+/// shorthands are charged for each primitive they make; a compose, which
+/// the backend runs as one call (S3 must send the metadata when the upload
+/// is created), is charged up front for the calls it makes: create, one
+/// per part, complete.
+pub fn budgeted_store(inner: Arc<dyn ObjectStore>, budget: SliceBudget) -> Arc<dyn ObjectStore> {
+    Arc::new(Observed::new(inner, Arc::new(StoreCharge(budget))))
 }
 
-impl BudgetedStore {
-    /// Wraps `inner`, charging `budget`.
-    pub fn new(inner: Arc<dyn ObjectStore>, budget: SliceBudget) -> Self {
-        Self { inner, budget }
-    }
+/// Charges a budget for each store call.
+struct StoreCharge(SliceBudget);
 
-    fn charge(&self) -> Result<(), ObjectError> {
-        self.budget
-            .charge()
-            .map_err(|e| ObjectError::BudgetExhausted(e.to_string()))
-    }
-}
-
-#[async_trait]
-impl ObjectStore for BudgetedStore {
-    fn versioned(&self) -> bool {
-        self.inner.versioned()
-    }
-
-    fn min_part_size(&self) -> u64 {
-        self.inner.min_part_size()
-    }
-
-    fn max_parts(&self) -> u32 {
-        self.inner.max_parts()
-    }
-
-    async fn put_whole(
-        &self,
-        key: &str,
-        body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.charge()?;
-        self.inner
-            .put_whole(key, body, condition, metadata, crc64)
-            .await
-    }
-
-    async fn copy_object(
-        &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.charge()?;
-        self.inner
-            .copy_object(source, source_if_match, destination, condition, metadata)
-            .await
-    }
-
-    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
-        // Charged up front for the calls it makes (create, one per part,
-        // complete), then left to the backend: S3 must send the metadata
-        // when the upload is created, which the bare primitives cannot.
-        for _ in 0..spec.parts.len() + 2 {
-            self.charge()?;
+impl Observer for StoreCharge {
+    fn before(&self, call: &Call<'_>) -> Result<(), ObjectError> {
+        let calls = match call {
+            Call::Compose { parts, .. } => parts.saturating_add(2),
+            _ => 1,
+        };
+        for _ in 0..calls {
+            self.0
+                .charge()
+                .map_err(|e| ObjectError::BudgetExhausted(e.to_string()))?;
         }
-        self.inner.compose_generation(spec).await
-    }
-
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        self.charge()?;
-        self.inner.head(key).await
-    }
-
-    async fn get_whole(
-        &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.charge()?;
-        self.inner.get_whole(key, if_match).await
-    }
-
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        self.charge()?;
-        self.inner.get_range(key, range, if_match).await
-    }
-
-    async fn get_range_segments(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Vec<Bytes>, ObjectError> {
-        self.charge()?;
-        self.inner.get_range_segments(key, range, if_match).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.charge()?;
-        self.inner.delete(key).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedObject>, ObjectError> {
-        self.charge()?;
-        self.inner.list(prefix, cursor, limit).await
-    }
-
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.charge()?;
-        self.inner.head_version(key, version_id).await
-    }
-
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.charge()?;
-        self.inner.get_version(key, version_id).await
-    }
-
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.charge()?;
-        self.inner.get_version_range(key, version_id, range).await
-    }
-
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.charge()?;
-        self.inner.delete_version(key, version_id).await
-    }
-
-    async fn list_versions(
-        &self,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> Result<ListPage<ListedVersion>, ObjectError> {
-        self.charge()?;
-        self.inner.list_versions(prefix, cursor, limit).await
-    }
-
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        self.charge()?;
-        self.inner.create_upload(key).await
-    }
-
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        self.charge()?;
-        self.inner
-            .upload_part(key, upload_id, part, body, crc64)
-            .await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
-    ) -> Result<u64, ObjectError> {
-        self.charge()?;
-        self.inner
-            .upload_part_copy(key, upload_id, part, source, source_if_match, range)
-            .await
-    }
-
-    async fn complete_upload(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
-    ) -> Result<ObjectMeta, ObjectError> {
-        self.charge()?;
-        self.inner
-            .complete_upload(key, upload_id, parts, condition, metadata, crc64)
-            .await
-    }
-
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
-        // Never refused: an abort is cleanup on a failure path, and a spent
-        // budget must not leave an upload behind.
-        let _ = self.budget.charge();
-        self.inner.abort_upload(key, upload_id).await
-    }
-
-    async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
-        self.charge()?;
-        self.inner.list_uploads(prefix).await
-    }
-
-    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
-        self.charge()?;
-        self.inner.bootstrap(prefix).await
-    }
-
-    async fn lifecycle_rules(&self) -> Result<Vec<LifecycleView>, ObjectError> {
-        self.charge()?;
-        self.inner.lifecycle_rules().await
-    }
-
-    async fn ensure_noncurrent_retention(
-        &self,
-        prefix: &str,
-        days: u64,
-    ) -> Result<RetentionOutcome, ObjectError> {
-        self.charge()?;
-        self.inner.ensure_noncurrent_retention(prefix, days).await
-    }
-
-    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
-        self.charge()?;
-        self.inner.presign_get(key, ttl_secs).await
-    }
-
-    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
-        self.charge()?;
-        self.inner.presign_put(key, ttl_secs).await
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use custodian_base::clock::FixedClock;
     use custodian_kv::memory::MemoryKv;
     use custodian_object::memory::MemoryStore;
+    use custodian_object::{Metadata, ObjectStoreExt, PutCondition};
 
     fn partition() -> Partition {
         Partition::new("p").expect("valid")
@@ -487,7 +261,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> =
             Arc::new(MemoryStore::versioned(Arc::new(FixedClock::new(0))));
         let budget = SliceBudget::new(2);
-        let budgeted = BudgetedStore::new(store.clone(), budget.clone());
+        let budgeted = budgeted_store(store.clone(), budget.clone());
         let body = Bytes::from_static(b"hello");
         let crc = custodian_base::checksum::crc64_nvme(&body);
         budgeted

@@ -25,7 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
+use super::{
+    CompleteOptions, HeadOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, ObjectStore,
+    PartData, PutCondition, UploadOptions,
+};
 use custodian_base::checksum;
 
 /// One part of a composed generation, in object order.
@@ -62,7 +65,7 @@ impl PartSource {
 #[derive(Debug, Clone)]
 pub struct ComposeSpec<'a> {
     /// The key to publish.
-    pub key: &'a str,
+    pub key: &'a ObjectKey,
     /// Where `Local` parts are read from. Clean ranges are identical locally
     /// and remotely, so the whole object's CRC is computable from this file.
     pub local_path: &'a Path,
@@ -70,7 +73,7 @@ pub struct ComposeSpec<'a> {
     pub parts: Vec<PartSource>,
     /// Where the base generation lives when it is not `key` (a renamed
     /// file still copies its clean ranges from the old key).
-    pub base_key: Option<&'a str>,
+    pub base_key: Option<&'a ObjectKey>,
     /// The base generation's etag; required iff a part is `BaseCopy`.
     pub base_etag: Option<&'a str>,
     /// The guard on the publish.
@@ -96,7 +99,6 @@ pub(crate) fn validate(
     min_part: u64,
     max_parts: u32,
 ) -> Result<(), ObjectError> {
-    super::validate_key(spec.key)?;
     super::validate_metadata(&spec.metadata)?;
     if spec.parts.is_empty() {
         return Err(invalid("a composed object needs at least one part".into()));
@@ -173,7 +175,7 @@ pub async fn compose<S: ObjectStore + ?Sized>(
     validate(spec, store.min_part_size(), store.max_parts())?;
     let base_key = spec.base_key.unwrap_or(spec.key);
     if let Some(base_etag) = spec.base_etag {
-        let base = store.head(base_key).await?;
+        let base = store.head_opts(base_key, HeadOptions::default()).await?;
         if base.etag != base_etag {
             return Err(ObjectError::PreconditionFailed(format!(
                 "the base {base_key:?} is now {}, not {base_etag}",
@@ -190,12 +192,16 @@ pub async fn compose<S: ObjectStore + ?Sized>(
     }
     let mut local = std::fs::File::open(spec.local_path)
         .map_err(|e| ObjectError::Io(format!("opening {}: {e}", spec.local_path.display())))?;
-    let upload_id = store.create_upload(spec.key).await?;
+    let key = spec.key;
+    let declared = UploadOptions {
+        metadata: &spec.metadata,
+    };
+    let upload_id = store.create_upload(key, declared).await?;
     let result = assemble(store, spec, base_key, &upload_id, &mut local).await;
     if result.is_err() {
         // The error is what the caller needs; an abort that fails too is
         // left to the uploads sweep, which `list_uploads` exposes.
-        let _ = store.abort_upload(spec.key, &upload_id).await;
+        let _ = store.abort_upload(key, &upload_id).await;
     }
     result
 }
@@ -203,10 +209,11 @@ pub async fn compose<S: ObjectStore + ?Sized>(
 async fn assemble<S: ObjectStore + ?Sized>(
     store: &S,
     spec: &ComposeSpec<'_>,
-    base_key: &str,
+    base_key: &ObjectKey,
     upload_id: &str,
     local: &mut std::fs::File,
 ) -> Result<ObjectMeta, ObjectError> {
+    let key = spec.key;
     let mut accumulated = checksum::crc64_nvme(b"");
     for (index, part) in spec.parts.iter().enumerate() {
         // Bounded by max_parts, a u32.
@@ -215,24 +222,17 @@ async fn assemble<S: ObjectStore + ?Sized>(
         let crc = match part {
             PartSource::Local { .. } => {
                 let body = read_local(local, spec.local_path, offset, len)?;
-                let crc = checksum::crc64_nvme(&body);
-                store
-                    .upload_part(spec.key, upload_id, number, body, crc)
-                    .await?;
-                crc
+                let crc64 = checksum::crc64_nvme(&body);
+                let data = PartData::Bytes { body, crc64 };
+                store.upload_part(key, upload_id, number, data).await?
             }
             PartSource::BaseCopy { .. } => {
-                let base_etag = spec.base_etag.unwrap_or_default();
-                store
-                    .upload_part_copy(
-                        spec.key,
-                        upload_id,
-                        number,
-                        base_key,
-                        base_etag,
-                        offset..offset + len,
-                    )
-                    .await?
+                let data = PartData::Copy {
+                    source: base_key,
+                    source_if_match: spec.base_etag.unwrap_or_default(),
+                    range: offset..offset + len,
+                };
+                store.upload_part(key, upload_id, number, data).await?
             }
         };
         accumulated = checksum::combine(accumulated, crc, len);
@@ -242,14 +242,10 @@ async fn assemble<S: ObjectStore + ?Sized>(
     }
     let crc64 = spec.crc64.unwrap_or(accumulated);
     let parts = u32::try_from(spec.parts.len()).unwrap_or(u32::MAX);
-    store
-        .complete_upload(
-            spec.key,
-            upload_id,
-            parts,
-            &spec.condition,
-            &spec.metadata,
-            crc64,
-        )
-        .await
+    let options = CompleteOptions {
+        parts,
+        condition: &spec.condition,
+        crc64,
+    };
+    store.complete_upload(key, upload_id, options).await
 }

@@ -20,7 +20,9 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{Metadata, ObjectError, ObjectStore, PutCondition};
+use async_trait::async_trait;
+
+use super::{Metadata, ObjectError, ObjectStore, ObjectStoreExt, PutCondition};
 use custodian_base::checksum;
 
 /// Longest holder id or echo, in bytes: the cell stays one small object.
@@ -54,6 +56,57 @@ pub struct EpochLease {
     pub token: String,
 }
 
+/// Epoch cells over any [`ObjectStore`]: written once over its conditional
+/// publish, so no backend or wrapper implements them.
+#[async_trait]
+pub trait EpochCells: ObjectStore {
+    /// The epoch cell at `key`, if any.
+    ///
+    /// # Errors
+    /// The store's errors; `Corrupt` for a cell that does not decode.
+    async fn epoch_read(&self, key: &str) -> Result<Option<EpochState>, ObjectError> {
+        read(self, key).await
+    }
+
+    /// Claims the epoch cell: creates it at epoch 1 (`supersede: None`), or
+    /// replaces the observed state at epoch + 1 by compare-and-swap.
+    ///
+    /// # Errors
+    /// `PreconditionFailed` when the cell is not in the state the caller
+    /// observed (someone else acquired first).
+    async fn epoch_acquire(
+        &self,
+        key: &str,
+        holder_id: &str,
+        supersede: Option<&EpochState>,
+    ) -> Result<EpochLease, ObjectError> {
+        acquire(self, key, holder_id, supersede).await
+    }
+
+    /// Heartbeat. `echo: None` clears any previous echo.
+    ///
+    /// # Errors
+    /// `PreconditionFailed` means deposed.
+    async fn epoch_renew(
+        &self,
+        key: &str,
+        lease: &EpochLease,
+        echo: Option<&str>,
+    ) -> Result<EpochLease, ObjectError> {
+        renew(self, key, lease, echo).await
+    }
+
+    /// Marks the cell released, keeping the epoch number.
+    ///
+    /// # Errors
+    /// `PreconditionFailed` means deposed.
+    async fn epoch_release(&self, key: &str, lease: &EpochLease) -> Result<(), ObjectError> {
+        release(self, key, lease).await
+    }
+}
+
+impl<S: ObjectStore + ?Sized> EpochCells for S {}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Cell {
@@ -86,11 +139,11 @@ async fn write<S: ObjectStore + ?Sized>(
     Ok(meta.etag)
 }
 
-/// See [`ObjectStore::epoch_read`].
+/// See [`EpochCells::epoch_read`].
 ///
 /// # Errors
 /// The store's errors; `Corrupt` for a cell that does not decode.
-pub async fn read<S: ObjectStore + ?Sized>(
+async fn read<S: ObjectStore + ?Sized>(
     store: &S,
     key: &str,
 ) -> Result<Option<EpochState>, ObjectError> {
@@ -111,12 +164,12 @@ pub async fn read<S: ObjectStore + ?Sized>(
     }))
 }
 
-/// See [`ObjectStore::epoch_acquire`].
+/// See [`EpochCells::epoch_acquire`].
 ///
 /// # Errors
 /// `PreconditionFailed` when the cell is not in the state the caller
 /// observed (someone else acquired first).
-pub async fn acquire<S: ObjectStore + ?Sized>(
+async fn acquire<S: ObjectStore + ?Sized>(
     store: &S,
     key: &str,
     holder_id: &str,
@@ -170,11 +223,11 @@ async fn held<S: ObjectStore + ?Sized>(
     Ok(())
 }
 
-/// See [`ObjectStore::epoch_renew`].
+/// See [`EpochCells::epoch_renew`].
 ///
 /// # Errors
 /// `PreconditionFailed` when deposed.
-pub async fn renew<S: ObjectStore + ?Sized>(
+async fn renew<S: ObjectStore + ?Sized>(
     store: &S,
     key: &str,
     lease: &EpochLease,
@@ -203,11 +256,11 @@ pub async fn renew<S: ObjectStore + ?Sized>(
     })
 }
 
-/// See [`ObjectStore::epoch_release`].
+/// See [`EpochCells::epoch_release`].
 ///
 /// # Errors
 /// `PreconditionFailed` when deposed.
-pub async fn release<S: ObjectStore + ?Sized>(
+async fn release<S: ObjectStore + ?Sized>(
     store: &S,
     key: &str,
     lease: &EpochLease,

@@ -28,15 +28,18 @@
 
 pub mod compose;
 pub mod epoch;
+mod ext;
 /// The filesystem backend (Unix: it relies on `flock`, `pread` and
 /// directory fsync).
 #[cfg(unix)]
 pub mod fs;
+mod key;
 /// The in-memory backend.
 pub mod memory;
 pub mod observed;
 #[cfg(unix)]
 pub mod open;
+mod options;
 /// The S3 backend (AWS and S3-compatible servers).
 pub mod s3;
 pub mod stamps;
@@ -54,7 +57,13 @@ use bytes::Bytes;
 use custodian_base::error::ErrorKind;
 
 pub use compose::{ComposeSpec, PartSource};
-pub use epoch::{EpochLease, EpochState};
+pub use epoch::{EpochCells, EpochLease, EpochState};
+pub use ext::ObjectStoreExt;
+pub use key::ObjectKey;
+pub use options::{
+    CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult, HeadOptions, PartData,
+    PutOptions, UploadOptions,
+};
 
 /// Longest object key, in bytes (S3's limit).
 pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
@@ -319,10 +328,16 @@ impl BootstrapReport {
     }
 }
 
-/// An object store with conditional publish.
+/// An object store with conditional publish: the primitives a backend
+/// implements and a wrapper forwards. Everything else is written once over
+/// them: the shorthands of [`ObjectStoreExt`], the epoch cells of
+/// [`EpochCells`], and (unless a backend has a faster native assembly)
+/// [`ObjectStore::compose`]. Operator-time calls live in [`ObjectAdmin`].
 ///
 /// Reads of "the current object" never see a delete marker: a key whose
-/// newest version is a marker reads as [`ObjectError::NotFound`].
+/// newest version is a marker reads as [`ObjectError::NotFound`]. On an
+/// unversioned store every version-scoped call is
+/// [`ObjectError::Unsupported`].
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
     /// Whether the store keeps versions.
@@ -334,74 +349,53 @@ pub trait ObjectStore: Send + Sync {
     /// Most parts in one multipart assembly.
     fn max_parts(&self) -> u32;
 
-    /// Publishes `body` whole if `condition` holds and `crc64` is its
-    /// CRC-64/NVME (checked before the condition; nothing is written on
-    /// any failure). An `Io` or `Unavailable` error means the outcome is
+    /// Publishes `body` whole if the condition holds and the CRC is the
+    /// body's (checked before the condition; nothing is written on any
+    /// failure). An `Io` or `Unavailable` error means the outcome is
     /// unknown (the new version may be visible), as with a timed-out S3
     /// PUT: re-read before deciding.
-    async fn put_whole(
+    async fn put_opts(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError>;
 
-    /// Server-side copy of the current object at `source` to `destination`.
-    /// The destination has the source's bytes and CRC, a new etag, and
-    /// exactly `metadata` (never the source's). `source_if_match` guards
-    /// the source, `condition` the destination.
-    async fn copy_object(
+    /// Server-side copy of the current object at `source` to
+    /// `destination`: the source's bytes and CRC, a new etag, and exactly
+    /// the options' metadata.
+    async fn copy_opts(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError>;
 
-    /// Assembles and publishes one generation from local and copied parts;
-    /// see [`compose`]. Every failure aborts the assembly.
-    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
-        compose::compose(self, spec).await
-    }
-
-    /// The current object's metadata.
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError>;
-
-    /// The current object; with `if_match`, `PreconditionFailed` unless
-    /// its etag matches (a missing key is `NotFound` either way).
-    async fn get_whole(
+    /// The current object's (or an exact version's) metadata. An exact
+    /// version that is a delete marker is `PreconditionFailed`.
+    async fn head_opts(
         &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError>;
+        key: &ObjectKey,
+        options: HeadOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError>;
 
-    /// Bytes `range` of the current object, truncated at its end. Always
-    /// guarded: every range of a long read pins the same generation, and a
-    /// `PreconditionFailed` midway means someone else replaced it.
-    async fn get_range(
+    /// Reads the current object or an exact version, whole or a range,
+    /// optionally guarded by its etag. A whole read is checked against the
+    /// CRC the object was published with (`Corrupt` if it differs).
+    async fn get_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError>;
+        key: &ObjectKey,
+        options: GetOptions<'_>,
+    ) -> Result<GetResult, ObjectError>;
 
-    /// The same read without flattening the response into one buffer.
-    /// Stores with nothing to stream return one segment.
-    async fn get_range_segments(
+    /// Removes the current object (a delete marker on a versioned store)
+    /// or permanently removes an exact version or delete marker; absent
+    /// keys and versions are fine.
+    async fn delete_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Vec<Bytes>, ObjectError> {
-        Ok(vec![self.get_range(key, range, if_match).await?])
-    }
-
-    /// Removes the current object (a delete marker on a versioned store);
-    /// absent keys are fine.
-    async fn delete(&self, key: &str) -> Result<(), ObjectError>;
+        key: &ObjectKey,
+        options: DeleteOptions<'_>,
+    ) -> Result<(), ObjectError>;
 
     /// Current objects under `prefix`, ascending, resuming strictly after
     /// `cursor`, at most `limit` (1..=[`MAX_LIST_PAGE`]).
@@ -411,30 +405,6 @@ pub trait ObjectStore: Send + Sync {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<ListPage<ListedObject>, ObjectError>;
-
-    /// One exact version's metadata; `NotFound` if it does not exist,
-    /// `PreconditionFailed` if it is a delete marker, `Unsupported` on an
-    /// unversioned store.
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError>;
-
-    /// One exact version, whole.
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError>;
-
-    /// Bytes `range` of one exact version, truncated at its end.
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError>;
-
-    /// Permanently removes one exact version or delete marker; absent
-    /// versions are fine.
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError>;
 
     /// Every version and delete marker under `prefix`: keys ascending,
     /// newest first within a key.
@@ -446,51 +416,56 @@ pub trait ObjectStore: Send + Sync {
     ) -> Result<ListPage<ListedVersion>, ObjectError>;
 
     /// Starts a multipart assembly of `key`; returns its id.
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError>;
+    async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        options: UploadOptions<'_>,
+    ) -> Result<String, ObjectError>;
 
-    /// Stores part `part` (1-based) of an upload; `crc64` is checked.
+    /// Stores part `part` (1-based) of an upload from bytes or a
+    /// server-side copy; returns the part's CRC-64/NVME.
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError>;
-
-    /// Stores part `part` as a server-side copy of `range` of the current
-    /// object at `source`, guarded by `source_if_match`; returns the part's
-    /// CRC-64/NVME.
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
+        data: PartData<'_>,
     ) -> Result<u64, ObjectError>;
 
-    /// Publishes parts `1..=parts` as one object if `condition` holds and
-    /// the whole has CRC `crc64`. On failure the upload stays pending (the
+    /// Publishes the parts as one object if the condition holds and the
+    /// whole has the given CRC. On failure the upload stays pending (the
     /// caller aborts it).
     async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError>;
 
     /// Abandons an upload; an absent one is fine (the abort-on-failure
     /// paths race each other and the cleanup sweep).
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError>;
+    async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> Result<(), ObjectError>;
 
     /// Every pending upload under `prefix`.
     async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError>;
 
+    /// Assembles and publishes one generation from local and copied parts;
+    /// see [`compose`]. Every failure aborts the assembly. Written once
+    /// over the multipart primitives; a backend overrides it only to do
+    /// the same faster (S3 moves parts concurrently).
+    async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
+        compose::compose(self, spec).await
+    }
+
+    /// The store's operator-time calls.
+    fn admin(&self) -> &dyn ObjectAdmin;
+}
+
+/// Operator-time calls: setting a store up and the things only some
+/// backends can do. Not data-plane requests, so wrappers hand them through
+/// unobserved and unbudgeted.
+#[async_trait]
+pub trait ObjectAdmin: Send + Sync {
     /// Checks (and where needed sets up) the store: versioning, cleanup of
     /// abandoned uploads, whether checksums are validated.
     async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError>;
@@ -515,82 +490,17 @@ pub trait ObjectStore: Send + Sync {
 
     /// A URL that GETs `key` for `ttl_secs` with no credentials of the
     /// caller's; stores that cannot presign say `Unsupported`.
-    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+    async fn presign_get(&self, key: &ObjectKey, ttl_secs: u64) -> Result<String, ObjectError> {
         let _ = (key, ttl_secs);
         Err(ObjectError::Unsupported("presigned URLs".into()))
     }
 
     /// A URL that PUTs `key` for `ttl_secs`. It carries no content check:
     /// issue it only for content-addressed keys and verify afterwards.
-    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+    async fn presign_put(&self, key: &ObjectKey, ttl_secs: u64) -> Result<String, ObjectError> {
         let _ = (key, ttl_secs);
         Err(ObjectError::Unsupported("presigned URLs".into()))
     }
-
-    /// The epoch cell at `key`, if any; see [`epoch`].
-    async fn epoch_read(&self, key: &str) -> Result<Option<EpochState>, ObjectError> {
-        epoch::read(self, key).await
-    }
-
-    /// Claims the epoch cell: creates it at epoch 1 (`supersede: None`), or
-    /// replaces the observed state at epoch + 1 by compare-and-swap.
-    async fn epoch_acquire(
-        &self,
-        key: &str,
-        holder_id: &str,
-        supersede: Option<&EpochState>,
-    ) -> Result<EpochLease, ObjectError> {
-        epoch::acquire(self, key, holder_id, supersede).await
-    }
-
-    /// Heartbeat. `PreconditionFailed` means deposed. `echo: None` clears
-    /// any previous echo.
-    async fn epoch_renew(
-        &self,
-        key: &str,
-        lease: &EpochLease,
-        echo: Option<&str>,
-    ) -> Result<EpochLease, ObjectError> {
-        epoch::renew(self, key, lease, echo).await
-    }
-
-    /// Marks the cell released, keeping the epoch number.
-    async fn epoch_release(&self, key: &str, lease: &EpochLease) -> Result<(), ObjectError> {
-        epoch::release(self, key, lease).await
-    }
-}
-
-/// Checks an object key: 1..=1024 bytes of UTF-8; no NUL or other control
-/// characters (NUL separates key from version in cursors; control
-/// characters break logs and paths); `/`-separated segments, none empty
-/// and none `.` or `..` (keys are paths on the filesystem backend, and a
-/// key must never name anything outside its store).
-///
-/// # Errors
-/// [`ObjectError::InvalidArgument`] naming what is wrong.
-pub fn validate_key(key: &str) -> Result<(), ObjectError> {
-    let refuse = |why: &str| {
-        Err(ObjectError::InvalidArgument(format!(
-            "object key {key:?}: {why}"
-        )))
-    };
-    if key.is_empty() || key.len() > MAX_OBJECT_KEY_BYTES {
-        return refuse(&format!(
-            "must be 1..={MAX_OBJECT_KEY_BYTES} bytes, not {}",
-            key.len()
-        ));
-    }
-    if key.chars().any(char::is_control) {
-        return refuse("contains a control character");
-    }
-    for segment in key.split('/') {
-        match segment {
-            "" => return refuse("has an empty segment (a leading, trailing or doubled '/')"),
-            "." | ".." => return refuse("has a '.' or '..' segment"),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// Checks user metadata the way S3 will: at most [`MAX_METADATA_BYTES`]

@@ -16,9 +16,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BootstrapReport, LifecycleView, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER,
-    Metadata, ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition, RetentionOutcome,
-    validate_key, validate_limit, validate_metadata, validate_part_number, validate_range,
+    BootstrapReport, CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult,
+    HeadOptions, LifecycleView, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, Metadata,
+    ObjectAdmin, ObjectError, ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload,
+    PutCondition, PutOptions, RetentionOutcome, UploadOptions, validate_limit, validate_metadata,
+    validate_part_number, validate_range,
 };
 use custodian_base::checksum::crc64_nvme;
 use custodian_base::clock::Clock;
@@ -58,6 +60,8 @@ const MIN_PART_SIZE: u64 = 5 << 20;
 struct Upload {
     key: String,
     initiated_ms: u64,
+    /// Declared at creation, published at completion.
+    metadata: Metadata,
     /// Part number to bytes and CRC.
     parts: BTreeMap<u32, (Bytes, u64)>,
 }
@@ -188,6 +192,23 @@ impl MemoryStore {
         }
     }
 
+    /// The current object (`version_id: None`) or one exact version with
+    /// bytes.
+    fn readable<'s>(
+        &self,
+        state: &'s State,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<(&'s Version, &'s Object), ObjectError> {
+        match version_id {
+            None => state.current(key).ok_or_else(|| not_found(key)),
+            Some(version_id) => {
+                self.require_versions("reading a version")?;
+                state.readable_version(key, version_id)
+            }
+        }
+    }
+
     fn require_versions(&self, call: &str) -> Result<(), ObjectError> {
         if self.versioned {
             Ok(())
@@ -299,7 +320,7 @@ fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
     let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
     let well_formed_id =
         version_id.len() == VERSION_ID_DIGITS && version_id.bytes().all(|b| b.is_ascii_digit());
-    if validate_key(key).is_err() || !well_formed_id {
+    if ObjectKey::new(key).is_err() || !well_formed_id {
         return Err(malformed());
     }
     Ok((key, version_id))
@@ -319,88 +340,102 @@ impl ObjectStore for MemoryStore {
         MAX_PART_NUMBER
     }
 
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        validate_key(key)?;
-        let state = self.lock();
-        let (version, object) = state.current(key).ok_or_else(|| not_found(key))?;
-        Ok(self.meta(key, version, object))
-    }
-
-    async fn get_whole(
+    async fn put_opts(
         &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        validate_key(key)?;
-        let state = self.lock();
-        let (version, object) = state.current(key).ok_or_else(|| not_found(key))?;
-        check_if_match(key, object, if_match)?;
-        Ok((self.meta(key, version, object), object.body.clone()))
-    }
-
-    async fn get_range(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        validate_key(key)?;
-        validate_range(&range)?;
-        let state = self.lock();
-        let (_, object) = state.current(key).ok_or_else(|| not_found(key))?;
-        check_if_match(key, object, Some(if_match))?;
-        Ok(slice(&object.body, &range))
-    }
-
-    async fn put_whole(
-        &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        validate_key(key)?;
-        validate_metadata(metadata)?;
+        validate_metadata(options.metadata)?;
         // Hashed before taking the lock: it is the slow part, and it
         // depends on nothing stored.
         let actual = crc64_nvme(&body);
-        if actual != crc64 {
+        if actual != options.crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
-                "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {crc64:016x}"
+                "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {:016x}",
+                options.crc64
             )));
         }
         let mut state = self.lock();
+        let PutOptions {
+            condition,
+            metadata,
+            crc64,
+        } = options;
         self.publish(&mut state, key, body, crc64, condition, metadata)
     }
 
-    async fn copy_object(
+    async fn copy_opts(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        validate_key(source)?;
-        validate_key(destination)?;
-        validate_metadata(metadata)?;
+        validate_metadata(options.metadata)?;
         let mut state = self.lock();
         let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
-        check_if_match(source, object, source_if_match)?;
+        check_if_match(source, object, options.source_if_match)?;
         // The bytes are shared, not duplicated; the CRC travels with them
         // because it describes the bytes, while the metadata describes a
         // publish and so comes only from the caller.
         let (body, crc64) = (object.body.clone(), object.crc64);
+        let (condition, metadata) = (options.condition, options.metadata);
         self.publish(&mut state, destination, body, crc64, condition, metadata)
     }
 
-    /// On a versioned store this always appends a delete marker, even when
-    /// the key has no versions or is already behind a marker: that is what
-    /// S3 does, and matching it keeps the version listing identical across
-    /// backends.
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        validate_key(key)?;
+    async fn head_opts(
+        &self,
+        key: &ObjectKey,
+        options: HeadOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let state = self.lock();
+        let (version, object) = self.readable(&state, key, options.version_id)?;
+        Ok(self.meta(key, version, object))
+    }
+
+    /// A delete marker has no bytes to read: `PreconditionFailed`, as for a
+    /// HEAD of it.
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        options: GetOptions<'_>,
+    ) -> Result<GetResult, ObjectError> {
+        if let Some(range) = &options.range {
+            validate_range(range)?;
+        }
+        let state = self.lock();
+        let (version, object) = self.readable(&state, key, options.version_id)?;
+        check_if_match(key, object, options.if_match)?;
+        let body = match &options.range {
+            Some(range) => slice(&object.body, range),
+            None => object.body.clone(),
+        };
+        Ok(GetResult {
+            meta: self.meta(key, version, object),
+            body: vec![body],
+        })
+    }
+
+    /// On a versioned store, removing the current object always appends a
+    /// delete marker, even when the key has no versions or is already
+    /// behind a marker: that is what S3 does, and matching it keeps the
+    /// version listing identical across backends.
+    async fn delete_opts(
+        &self,
+        key: &ObjectKey,
+        options: DeleteOptions<'_>,
+    ) -> Result<(), ObjectError> {
+        if let Some(version_id) = options.version_id {
+            self.require_versions("deleting a version")?;
+            let mut state = self.lock();
+            if let Some(versions) = state.keys.get_mut(key.as_str()) {
+                versions.retain(|v| v.id != version_id);
+                if versions.is_empty() {
+                    state.keys.remove(key.as_str());
+                }
+            }
+            return Ok(());
+        }
         let mut state = self.lock();
         if self.versioned {
             let seq = state.next_seq();
@@ -409,9 +444,13 @@ impl ObjectStore for MemoryStore {
                 last_modified_ms: self.clock.now_ms(),
                 object: None,
             };
-            state.keys.entry(key.to_owned()).or_default().push(marker);
+            state
+                .keys
+                .entry(key.as_str().to_owned())
+                .or_default()
+                .push(marker);
         } else {
-            state.keys.remove(key);
+            state.keys.remove(key.as_str());
         }
         Ok(())
     }
@@ -450,55 +489,6 @@ impl ObjectStore for MemoryStore {
             None => None,
         };
         Ok(ListPage { items, next })
-    }
-
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.require_versions("head_version")?;
-        validate_key(key)?;
-        let state = self.lock();
-        let (version, object) = state.readable_version(key, version_id)?;
-        Ok(self.meta(key, version, object))
-    }
-
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.require_versions("get_version")?;
-        validate_key(key)?;
-        let state = self.lock();
-        let (version, object) = state.readable_version(key, version_id)?;
-        Ok((self.meta(key, version, object), object.body.clone()))
-    }
-
-    /// A delete marker has no bytes to read: `PreconditionFailed`, as for
-    /// [`ObjectStore::head_version`].
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.require_versions("get_version_range")?;
-        validate_key(key)?;
-        validate_range(&range)?;
-        let state = self.lock();
-        let (_, object) = state.readable_version(key, version_id)?;
-        Ok(slice(&object.body, &range))
-    }
-
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.require_versions("delete_version")?;
-        validate_key(key)?;
-        let mut state = self.lock();
-        if let Some(versions) = state.keys.get_mut(key) {
-            versions.retain(|v| v.id != version_id);
-            if versions.is_empty() {
-                state.keys.remove(key);
-            }
-        }
-        Ok(())
     }
 
     /// The cursor is `key\0version_id` of the last item returned. Resuming
@@ -559,13 +549,18 @@ impl ObjectStore for MemoryStore {
         Ok(ListPage { items, next })
     }
 
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        validate_key(key)?;
+    async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        options: UploadOptions<'_>,
+    ) -> Result<String, ObjectError> {
+        validate_metadata(options.metadata)?;
         let mut state = self.lock();
         let id = format!("upload-{}", state.next_seq());
         let upload = Upload {
-            key: key.to_owned(),
+            key: key.as_str().to_owned(),
             initiated_ms: self.clock.now_ms(),
+            metadata: options.metadata.clone(),
             parts: BTreeMap::new(),
         };
         state.uploads.insert(id.clone(), upload);
@@ -574,68 +569,65 @@ impl ObjectStore for MemoryStore {
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
+        data: PartData<'_>,
+    ) -> Result<u64, ObjectError> {
         validate_part_number(part)?;
-        let actual = crc64_nvme(&body);
-        if actual != crc64 {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
-            )));
-        }
+        let (body, crc64) = match data {
+            PartData::Bytes { body, crc64 } => {
+                let actual = crc64_nvme(&body);
+                if actual != crc64 {
+                    return Err(ObjectError::ChecksumMismatch(format!(
+                        "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not \
+                         {crc64:016x}"
+                    )));
+                }
+                (body, crc64)
+            }
+            PartData::Copy {
+                source,
+                source_if_match,
+                range,
+            } => {
+                validate_range(&range)?;
+                let state = self.lock();
+                let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
+                check_if_match(source, object, Some(source_if_match))?;
+                // S3 refuses a copy range outside the source rather than
+                // truncating.
+                if range.end > object.body.len() as u64 || range.is_empty() {
+                    return Err(ObjectError::InvalidArgument(format!(
+                        "copy range {}..{} is outside {source:?} ({} bytes)",
+                        range.start,
+                        range.end,
+                        object.body.len()
+                    )));
+                }
+                let body = slice(&object.body, &range);
+                let crc = crc64_nvme(&body);
+                (body, crc)
+            }
+        };
         let mut state = self.lock();
         Self::upload(&mut state, key, upload_id)?
             .parts
             .insert(part, (body, crc64));
-        Ok(())
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
-    ) -> Result<u64, ObjectError> {
-        validate_part_number(part)?;
-        validate_key(source)?;
-        validate_range(&range)?;
-        let mut state = self.lock();
-        let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
-        check_if_match(source, object, Some(source_if_match))?;
-        // S3 refuses a copy range outside the source rather than truncating.
-        if range.end > object.body.len() as u64 || range.is_empty() {
-            return Err(ObjectError::InvalidArgument(format!(
-                "copy range {}..{} is outside {source:?} ({} bytes)",
-                range.start,
-                range.end,
-                object.body.len()
-            )));
-        }
-        let body = slice(&object.body, &range);
-        let crc = crc64_nvme(&body);
-        Self::upload(&mut state, key, upload_id)?
-            .parts
-            .insert(part, (body, crc));
-        Ok(crc)
+        Ok(crc64)
     }
 
     async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        validate_metadata(metadata)?;
+        let CompleteOptions {
+            parts,
+            condition,
+            crc64,
+        } = options;
         let mut state = self.lock();
         let upload = Self::upload(&mut state, key, upload_id)?;
         if parts == 0 || upload.parts.keys().copied().ne(1..=parts) {
@@ -660,21 +652,22 @@ impl ObjectStore for MemoryStore {
                 "{key:?}: the assembled object's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
             )));
         }
+        let metadata = upload.metadata.clone();
         let meta = self.publish(
             &mut state,
             key,
             Bytes::from(body),
             crc64,
             condition,
-            metadata,
+            &metadata,
         )?;
         state.uploads.remove(upload_id);
         Ok(meta)
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+    async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> Result<(), ObjectError> {
         let mut state = self.lock();
-        if state.uploads.get(upload_id).is_some_and(|u| u.key == key) {
+        if state.uploads.get(upload_id).is_some_and(|u| u.key == **key) {
             state.uploads.remove(upload_id);
         }
         Ok(())
@@ -694,6 +687,13 @@ impl ObjectStore for MemoryStore {
             .collect())
     }
 
+    fn admin(&self) -> &dyn ObjectAdmin {
+        self
+    }
+}
+
+#[async_trait]
+impl ObjectAdmin for MemoryStore {
     async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
         let pending = self.list_uploads(prefix).await?.len();
         let mut report = BootstrapReport::default();
@@ -757,6 +757,7 @@ impl ObjectStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ObjectStoreExt;
     use custodian_base::clock::FixedClock;
 
     fn store(versioned: bool, clock: &Arc<FixedClock>) -> MemoryStore {
@@ -907,7 +908,7 @@ mod tests {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         std::io::Write::write_all(&mut file, &data).unwrap();
         let spec = ComposeSpec {
-            key: "k",
+            key: &ObjectKey::new("k").unwrap(),
             local_path: file.path(),
             parts: vec![
                 PartSource::BaseCopy {
@@ -926,7 +927,7 @@ mod tests {
             crc64: Some(crc64_nvme(&data)),
             progress: None,
         };
-        let got = store.compose_generation(&spec).await;
+        let got = store.compose(&spec).await;
         assert!(
             matches!(got, Err(ObjectError::InvalidArgument(_))),
             "{got:?}"

@@ -1,18 +1,19 @@
-//! A store that shows every call to an [`Observer`] before and after
-//! passing it on: metrics count calls with it, and tests count requests
-//! or inject failures with it, without a forwarding implementation of the
-//! whole trait in each place.
+//! The one decorator: a store that shows every primitive call to an
+//! [`Observer`] before and after passing it on. Metrics count calls with
+//! it, the core's budgets charge with it, and tests count requests or
+//! inject failures with it; nothing else forwards the trait by hand.
 //!
-//! Every operation is forwarded to the inner store's own method, never to
-//! the trait's default, so a backend's override (S3's streaming
-//! `get_range_segments`, its native compose, presigning, lifecycle rules)
-//! stays in effect behind the wrapper. A call is therefore observed once,
-//! as its caller made it: what the inner store does to serve it (the parts
-//! of a compose, the publishes of an epoch renewal) is not observed again.
+//! Only the [`ObjectStore`] primitives are observed, and each is forwarded
+//! to the inner store's own method, so a backend's override (S3's native
+//! compose) stays in effect behind the wrapper. A call is therefore
+//! observed once, as its caller made it: what the inner store does to
+//! serve it (the parts of a compose) is not observed again, and the
+//! shorthands of [`ObjectStoreExt`](super::ObjectStoreExt) and the epoch
+//! cells are seen as the primitives they are made of.
 //!
-//! The capability getters (`versioned`, `min_part_size`, `max_parts`) are
-//! not observed: they are constant properties of the backend, not requests
-//! to it, and counting them would only add noise.
+//! Not observed: the capability getters (constant properties of the
+//! backend, not requests to it) and [`ObjectAdmin`] calls (operator-time
+//! set-up, handed through as the inner store's).
 
 use std::future::Future;
 use std::ops::Range;
@@ -22,88 +23,60 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BootstrapReport, ComposeSpec, EpochLease, EpochState, LifecycleView, ListPage, ListedObject,
-    ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition,
-    RetentionOutcome,
+    CompleteOptions, ComposeSpec, CopyOptions, DeleteOptions, GetOptions, GetResult, HeadOptions,
+    ListPage, ListedObject, ListedVersion, ObjectAdmin, ObjectError, ObjectKey, ObjectMeta,
+    ObjectStore, PartData, PendingUpload, PutOptions, UploadOptions,
 };
 
-/// One [`ObjectStore`] operation, with the key (or prefix) it is about.
+/// One [`ObjectStore`] primitive call, with what it is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call<'a> {
-    /// [`ObjectStore::put_whole`].
-    PutWhole {
+    /// [`ObjectStore::put_opts`].
+    Put {
         /// The key published.
         key: &'a str,
     },
-    /// [`ObjectStore::copy_object`].
-    CopyObject {
+    /// [`ObjectStore::copy_opts`].
+    Copy {
         /// The key copied from.
         source: &'a str,
         /// The key published.
         destination: &'a str,
     },
-    /// [`ObjectStore::compose_generation`].
-    ComposeGeneration {
+    /// [`ObjectStore::compose`].
+    Compose {
         /// The key published.
         key: &'a str,
+        /// How many parts the generation is assembled from.
+        parts: u32,
     },
-    /// [`ObjectStore::head`].
+    /// [`ObjectStore::head_opts`].
     Head {
         /// The key.
         key: &'a str,
+        /// The exact version, if one was named.
+        version_id: Option<&'a str>,
     },
-    /// [`ObjectStore::get_whole`].
-    GetWhole {
+    /// [`ObjectStore::get_opts`].
+    Get {
         /// The key.
         key: &'a str,
+        /// The exact version, if one was named.
+        version_id: Option<&'a str>,
+        /// The range, if one was asked for.
+        range: Option<&'a Range<u64>>,
     },
-    /// [`ObjectStore::get_range`].
-    GetRange {
-        /// The key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::get_range_segments`].
-    GetRangeSegments {
-        /// The key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::delete`].
+    /// [`ObjectStore::delete_opts`].
     Delete {
         /// The key.
         key: &'a str,
+        /// The exact version, if one was named.
+        version_id: Option<&'a str>,
     },
     /// [`ObjectStore::list`].
     List {
         /// The prefix listed.
         prefix: &'a str,
-    },
-    /// [`ObjectStore::head_version`].
-    HeadVersion {
-        /// The key.
-        key: &'a str,
-        /// The version.
-        version_id: &'a str,
-    },
-    /// [`ObjectStore::get_version`].
-    GetVersion {
-        /// The key.
-        key: &'a str,
-        /// The version.
-        version_id: &'a str,
-    },
-    /// [`ObjectStore::get_version_range`].
-    GetVersionRange {
-        /// The key.
-        key: &'a str,
-        /// The version.
-        version_id: &'a str,
-    },
-    /// [`ObjectStore::delete_version`].
-    DeleteVersion {
-        /// The key.
-        key: &'a str,
-        /// The version.
-        version_id: &'a str,
     },
     /// [`ObjectStore::list_versions`].
     ListVersions {
@@ -121,15 +94,8 @@ pub enum Call<'a> {
         key: &'a str,
         /// The part number.
         part: u32,
-    },
-    /// [`ObjectStore::upload_part_copy`].
-    UploadPartCopy {
-        /// The key the upload will publish.
-        key: &'a str,
-        /// The part number.
-        part: u32,
-        /// The key copied from.
-        source: &'a str,
+        /// The key copied from, for a server-side copy.
+        source: Option<&'a str>,
     },
     /// [`ObjectStore::complete_upload`].
     CompleteUpload {
@@ -146,122 +112,62 @@ pub enum Call<'a> {
         /// The prefix listed.
         prefix: &'a str,
     },
-    /// [`ObjectStore::bootstrap`].
-    Bootstrap {
-        /// The prefix checked.
-        prefix: &'a str,
-    },
-    /// [`ObjectStore::lifecycle_rules`].
-    LifecycleRules,
-    /// [`ObjectStore::ensure_noncurrent_retention`].
-    EnsureNoncurrentRetention {
-        /// The prefix retained.
-        prefix: &'a str,
-    },
-    /// [`ObjectStore::presign_get`].
-    PresignGet {
-        /// The key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::presign_put`].
-    PresignPut {
-        /// The key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::epoch_read`].
-    EpochRead {
-        /// The epoch cell's key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::epoch_acquire`].
-    EpochAcquire {
-        /// The epoch cell's key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::epoch_renew`].
-    EpochRenew {
-        /// The epoch cell's key.
-        key: &'a str,
-    },
-    /// [`ObjectStore::epoch_release`].
-    EpochRelease {
-        /// The epoch cell's key.
-        key: &'a str,
-    },
 }
 
 impl<'a> Call<'a> {
-    /// The trait method's name (`"put_whole"`, `"get_range"`, ...): a
-    /// fixed set, so it is safe as a metric label.
+    /// What kind of request this is (`"put_whole"`, `"get_range"`,
+    /// `"delete_version"`, ...): a fixed set, so it is safe as a metric
+    /// label, and finer than the primitive (a read of a version's range is
+    /// told from a whole read of the current object).
     pub fn operation(&self) -> &'static str {
         match self {
-            Call::PutWhole { .. } => "put_whole",
-            Call::CopyObject { .. } => "copy_object",
-            Call::ComposeGeneration { .. } => "compose_generation",
-            Call::Head { .. } => "head",
-            Call::GetWhole { .. } => "get_whole",
-            Call::GetRange { .. } => "get_range",
-            Call::GetRangeSegments { .. } => "get_range_segments",
-            Call::Delete { .. } => "delete",
+            Call::Put { .. } => "put_whole",
+            Call::Copy { .. } => "copy_object",
+            Call::Compose { .. } => "compose_generation",
+            Call::Head {
+                version_id: None, ..
+            } => "head",
+            Call::Head { .. } => "head_version",
+            Call::Get {
+                version_id, range, ..
+            } => match (version_id, range) {
+                (None, None) => "get_whole",
+                (None, Some(_)) => "get_range",
+                (Some(_), None) => "get_version",
+                (Some(_), Some(_)) => "get_version_range",
+            },
+            Call::Delete {
+                version_id: None, ..
+            } => "delete",
+            Call::Delete { .. } => "delete_version",
             Call::List { .. } => "list",
-            Call::HeadVersion { .. } => "head_version",
-            Call::GetVersion { .. } => "get_version",
-            Call::GetVersionRange { .. } => "get_version_range",
-            Call::DeleteVersion { .. } => "delete_version",
             Call::ListVersions { .. } => "list_versions",
             Call::CreateUpload { .. } => "create_upload",
-            Call::UploadPart { .. } => "upload_part",
-            Call::UploadPartCopy { .. } => "upload_part_copy",
+            Call::UploadPart { source: None, .. } => "upload_part",
+            Call::UploadPart { .. } => "upload_part_copy",
             Call::CompleteUpload { .. } => "complete_upload",
             Call::AbortUpload { .. } => "abort_upload",
             Call::ListUploads { .. } => "list_uploads",
-            Call::Bootstrap { .. } => "bootstrap",
-            Call::LifecycleRules => "lifecycle_rules",
-            Call::EnsureNoncurrentRetention { .. } => "ensure_noncurrent_retention",
-            Call::PresignGet { .. } => "presign_get",
-            Call::PresignPut { .. } => "presign_put",
-            Call::EpochRead { .. } => "epoch_read",
-            Call::EpochAcquire { .. } => "epoch_acquire",
-            Call::EpochRenew { .. } => "epoch_renew",
-            Call::EpochRelease { .. } => "epoch_release",
         }
     }
 
     /// The object key the call is about (the destination of a copy);
-    /// `None` for listings, bootstrap and lifecycle calls.
+    /// `None` for listings.
     pub fn key(&self) -> Option<&'a str> {
         match *self {
-            Call::PutWhole { key }
-            | Call::CopyObject {
+            Call::Put { key }
+            | Call::Copy {
                 destination: key, ..
             }
-            | Call::ComposeGeneration { key }
-            | Call::Head { key }
-            | Call::GetWhole { key }
-            | Call::GetRange { key }
-            | Call::GetRangeSegments { key }
-            | Call::Delete { key }
-            | Call::HeadVersion { key, .. }
-            | Call::GetVersion { key, .. }
-            | Call::GetVersionRange { key, .. }
-            | Call::DeleteVersion { key, .. }
+            | Call::Compose { key, .. }
+            | Call::Head { key, .. }
+            | Call::Get { key, .. }
+            | Call::Delete { key, .. }
             | Call::CreateUpload { key }
             | Call::UploadPart { key, .. }
-            | Call::UploadPartCopy { key, .. }
             | Call::CompleteUpload { key }
-            | Call::AbortUpload { key }
-            | Call::PresignGet { key }
-            | Call::PresignPut { key }
-            | Call::EpochRead { key }
-            | Call::EpochAcquire { key }
-            | Call::EpochRenew { key }
-            | Call::EpochRelease { key } => Some(key),
-            Call::List { .. }
-            | Call::ListVersions { .. }
-            | Call::ListUploads { .. }
-            | Call::Bootstrap { .. }
-            | Call::LifecycleRules
-            | Call::EnsureNoncurrentRetention { .. } => None,
+            | Call::AbortUpload { key } => Some(key),
+            Call::List { .. } | Call::ListVersions { .. } | Call::ListUploads { .. } => None,
         }
     }
 }
@@ -280,8 +186,7 @@ pub trait Observer: Send + Sync {
     }
 
     /// Runs when a call that [`Observer::before`] let through has
-    /// returned (for a streaming read: when the stream's segments have
-    /// been returned), with whether it failed.
+    /// returned, with whether it failed.
     fn after(&self, call: &Call<'_>, failed: bool) {
         let _ = (call, failed);
     }
@@ -354,77 +259,66 @@ impl ObjectStore for Observed {
         self.inner.max_parts()
     }
 
-    async fn put_whole(
+    async fn put_opts(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        let run = self.inner.put_whole(key, body, condition, metadata, crc64);
-        self.observe(Call::PutWhole { key }, run).await
+        let run = self.inner.put_opts(key, body, options);
+        self.observe(Call::Put { key }, run).await
     }
 
-    async fn copy_object(
+    async fn copy_opts(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        let run = self
-            .inner
-            .copy_object(source, source_if_match, destination, condition, metadata);
-        let call = Call::CopyObject {
+        let run = self.inner.copy_opts(source, destination, options);
+        let call = Call::Copy {
             source,
             destination,
         };
         self.observe(call, run).await
     }
 
-    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
-        let call = Call::ComposeGeneration { key: spec.key };
-        self.observe(call, self.inner.compose_generation(spec))
-            .await
-    }
-
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        self.observe(Call::Head { key }, self.inner.head(key)).await
-    }
-
-    async fn get_whole(
+    async fn head_opts(
         &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        let run = self.inner.get_whole(key, if_match);
-        self.observe(Call::GetWhole { key }, run).await
+        key: &ObjectKey,
+        options: HeadOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let call = Call::Head {
+            key,
+            version_id: options.version_id,
+        };
+        self.observe(call, self.inner.head_opts(key, options)).await
     }
 
-    async fn get_range(
+    async fn get_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        let run = self.inner.get_range(key, range, if_match);
-        self.observe(Call::GetRange { key }, run).await
+        key: &ObjectKey,
+        options: GetOptions<'_>,
+    ) -> Result<GetResult, ObjectError> {
+        let range = options.range.clone();
+        let call = Call::Get {
+            key,
+            version_id: options.version_id,
+            range: range.as_ref(),
+        };
+        self.observe(call, self.inner.get_opts(key, options)).await
     }
 
-    async fn get_range_segments(
+    async fn delete_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Vec<Bytes>, ObjectError> {
-        let run = self.inner.get_range_segments(key, range, if_match);
-        self.observe(Call::GetRangeSegments { key }, run).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.observe(Call::Delete { key }, self.inner.delete(key))
+        key: &ObjectKey,
+        options: DeleteOptions<'_>,
+    ) -> Result<(), ObjectError> {
+        let call = Call::Delete {
+            key,
+            version_id: options.version_id,
+        };
+        self.observe(call, self.inner.delete_opts(key, options))
             .await
     }
 
@@ -438,39 +332,6 @@ impl ObjectStore for Observed {
         self.observe(Call::List { prefix }, run).await
     }
 
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        let run = self.inner.head_version(key, version_id);
-        self.observe(Call::HeadVersion { key, version_id }, run)
-            .await
-    }
-
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        let run = self.inner.get_version(key, version_id);
-        self.observe(Call::GetVersion { key, version_id }, run)
-            .await
-    }
-
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        let run = self.inner.get_version_range(key, version_id, range);
-        self.observe(Call::GetVersionRange { key, version_id }, run)
-            .await
-    }
-
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        let run = self.inner.delete_version(key, version_id);
-        self.observe(Call::DeleteVersion { key, version_id }, run)
-            .await
-    }
-
     async fn list_versions(
         &self,
         prefix: &str,
@@ -481,55 +342,42 @@ impl ObjectStore for Observed {
         self.observe(Call::ListVersions { prefix }, run).await
     }
 
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        let run = self.inner.create_upload(key);
+    async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        options: UploadOptions<'_>,
+    ) -> Result<String, ObjectError> {
+        let run = self.inner.create_upload(key, options);
         self.observe(Call::CreateUpload { key }, run).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        let run = self.inner.upload_part(key, upload_id, part, body, crc64);
-        self.observe(Call::UploadPart { key, part }, run).await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
+        data: PartData<'_>,
     ) -> Result<u64, ObjectError> {
-        let run = self
-            .inner
-            .upload_part_copy(key, upload_id, part, source, source_if_match, range);
-        self.observe(Call::UploadPartCopy { key, part, source }, run)
-            .await
+        let source = match &data {
+            PartData::Bytes { .. } => None,
+            PartData::Copy { source, .. } => Some(source.as_str()),
+        };
+        let call = Call::UploadPart { key, part, source };
+        let run = self.inner.upload_part(key, upload_id, part, data.clone());
+        self.observe(call, run).await
     }
 
     async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        let run = self
-            .inner
-            .complete_upload(key, upload_id, parts, condition, metadata, crc64);
+        let run = self.inner.complete_upload(key, upload_id, options);
         self.observe(Call::CompleteUpload { key }, run).await
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+    async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> Result<(), ObjectError> {
         let run = self.inner.abort_upload(key, upload_id);
         self.observe(Call::AbortUpload { key }, run).await
     }
@@ -539,64 +387,17 @@ impl ObjectStore for Observed {
         self.observe(Call::ListUploads { prefix }, run).await
     }
 
-    async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
-        let run = self.inner.bootstrap(prefix);
-        self.observe(Call::Bootstrap { prefix }, run).await
+    async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
+        let call = Call::Compose {
+            key: spec.key,
+            // At most `max_parts`, a u32; a longer spec is refused anyway.
+            parts: u32::try_from(spec.parts.len()).unwrap_or(u32::MAX),
+        };
+        self.observe(call, self.inner.compose(spec)).await
     }
 
-    async fn lifecycle_rules(&self) -> Result<Vec<LifecycleView>, ObjectError> {
-        self.observe(Call::LifecycleRules, self.inner.lifecycle_rules())
-            .await
-    }
-
-    async fn ensure_noncurrent_retention(
-        &self,
-        prefix: &str,
-        days: u64,
-    ) -> Result<RetentionOutcome, ObjectError> {
-        let run = self.inner.ensure_noncurrent_retention(prefix, days);
-        self.observe(Call::EnsureNoncurrentRetention { prefix }, run)
-            .await
-    }
-
-    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
-        let run = self.inner.presign_get(key, ttl_secs);
-        self.observe(Call::PresignGet { key }, run).await
-    }
-
-    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
-        let run = self.inner.presign_put(key, ttl_secs);
-        self.observe(Call::PresignPut { key }, run).await
-    }
-
-    async fn epoch_read(&self, key: &str) -> Result<Option<EpochState>, ObjectError> {
-        let run = self.inner.epoch_read(key);
-        self.observe(Call::EpochRead { key }, run).await
-    }
-
-    async fn epoch_acquire(
-        &self,
-        key: &str,
-        holder_id: &str,
-        supersede: Option<&EpochState>,
-    ) -> Result<EpochLease, ObjectError> {
-        let run = self.inner.epoch_acquire(key, holder_id, supersede);
-        self.observe(Call::EpochAcquire { key }, run).await
-    }
-
-    async fn epoch_renew(
-        &self,
-        key: &str,
-        lease: &EpochLease,
-        echo: Option<&str>,
-    ) -> Result<EpochLease, ObjectError> {
-        let run = self.inner.epoch_renew(key, lease, echo);
-        self.observe(Call::EpochRenew { key }, run).await
-    }
-
-    async fn epoch_release(&self, key: &str, lease: &EpochLease) -> Result<(), ObjectError> {
-        let run = self.inner.epoch_release(key, lease);
-        self.observe(Call::EpochRelease { key }, run).await
+    fn admin(&self) -> &dyn ObjectAdmin {
+        self.inner.admin()
     }
 }
 
@@ -606,6 +407,7 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryStore;
+    use crate::{Metadata, ObjectStoreExt, PutCondition};
     use custodian_base::checksum::crc64_nvme;
     use custodian_base::clock::SystemClock;
 
@@ -649,10 +451,7 @@ mod tests {
             )
             .await
             .unwrap();
-        store
-            .get_range_segments("a/b", 0..1, &meta.etag)
-            .await
-            .unwrap();
+        store.get_range("a/b", 0..1, &meta.etag).await.unwrap();
         store.head("missing").await.unwrap_err();
         store.list_versions("a/", None, 10).await.unwrap();
         assert_eq!(
@@ -660,8 +459,8 @@ mod tests {
             [
                 "before:put_whole:a/b",
                 "after:put_whole:false",
-                "before:get_range_segments:a/b",
-                "after:get_range_segments:false",
+                "before:get_range:a/b",
+                "after:get_range:false",
                 "before:head:missing",
                 "after:head:true",
                 "before:list_versions:-",
@@ -674,7 +473,7 @@ mod tests {
     async fn a_refusal_before_the_call_is_its_answer_and_the_store_is_not_reached() {
         let inner = memory();
         let store = Observed::before(inner.clone(), |call| match call {
-            Call::PutWhole { key: "refused" } => Err(ObjectError::Unavailable("injected".into())),
+            Call::Put { key: "refused" } => Err(ObjectError::Unavailable("injected".into())),
             _ => Ok(()),
         });
         let error = store
@@ -695,10 +494,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn backend_overrides_stay_in_effect_behind_the_wrapper() {
+    async fn admin_calls_reach_the_backend_behind_the_wrapper() {
         // The memory store overrides `lifecycle_rules`; the trait's default
-        // says `Unsupported`. Forwarding must reach the override.
+        // says `Unsupported`. Handing admin through must reach the override.
         let store = Observed::before(memory(), |_| Ok(()));
-        assert_eq!(store.lifecycle_rules().await, Ok(vec![]));
+        assert_eq!(store.admin().lifecycle_rules().await, Ok(vec![]));
+    }
+
+    #[test]
+    fn every_request_shape_has_its_own_operation_label() {
+        let range = 0..1;
+        let get = |version_id, range| Call::Get {
+            key: "k",
+            version_id,
+            range,
+        };
+        assert_eq!(get(None, None).operation(), "get_whole");
+        assert_eq!(get(None, Some(&range)).operation(), "get_range");
+        assert_eq!(get(Some("v"), None).operation(), "get_version");
+        assert_eq!(
+            get(Some("v"), Some(&range)).operation(),
+            "get_version_range"
+        );
+        let part = |source| Call::UploadPart {
+            key: "k",
+            part: 1,
+            source,
+        };
+        assert_eq!(part(None).operation(), "upload_part");
+        assert_eq!(part(Some("s")).operation(), "upload_part_copy");
     }
 }

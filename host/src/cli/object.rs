@@ -10,10 +10,11 @@ use clap::{Args, Subcommand};
 use custodian::checksum;
 use custodian::clock::SystemClock;
 use custodian::config::Config;
+use custodian::object::ObjectStoreExt;
 use custodian::object::open::StoreUrl;
 use custodian::object::{
     ComposeSpec, ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, Metadata, ObjectError,
-    ObjectMeta, ObjectStore, PartSource, PutCondition,
+    ObjectKey, ObjectMeta, ObjectStore, PartSource, PutCondition,
 };
 use serde_json::{Value, json};
 
@@ -276,6 +277,7 @@ async fn dispatch(config: Option<&Config>, command: ObjectCommand) -> Outcome {
         } => {
             let store = open(config, &store).await?;
             let report = store
+                .admin()
                 .bootstrap(&prefix)
                 .await
                 .map_err(store_error("cannot bootstrap the store".into()))?;
@@ -515,8 +517,9 @@ async fn put(
             len: part.min(size - i * part),
         })
         .collect();
+    let key = ObjectKey::new(key).map_err(named)?;
     let spec = ComposeSpec {
-        key,
+        key: &key,
         local_path: path,
         parts,
         base_key: None,
@@ -526,7 +529,7 @@ async fn put(
         crc64: None,
         progress: None,
     };
-    store.compose_generation(&spec).await.map_err(named)
+    store.compose(&spec).await.map_err(named)
 }
 
 /// Writes `key` (or one version, or a range) to `file` (stdout for `-`),

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::{ContentError, ObjectId, object_key};
+use custodian_object::ObjectStoreExt;
 use custodian_object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
 
 /// Attempts at storing one object while concurrent writers of the same

@@ -17,6 +17,7 @@ use custodian_kv::memory::MemoryKv;
 use custodian_kv::redb::RedbKv;
 use custodian_kv::{Kv, KvError, Page};
 use custodian_object::ObjectStore;
+use custodian_object::ObjectStoreExt;
 use custodian_object::fs::FsStore;
 use custodian_object::memory::MemoryStore;
 

@@ -18,6 +18,7 @@ use super::plan::{Plan, registry_key};
 use crate::decisions::purge::Mapping;
 use crate::versions::VersionsError;
 use crate::versions::registry::{MAX_REGISTRY_BYTES, parse};
+use custodian_object::ObjectStoreExt;
 use custodian_object::{ObjectError, ObjectStore};
 
 /// A registry object as read.

@@ -49,6 +49,7 @@ use super::report::PurgeFailure;
 use super::report::{Deleted, PurgeReport, Retained};
 use crate::decisions::purge::{Candidate, Governance, PurgeJudge, Verdict};
 use crate::decisions::retention::{Item, RetentionOracle, Stage, Verdict as RetentionVerdict};
+use custodian_object::ObjectStoreExt;
 use custodian_object::{ListedVersion, MAX_LIST_PAGE, ObjectStore};
 
 /// Generic keys retired at once: enough to hide store latency, few

@@ -17,6 +17,7 @@ use crate::decisions::PolicyError;
 use crate::decisions::purge::{Candidate, Governance, PurgeJudge, Verdict};
 use crate::decisions::retention::{Assessment, Item, RetentionOracle, Verdict as Allowed};
 use custodian_base::clock::SystemClock;
+use custodian_object::ObjectStoreExt;
 use custodian_object::fs::FsStore;
 use custodian_object::memory::MemoryStore;
 use custodian_object::observed::{Call, Observed};
@@ -570,7 +571,10 @@ async fn workers_stop_after_the_first_error() {
     let deletes = Arc::new(AtomicUsize::new(0));
     let seen = deletes.clone();
     let store = Observed::before(inner.clone(), move |call| match call {
-        Call::DeleteVersion { key, .. } => {
+        Call::Delete {
+            key,
+            version_id: Some(_),
+        } => {
             seen.fetch_add(1, Ordering::SeqCst);
             if *key == "k/00" {
                 return Err(ObjectError::Unavailable("injected".into()));

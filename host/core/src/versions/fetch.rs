@@ -30,6 +30,7 @@ use super::pins::Pin;
 use super::registry::{Registries, resolve};
 use super::target::Target;
 use super::verify::{Checked, Problem, VerifyReport, Via, WORKERS, meta_mismatches, verify};
+use custodian_object::ObjectStoreExt;
 use custodian_object::{ObjectError, ObjectStore};
 
 /// Attempts of one download when the store is unavailable or fails

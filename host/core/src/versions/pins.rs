@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 
 use super::digest::Digest;
 use super::error::VersionsError;
-use custodian_object::validate_key;
+use custodian_object::ObjectKey;
 
 /// Largest manifest read: a pin is ~200 bytes, so this is hundreds of
 /// thousands of pins; a bigger file is a mistake or an attempt to exhaust
@@ -168,7 +168,7 @@ pub fn parse_json(text: &str, path: &str) -> Result<Vec<Pin>, VersionsError> {
             let bad = |reason: String| {
                 manifest_error(path, format!("pin {index} ({:?}): {reason}", row.key))
             };
-            validate_key(&row.key).map_err(|e| bad(e.to_string()))?;
+            ObjectKey::new(row.key.as_str()).map_err(|e| bad(e.to_string()))?;
             let (algorithm, value) = match (row.hash.as_deref(), &row.md5, &row.crc64nvme) {
                 (None | Some("md5"), Some(md5), None) => ("md5", md5),
                 (Some("md5-dos2unix"), Some(md5), None) => ("md5-dos2unix", md5),
@@ -269,7 +269,7 @@ pub fn parse_dvc(
             let key = format!("{key_dir}{}", out.path);
             let bad =
                 |reason: String| manifest_error(path, format!("out {:?}: {reason}", out.path));
-            validate_key(&key).map_err(|e| bad(e.to_string()))?;
+            ObjectKey::new(key.as_str()).map_err(|e| bad(e.to_string()))?;
             let value = out.md5.as_deref().ok_or_else(|| bad("has no md5".into()))?;
             // DVC 3 writes `hash: md5`; a row without it is DVC 2's.
             let algorithm = out.hash.as_deref().unwrap_or("md5-dos2unix");

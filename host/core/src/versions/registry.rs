@@ -35,6 +35,7 @@ use super::error::{VersionsError, object_name};
 use super::hops::{Hop, HopPolicy, MAX_ARCHIVE_HOPS, RegistryRow, VersionRef};
 use super::prefixes;
 use super::target::Target;
+use custodian_object::ObjectStoreExt;
 use custodian_object::{ObjectError, ObjectStore};
 
 /// The registry's name under its task's source prefix.

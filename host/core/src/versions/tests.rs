@@ -16,6 +16,7 @@ use super::hops::MAX_ARCHIVE_HOPS;
 use super::pins::Pin;
 use super::verify::{Via, verify};
 use custodian_base::clock::SystemClock;
+use custodian_object::ObjectStoreExt;
 use custodian_object::memory::MemoryStore;
 use custodian_object::observed::{Call, Observed};
 use custodian_object::{Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition};
@@ -40,7 +41,10 @@ fn counting(inner: Arc<dyn ObjectStore>, refuse_listing: bool) -> (Observed, Arc
                     return Err(ObjectError::Auth("ListObjectVersions denied".into()));
                 }
             }
-            Call::HeadVersion { .. } => {
+            Call::Head {
+                version_id: Some(_),
+                ..
+            } => {
                 seen.heads.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}

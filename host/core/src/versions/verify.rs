@@ -28,6 +28,7 @@ use super::hops::HopPolicy;
 use super::pins::Pin;
 use super::registry::{Registries, resolve};
 use super::target::Target;
+use custodian_object::ObjectStoreExt;
 use custodian_object::{MAX_LIST_PAGE, ObjectError, ObjectMeta, ObjectStore};
 
 /// Store calls in flight at once: enough to hide latency, few enough not

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A key is `/`-separated segments (already checked by
-//! [`validate_key`]: none empty, `.` or `..`, no control characters).
+//! [`ObjectKey::new`]: none empty, `.` or `..`, no control characters).
 //! Each segment becomes one directory name: bytes outside
 //! `[A-Za-z0-9._-]` are percent-encoded as `%XX` (upper-case hex), and so
 //! are `%` itself and a segment's leading `.` (so no name is hidden or
@@ -48,7 +48,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{MAX_OBJECT_KEY_BYTES, ObjectError, validate_key};
+use crate::{MAX_OBJECT_KEY_BYTES, ObjectError, ObjectKey};
 
 use super::ids::VERSION_ID_LEN;
 
@@ -154,20 +154,16 @@ pub(super) struct KeyPath {
 }
 
 impl KeyPath {
-    /// Checks `key` and encodes it.
-    ///
-    /// # Errors
-    /// `InvalidArgument` from [`validate_key`].
-    pub fn new(key: &str) -> Result<Self, ObjectError> {
-        validate_key(key)?;
+    /// Encodes `key` (checked when it was made).
+    pub fn new(key: &ObjectKey) -> Self {
         let mut components = Vec::new();
         for segment in key.split('/') {
             encode_segment(segment.as_bytes(), &mut components);
         }
-        Ok(Self {
-            key: key.to_owned(),
+        Self {
+            key: key.as_str().to_owned(),
             components,
-        })
+        }
     }
 
     /// The key.
@@ -294,7 +290,9 @@ mod tests {
     use super::*;
 
     fn components(key: &str) -> Vec<String> {
-        KeyPath::new(key).unwrap().components().to_vec()
+        KeyPath::new(&ObjectKey::new(key).unwrap())
+            .components()
+            .to_vec()
     }
 
     /// Decodes a key's components back into the key's bytes.
@@ -336,7 +334,7 @@ mod tests {
             long.as_str(),
             long_ascii.as_str(),
         ] {
-            let path = KeyPath::new(key).unwrap();
+            let path = KeyPath::new(&ObjectKey::new(key).unwrap());
             assert_eq!(decode(path.components()), key.as_bytes(), "{key:?}");
             for name in path.components() {
                 assert!(name.len() <= CONTINUATION.len() + MAX_CHUNK, "{name}");
@@ -363,7 +361,7 @@ mod tests {
         // Every byte needs escaping and the key is one segment.
         let worst = "é".repeat(MAX_OBJECT_KEY_BYTES / 2);
         let layout = Layout::new(Path::new("/")).unwrap();
-        let path = layout.versions_dir(&KeyPath::new(&worst).unwrap());
+        let path = layout.versions_dir(&KeyPath::new(&ObjectKey::new(worst.as_str()).unwrap()));
         let relative = path.strip_prefix("/").unwrap().as_os_str().len() + 1 + VERSION_ID_LEN;
         assert!(
             relative <= MAX_KEY_PATH_BYTES,

@@ -25,7 +25,7 @@ use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
 use crate::{
-    ListPage, ListedObject, ListedVersion, MAX_OBJECT_KEY_BYTES, ObjectError, validate_key,
+    ListPage, ListedObject, ListedVersion, MAX_OBJECT_KEY_BYTES, ObjectError, ObjectKey,
     validate_limit,
 };
 
@@ -247,9 +247,10 @@ impl Iterator for KeyWalk<'_> {
                     let Ok(key) = String::from_utf8(pending.bound) else {
                         continue;
                     };
-                    let Ok(path) = KeyPath::new(&key) else {
+                    let Ok(key) = ObjectKey::new(key) else {
                         continue;
                     };
+                    let path = KeyPath::new(&key);
                     if self.layout.versions_dir(&path) == pending.path {
                         return Some(Ok((path, pending.path)));
                     }
@@ -269,7 +270,7 @@ fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
         ))
     };
     let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
-    if validate_key(key).is_err() || version_seq(version_id).is_none() {
+    if ObjectKey::new(key).is_err() || version_seq(version_id).is_none() {
         return Err(malformed());
     }
     Ok((key, version_id))

@@ -65,7 +65,6 @@ mod process_tests;
 #[cfg(test)]
 mod tests;
 
-use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -73,8 +72,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    BootstrapReport, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, Metadata, ObjectError,
-    ObjectMeta, ObjectStore, PendingUpload, PutCondition, validate_range,
+    BootstrapReport, CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult,
+    HeadOptions, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, ObjectAdmin, ObjectError,
+    ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload, PutOptions, UploadOptions,
+    validate_range,
 };
 use custodian_base::clock::Clock;
 
@@ -194,63 +195,69 @@ impl ObjectStore for FsStore {
         MAX_PART_NUMBER
     }
 
-    async fn put_whole(
+    async fn put_opts(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        self.put_bytes(key, &body, condition, metadata, crc64)
+        self.put_bytes(key, &body, options)
     }
 
-    async fn copy_object(
+    async fn copy_opts(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        self.copy(source, source_if_match, destination, condition, metadata)
+        self.copy(source, destination, options)
     }
 
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        let key = layout::KeyPath::new(key)?;
-        let (id, file) = self.current(&key)?;
-        Ok(self.meta(key.key(), &id, file.header()))
-    }
-
-    async fn get_whole(
+    async fn head_opts(
         &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        let key = layout::KeyPath::new(key)?;
-        let (id, file) = self.current(&key)?;
-        if let Some(want) = if_match {
-            check_etag(key.key(), file.header(), want)?;
+        key: &ObjectKey,
+        options: HeadOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let path = layout::KeyPath::new(key);
+        let (id, file) = self.readable(&path, options.version_id)?;
+        Ok(self.meta(key, &id, file.header()))
+    }
+
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        options: GetOptions<'_>,
+    ) -> Result<GetResult, ObjectError> {
+        if let Some(range) = &options.range {
+            validate_range(range)?;
         }
-        let body = file.read_all()?;
-        Ok((self.meta(key.key(), &id, file.header()), body))
+        let path = layout::KeyPath::new(key);
+        let (id, file) = self.readable(&path, options.version_id)?;
+        if let Some(want) = options.if_match {
+            check_etag(key, file.header(), want)?;
+        }
+        let body = match options.range {
+            Some(range) => file.read_range(range)?,
+            None => file.read_all()?,
+        };
+        Ok(GetResult {
+            meta: self.meta(key, &id, file.header()),
+            body: vec![body],
+        })
     }
 
-    async fn get_range(
+    async fn delete_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        validate_range(&range)?;
-        let key = layout::KeyPath::new(key)?;
-        let (_, file) = self.current(&key)?;
-        check_etag(key.key(), file.header(), if_match)?;
-        file.read_range(range)
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.delete_key(key)
+        key: &ObjectKey,
+        options: DeleteOptions<'_>,
+    ) -> Result<(), ObjectError> {
+        match options.version_id {
+            Some(version_id) => {
+                self.require_versions("deleting a version")?;
+                self.remove_version(key, version_id)
+            }
+            None => self.delete_key(key),
+        }
     }
 
     async fn list(
@@ -260,42 +267,6 @@ impl ObjectStore for FsStore {
         limit: u32,
     ) -> Result<ListPage<ListedObject>, ObjectError> {
         self.list_current(prefix, cursor, limit)
-    }
-
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.require_versions("head_version")?;
-        let key = layout::KeyPath::new(key)?;
-        let file = self.version_with_body(&key, version_id)?;
-        Ok(self.meta(key.key(), version_id, file.header()))
-    }
-
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.require_versions("get_version")?;
-        let key = layout::KeyPath::new(key)?;
-        let file = self.version_with_body(&key, version_id)?;
-        let body = file.read_all()?;
-        Ok((self.meta(key.key(), version_id, file.header()), body))
-    }
-
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.require_versions("get_version_range")?;
-        let key = layout::KeyPath::new(key)?;
-        validate_range(&range)?;
-        self.version_with_body(&key, version_id)?.read_range(range)
-    }
-
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.require_versions("delete_version")?;
-        self.remove_version(key, version_id)
     }
 
     async fn list_versions(
@@ -308,46 +279,44 @@ impl ObjectStore for FsStore {
         self.list_all_versions(prefix, cursor, limit)
     }
 
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        self.start_upload(key)
+    async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        options: UploadOptions<'_>,
+    ) -> Result<String, ObjectError> {
+        self.start_upload(key, options.metadata)
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        self.store_part(key, upload_id, part, &body, crc64)
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
+        data: PartData<'_>,
     ) -> Result<u64, ObjectError> {
-        self.copy_part(key, upload_id, part, source, source_if_match, range)
+        match data {
+            PartData::Bytes { body, crc64 } => {
+                self.store_part(key, upload_id, part, &body, crc64)?;
+                Ok(crc64)
+            }
+            PartData::Copy {
+                source,
+                source_if_match,
+                range,
+            } => self.copy_part(key, upload_id, part, source, source_if_match, range),
+        }
     }
 
     async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        self.finish_upload(key, upload_id, parts, condition, metadata, crc64)
+        self.finish_upload(key, upload_id, options)
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+    async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> Result<(), ObjectError> {
         self.drop_upload(key, upload_id)
     }
 
@@ -355,6 +324,13 @@ impl ObjectStore for FsStore {
         self.pending_uploads(prefix)
     }
 
+    fn admin(&self) -> &dyn ObjectAdmin {
+        self
+    }
+}
+
+#[async_trait]
+impl ObjectAdmin for FsStore {
     async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
         self.report(prefix)
     }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::layout::{KeyPath, STAGING};
 use super::tests::{Outcome, XorShift, assert_one_winner_per_generation, block_on, open, race};
 use super::versions::version_ids;
-use crate::{MAX_LIST_PAGE, Metadata, ObjectError, ObjectStore, PutCondition};
+use crate::{MAX_LIST_PAGE, Metadata, ObjectError, ObjectStore, ObjectStoreExt, PutCondition};
 use custodian_base::checksum::crc64_nvme;
 use custodian_base::child_process::{ChildTests, stderr_of, wait_for};
 
@@ -253,7 +253,9 @@ fn check_after_kill(
         current >= at_least,
         "the key went back from generation {at_least} to {current}"
     );
-    let versions_dir = store.layout.versions_dir(&KeyPath::new(KEY).unwrap());
+    let versions_dir = store
+        .layout
+        .versions_dir(&KeyPath::new(&crate::ObjectKey::new(KEY).unwrap()));
     if versioned {
         let versions = block_on(store.list_versions(KEY, None, MAX_LIST_PAGE))
             .unwrap()

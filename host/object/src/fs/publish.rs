@@ -4,7 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Metadata, ObjectError, ObjectMeta, PutCondition, validate_metadata};
+use crate::{
+    CopyOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PutCondition, PutOptions,
+    validate_metadata,
+};
 
 use super::durable::{Sealed, Staged, Target, fsync_dir};
 use super::ids::version_seq;
@@ -164,16 +167,19 @@ impl FsStore {
         Ok(meta)
     }
 
-    /// `put_whole`.
+    /// `put_opts`.
     pub(super) fn put_bytes(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: &[u8],
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        let key = KeyPath::new(key)?;
+        let PutOptions {
+            condition,
+            metadata,
+            crc64,
+        } = options;
+        let key = KeyPath::new(key);
         validate_metadata(metadata)?;
         // One pass: the full-object CRC the caller is checked against and
         // the block CRCs reads are checked against.
@@ -194,18 +200,21 @@ impl FsStore {
         self.publish_staged(&key, &header, staged, condition)
     }
 
-    /// `copy_object`: the source's bytes (checked block by block as they
+    /// `copy_opts`: the source's bytes (checked block by block as they
     /// are copied) under a new etag and exactly `metadata`.
     pub(super) fn copy(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        let source = KeyPath::new(source)?;
-        let destination = KeyPath::new(destination)?;
+        let CopyOptions {
+            source_if_match,
+            condition,
+            metadata,
+        } = options;
+        let source = KeyPath::new(source);
+        let destination = KeyPath::new(destination);
         validate_metadata(metadata)?;
         // The open file is that version for good, whatever is published
         // at the source key meanwhile.
@@ -234,10 +243,10 @@ impl FsStore {
         self.publish_staged(&destination, &header, staged, condition)
     }
 
-    /// `delete`: a delete marker on a versioned store (always, as on S3,
+    /// `delete_opts` of the current object: a delete marker on a versioned store (always, as on S3,
     /// even for an absent key); otherwise every version goes.
-    pub(super) fn delete_key(&self, key: &str) -> Result<(), ObjectError> {
-        let key = KeyPath::new(key)?;
+    pub(super) fn delete_key(&self, key: &ObjectKey) -> Result<(), ObjectError> {
+        let key = KeyPath::new(key);
         if self.versioned {
             let header = Header {
                 key: key.key().to_owned(),
@@ -273,9 +282,13 @@ impl FsStore {
         Ok(())
     }
 
-    /// `delete_version`: removes exactly that file; an absent one is fine.
-    pub(super) fn remove_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        let key = KeyPath::new(key)?;
+    /// `delete_opts` of a version: removes exactly that file; an absent one is fine.
+    pub(super) fn remove_version(
+        &self,
+        key: &ObjectKey,
+        version_id: &str,
+    ) -> Result<(), ObjectError> {
+        let key = KeyPath::new(key);
         if version_seq(version_id).is_none() {
             // Names no file this store can have written.
             return Ok(());

@@ -13,8 +13,9 @@ use super::FsStore;
 use super::layout::{KeyPath, STAGING};
 use super::versions::version_ids;
 use crate::{
-    ListedVersion, MAX_LIST_PAGE, MAX_OBJECT_KEY_BYTES, Metadata, ObjectError, ObjectMeta,
-    ObjectStore, PutCondition,
+    CompleteOptions, ListedVersion, MAX_LIST_PAGE, MAX_OBJECT_KEY_BYTES, Metadata, ObjectAdmin,
+    ObjectError, ObjectKey, ObjectMeta, ObjectStore, ObjectStoreExt, PartData, PutCondition,
+    UploadOptions,
 };
 use custodian_base::checksum::crc64_nvme;
 use custodian_base::clock::{Clock, FixedClock};
@@ -83,7 +84,9 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, u64> {
 
 /// The file of the key's newest version.
 fn newest_file(store: &FsStore, key: &str) -> PathBuf {
-    let dir = store.layout.versions_dir(&KeyPath::new(key).unwrap());
+    let dir = store
+        .layout
+        .versions_dir(&KeyPath::new(&ObjectKey::new(key).unwrap()));
     dir.join(version_ids(&dir).unwrap().pop().expect("a version"))
 }
 
@@ -161,7 +164,9 @@ fn an_unversioned_store_keeps_only_the_current_object_across_reopening() {
     let store = open(dir.path(), false);
     assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, "two");
     assert_eq!(all_keys(&store, ""), ["k"]);
-    let dir = store.layout.versions_dir(&KeyPath::new("k").unwrap());
+    let dir = store
+        .layout
+        .versions_dir(&KeyPath::new(&ObjectKey::new("k").unwrap()));
     assert_eq!(version_ids(&dir).unwrap().len(), 1);
     assert!(
         !store.layout.objects.join("gone").exists(),
@@ -321,7 +326,8 @@ fn invalid_keys_are_refused_and_nothing_on_disk_changes() {
         assert!(invalid(block_on(
             store.delete_version(bad, "00000000000000000001-0000000000000000")
         )));
-        assert!(invalid(block_on(store.create_upload(bad))), "{bad:?}");
+        // Every primitive takes a checked key: a bad one cannot be made.
+        assert!(invalid(ObjectKey::new(bad)), "{bad:?}");
         let got = block_on(store.copy_object(
             "good",
             None,
@@ -342,7 +348,7 @@ fn invalid_keys_are_refused_and_nothing_on_disk_changes() {
             Err(ObjectError::NotFound(_))
         ));
         block_on(store.delete_version("good", id)).unwrap();
-        let got = block_on(store.abort_upload("good", id));
+        let got = block_on(store.abort_upload(&ObjectKey::new("good").unwrap(), id));
         assert!(got.is_ok());
     }
     assert_eq!(snapshot(store.root()), before);
@@ -419,7 +425,7 @@ fn listing_order_is_byte_order_for_escaped_and_long_keys() {
         for _ in 0..1 + rng.below(4) {
             key.push_str(pieces[rng.below(pieces.len() as u64) as usize]);
         }
-        if crate::validate_key(&key).is_ok() && model.insert(key.clone()) {
+        if crate::ObjectKey::new(key.as_str()).is_ok() && model.insert(key.clone()) {
             create(&store, &key, key.as_bytes());
         }
     }
@@ -471,7 +477,9 @@ fn superseded_versions_left_by_a_crash_are_ignored_and_removed_on_open() {
     put(&store, "k", b"new", &PutCondition::Unconditional).unwrap();
     // The crash: the old version's removal never reached the disk.
     std::fs::write(&old, saved).unwrap();
-    let versions = store.layout.versions_dir(&KeyPath::new("k").unwrap());
+    let versions = store
+        .layout
+        .versions_dir(&KeyPath::new(&ObjectKey::new("k").unwrap()));
     assert_eq!(version_ids(&versions).unwrap().len(), 2);
     assert_eq!(block_on(store.get_whole("k", None)).unwrap().1, "new");
     drop(store);
@@ -491,20 +499,36 @@ fn superseded_versions_left_by_a_crash_are_ignored_and_removed_on_open() {
 #[test]
 fn a_completed_upload_with_a_damaged_part_publishes_nothing() {
     let store = FsStore::temporary(true);
-    let id = block_on(store.create_upload("k")).unwrap();
+    let id = block_on(store.create_upload(
+        &ObjectKey::new("k").unwrap(),
+        UploadOptions {
+            metadata: &Metadata::new(),
+        },
+    ))
+    .unwrap();
     let part = Bytes::from_static(b"part bytes");
-    block_on(store.upload_part("k", &id, 1, part.clone(), crc64_nvme(&part))).unwrap();
+    block_on(store.upload_part(
+        &ObjectKey::new("k").unwrap(),
+        &id,
+        1,
+        PartData::Bytes {
+            body: part.clone(),
+            crc64: crc64_nvme(&part),
+        },
+    ))
+    .unwrap();
     let path = store.layout.upload_dir(&id).join("part-00001");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[0] ^= 1;
     std::fs::write(&path, bytes).unwrap();
     let got = block_on(store.complete_upload(
-        "k",
+        &ObjectKey::new("k").unwrap(),
         &id,
-        1,
-        &PutCondition::IfNoneMatchAny,
-        &Metadata::new(),
-        crc64_nvme(&part),
+        CompleteOptions {
+            parts: 1,
+            condition: &PutCondition::IfNoneMatchAny,
+            crc64: crc64_nvme(&part),
+        },
     ));
     assert!(matches!(got, Err(ObjectError::Corrupt(_))), "{got:?}");
     assert!(matches!(
@@ -524,7 +548,13 @@ fn bootstrap_warns_about_uploads_pending_for_over_a_day() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(FixedClock::new(1_000_000));
     let store = FsStore::open(dir.path(), clock.clone(), true).unwrap();
-    block_on(store.create_upload("old/k")).unwrap();
+    block_on(store.create_upload(
+        &ObjectKey::new("old/k").unwrap(),
+        UploadOptions {
+            metadata: &Metadata::new(),
+        },
+    ))
+    .unwrap();
     assert!(block_on(store.bootstrap("")).unwrap().warnings.is_empty());
     clock.set(1_000_000 + 25 * 60 * 60 * 1000);
     let report = block_on(store.bootstrap("")).unwrap();
@@ -683,10 +713,34 @@ fn a_pending_upload_survives_reopening_and_completes() {
     let dir = tempfile::tempdir().unwrap();
     let (id, one, two) = {
         let store = open(dir.path(), true);
-        let id = block_on(store.create_upload("k")).unwrap();
+        let id = block_on(store.create_upload(
+            &ObjectKey::new("k").unwrap(),
+            UploadOptions {
+                metadata: &Metadata::new(),
+            },
+        ))
+        .unwrap();
         let (one, two) = (Bytes::from_static(b"first "), Bytes::from_static(b"second"));
-        block_on(store.upload_part("k", &id, 1, one.clone(), crc64_nvme(&one))).unwrap();
-        block_on(store.upload_part("k", &id, 2, two.clone(), crc64_nvme(&two))).unwrap();
+        block_on(store.upload_part(
+            &ObjectKey::new("k").unwrap(),
+            &id,
+            1,
+            PartData::Bytes {
+                body: one.clone(),
+                crc64: crc64_nvme(&one),
+            },
+        ))
+        .unwrap();
+        block_on(store.upload_part(
+            &ObjectKey::new("k").unwrap(),
+            &id,
+            2,
+            PartData::Bytes {
+                body: two.clone(),
+                crc64: crc64_nvme(&two),
+            },
+        ))
+        .unwrap();
         (id, one, two)
     };
     let store = open(dir.path(), true);
@@ -698,12 +752,13 @@ fn a_pending_upload_survives_reopening_and_completes() {
     );
     let whole = [one, two].concat();
     let meta = block_on(store.complete_upload(
-        "k",
+        &ObjectKey::new("k").unwrap(),
         &id,
-        2,
-        &PutCondition::IfNoneMatchAny,
-        &Metadata::new(),
-        crc64_nvme(&whole),
+        CompleteOptions {
+            parts: 2,
+            condition: &PutCondition::IfNoneMatchAny,
+            crc64: crc64_nvme(&whole),
+        },
     ))
     .unwrap();
     assert_eq!(meta.size, whole.len() as u64);
@@ -711,12 +766,13 @@ fn a_pending_upload_survives_reopening_and_completes() {
     assert!(block_on(store.list_uploads("")).unwrap().is_empty());
     // Completing twice is refused: the upload is gone.
     let again = block_on(store.complete_upload(
-        "k",
+        &ObjectKey::new("k").unwrap(),
         &id,
-        2,
-        &PutCondition::Unconditional,
-        &Metadata::new(),
-        crc64_nvme(&whole),
+        CompleteOptions {
+            parts: 2,
+            condition: &PutCondition::Unconditional,
+            crc64: crc64_nvme(&whole),
+        },
     ));
     assert!(
         matches!(again, Err(ObjectError::NoSuchUpload(_))),
@@ -729,9 +785,24 @@ fn an_upload_left_without_its_record_by_a_crash_is_removed_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let id = {
         let store = open(dir.path(), true);
-        let id = block_on(store.create_upload("k")).unwrap();
+        let id = block_on(store.create_upload(
+            &ObjectKey::new("k").unwrap(),
+            UploadOptions {
+                metadata: &Metadata::new(),
+            },
+        ))
+        .unwrap();
         let part = Bytes::from_static(b"bytes");
-        block_on(store.upload_part("k", &id, 1, part.clone(), crc64_nvme(&part))).unwrap();
+        block_on(store.upload_part(
+            &ObjectKey::new("k").unwrap(),
+            &id,
+            1,
+            PartData::Bytes {
+                body: part.clone(),
+                crc64: crc64_nvme(&part),
+            },
+        ))
+        .unwrap();
         // The crash: an abort removed the record and no more.
         std::fs::remove_file(store.layout.upload_dir(&id).join(super::uploads::META)).unwrap();
         id

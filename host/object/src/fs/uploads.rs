@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Metadata, ObjectError, ObjectMeta, PendingUpload, PutCondition, validate_key, validate_metadata,
+    CompleteOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PendingUpload, validate_metadata,
 };
 use custodian_base::checksum::{Crc64Nvme, crc64_nvme};
 
@@ -52,6 +52,11 @@ const COPY_CHUNK: usize = 1 << 20;
 pub(super) struct UploadMeta {
     pub key: String,
     pub initiated_ms: u64,
+    /// Declared at creation, published at completion. Absent in uploads
+    /// created before metadata moved to creation: those publish none, as
+    /// every caller of that time completed them with none.
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 fn part_name(part: u32) -> String {
@@ -158,6 +163,12 @@ fn footer(crc64: u64, len: u64) -> [u8; FOOTER_LEN as usize] {
 impl FsStore {
     /// The directory of upload `upload_id` of `key`, if it exists.
     fn upload_dir(&self, key: &str, upload_id: &str) -> Result<PathBuf, ObjectError> {
+        self.upload(key, upload_id).map(|(dir, _)| dir)
+    }
+
+    /// The directory and description of upload `upload_id` of `key`, if it
+    /// exists.
+    fn upload(&self, key: &str, upload_id: &str) -> Result<(PathBuf, UploadMeta), ObjectError> {
         // Anything but a well-formed id names no directory (and never a
         // path outside `uploads/`).
         if !is_upload_id(upload_id) {
@@ -165,18 +176,23 @@ impl FsStore {
         }
         let dir = self.layout.upload_dir(upload_id);
         match read_meta(&dir)? {
-            Some(meta) if meta.key == key => Ok(dir),
+            Some(meta) if meta.key == key => Ok((dir, meta)),
             _ => Err(no_such_upload(key, upload_id)),
         }
     }
 
     /// `create_upload`.
-    pub(super) fn start_upload(&self, key: &str) -> Result<String, ObjectError> {
-        KeyPath::new(key)?;
+    pub(super) fn start_upload(
+        &self,
+        key: &ObjectKey,
+        metadata: &Metadata,
+    ) -> Result<String, ObjectError> {
+        validate_metadata(metadata)?;
         let upload_id = self.ids.upload_id();
         let meta = UploadMeta {
-            key: key.to_owned(),
+            key: key.as_str().to_owned(),
             initiated_ms: self.clock.now_ms(),
+            metadata: metadata.clone(),
         };
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&serde_json::to_vec(&meta).expect("upload meta serializes"))?;
@@ -246,12 +262,12 @@ impl FsStore {
         key: &str,
         upload_id: &str,
         part: u32,
-        source: &str,
+        source: &ObjectKey,
         source_if_match: &str,
         range: Range<u64>,
     ) -> Result<u64, ObjectError> {
         validate_part_number(part)?;
-        let source = KeyPath::new(source)?;
+        let source = KeyPath::new(source);
         validate_range(&range)?;
         let (_, file) = self.current(&source)?;
         super::check_etag(source.key(), file.header(), source_if_match)?;
@@ -280,16 +296,17 @@ impl FsStore {
     /// `complete_upload`.
     pub(super) fn finish_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        validate_metadata(metadata)?;
-        let key_path = KeyPath::new(key)?;
-        let dir = self.upload_dir(key, upload_id)?;
+        let CompleteOptions {
+            parts,
+            condition,
+            crc64,
+        } = options;
+        let key_path = KeyPath::new(key);
+        let (dir, upload) = self.upload(key, upload_id)?;
         let present = self.part_numbers(&dir)?;
         if parts == 0 || present.iter().copied().ne(1..=parts) {
             return Err(ObjectError::InvalidArgument(format!(
@@ -315,14 +332,14 @@ impl FsStore {
             .ok_or_else(|| ObjectError::InvalidArgument("the parts' total overflows u64".into()))?;
         self.precheck(&key_path, condition)?;
         let header = Header {
-            key: key.to_owned(),
+            key: key.to_string(),
             etag: self.ids.etag(),
             size,
             crc64,
             block_size: BLOCK_SIZE,
             last_modified_ms: self.clock.now_ms(),
             delete_marker: false,
-            metadata: metadata.clone(),
+            metadata: upload.metadata,
         };
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&header.encode())?;
@@ -399,7 +416,7 @@ impl FsStore {
             let Some(meta) = read_meta(&entry.path())? else {
                 continue;
             };
-            if meta.key.starts_with(prefix) && validate_key(&meta.key).is_ok() {
+            if meta.key.starts_with(prefix) && ObjectKey::new(meta.key.as_str()).is_ok() {
                 pending.push(PendingUpload {
                     key: meta.key,
                     upload_id: id,

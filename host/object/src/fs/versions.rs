@@ -104,6 +104,23 @@ impl FsStore {
         Ok(file)
     }
 
+    /// The current object (`version_id: None`) or one exact version that
+    /// has bytes, with its id.
+    pub(super) fn readable(
+        &self,
+        key: &KeyPath,
+        version_id: Option<&str>,
+    ) -> Result<(String, VersionFile), ObjectError> {
+        match version_id {
+            None => self.current(key),
+            Some(version_id) => {
+                self.require_versions("reading a version")?;
+                let file = self.version_with_body(key, version_id)?;
+                Ok((version_id.to_owned(), file))
+            }
+        }
+    }
+
     /// What the trait reports about a version.
     pub(super) fn meta(&self, key: &str, version_id: &str, header: &Header) -> ObjectMeta {
         ObjectMeta {

@@ -20,7 +20,7 @@ use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload, CompletedPart,
 };
 
-use super::super::{BootstrapReport, ObjectError};
+use super::super::{BootstrapReport, ObjectError, ObjectKey};
 use super::errors::{self, Class};
 use super::{S3Store, keys, lifecycle, meta};
 use custodian_base::checksum::{self, crc64_nvme};
@@ -81,8 +81,12 @@ impl S3Store {
     }
 
     async fn probe(&self, dir: &str, report: &mut BootstrapReport) -> Result<(), ObjectError> {
-        let wrong = self.keys.full(&format!("{dir}wrong-crc"))?;
-        let right = self.keys.full(&format!("{dir}right-crc"))?;
+        let wrong = self
+            .keys
+            .full(&ObjectKey::new(format!("{dir}wrong-crc"))?)?;
+        let right = self
+            .keys
+            .full(&ObjectKey::new(format!("{dir}right-crc"))?)?;
         let crc = crc64_nvme(PROBE_BODY);
 
         let refused = self.probe_put(&wrong, crc ^ 1).await;
@@ -160,7 +164,7 @@ impl S3Store {
         });
 
         if self.versioned {
-            let ordered = self.keys.full(&format!("{dir}order"))?;
+            let ordered = self.keys.full(&ObjectKey::new(format!("{dir}order"))?)?;
             self.probe_put(&ordered, crc).await?;
             self.client
                 .delete_object()
@@ -310,7 +314,8 @@ impl S3Store {
                 .map_err(|e| errors::object_error(&e, "DeleteObject (probe)", key))?;
         }
         for upload in self.pending_uploads(dir).await? {
-            self.drop_upload(&upload.key, &upload.upload_id).await?;
+            let key = ObjectKey::new(upload.key)?;
+            self.drop_upload(&key, &upload.upload_id).await?;
         }
         Ok(())
     }

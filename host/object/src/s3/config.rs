@@ -12,7 +12,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{ProvideCredentials, Region, SharedCredentialsProvider};
 
-use super::super::{ObjectError, validate_key};
+use super::super::{ObjectError, ObjectKey};
 
 /// The region used against a custom endpoint when none is configured:
 /// S3-compatible servers accept any, but SigV4 needs one to sign with.
@@ -233,7 +233,7 @@ fn normalize_prefix(prefix: &str) -> Result<String, String> {
             Err("the prefix \"/\" names no path".into())
         };
     }
-    validate_key(trimmed).map_err(|e| format!("prefix: {e}"))?;
+    ObjectKey::new(trimmed).map_err(|e| format!("prefix: {e}"))?;
     Ok(format!("{trimmed}/"))
 }
 

@@ -31,7 +31,7 @@ use aws_sdk_s3::error::BoxError;
 use aws_sdk_s3::types::{DeleteMarkerEntry, ObjectVersion};
 
 use super::super::{
-    ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, ObjectError, validate_key, validate_limit,
+    ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE, ObjectError, ObjectKey, validate_limit,
 };
 use super::errors;
 use super::meta::millis;
@@ -321,7 +321,7 @@ fn parse_cursor(cursor: &str) -> Result<Cursor<'_>, ObjectError> {
     else {
         return Err(malformed());
     };
-    validate_key(key).map_err(|_| malformed())?;
+    ObjectKey::new(key).map_err(|_| malformed())?;
     validate_version_id(version_id).map_err(|_| malformed())?;
     if !next_version_id.is_empty() {
         validate_version_id(next_version_id).map_err(|_| malformed())?;
@@ -566,8 +566,9 @@ impl S3Store {
         cursor: &Cursor<'_>,
         replay: &mut VecDeque<Entry>,
     ) -> Result<(String, Option<String>), ObjectError> {
-        let full = self.keys.full(cursor.key)?;
-        match self.head_exact(cursor.key, cursor.version_id).await {
+        let key = ObjectKey::new(cursor.key)?;
+        let full = self.keys.full(&key)?;
+        match self.head_exact(&key, cursor.version_id).await {
             Ok(_) | Err(ObjectError::PreconditionFailed(_)) => {
                 return Ok((full, Some(cursor.version_id.to_owned())));
             }

@@ -325,7 +325,7 @@ impl Server {
 pub async fn store(kind: Kind) -> Option<S3Store> {
     let server = server(kind)?;
     let store = server.raw_store().await;
-    let report = super::super::ObjectStore::bootstrap(&store, "")
+    let report = super::super::ObjectAdmin::bootstrap(&store, "")
         .await
         .unwrap_or_else(|e| panic!("bootstrapping on {kind:?}: {e}"));
     assert!(report.ok(), "{report:?}");

@@ -61,7 +61,6 @@ pub mod local_server;
 #[cfg(test)]
 mod tests;
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -78,9 +77,10 @@ pub use self::presign::MAX_PRESIGN_TTL_SECS;
 
 use self::keys::Keys;
 use super::{
-    BootstrapReport, ComposeSpec, LifecycleView, ListPage, ListedObject, ListedVersion,
-    MAX_PART_NUMBER, Metadata, ObjectError, ObjectMeta, ObjectStore, PendingUpload, PutCondition,
-    RetentionOutcome,
+    BootstrapReport, CompleteOptions, ComposeSpec, CopyOptions, DeleteOptions, GetOptions,
+    GetResult, HeadOptions, LifecycleView, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER,
+    ObjectAdmin, ObjectError, ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload,
+    PutOptions, RetentionOutcome, UploadOptions,
 };
 use custodian_base::clock::Clock;
 
@@ -267,68 +267,100 @@ impl ObjectStore for S3Store {
         MAX_PART_NUMBER
     }
 
-    async fn put_whole(
+    async fn put_opts(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
+        let PutOptions {
+            condition,
+            metadata,
+            crc64,
+        } = options;
         self.publish_whole(key, body, condition, metadata, crc64)
             .await
     }
 
-    async fn copy_object(
+    async fn copy_opts(
         &self,
-        source: &str,
-        source_if_match: Option<&str>,
-        destination: &str,
-        condition: &PutCondition,
-        metadata: &Metadata,
+        source: &ObjectKey,
+        destination: &ObjectKey,
+        options: CopyOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
+        let CopyOptions {
+            source_if_match,
+            condition,
+            metadata,
+        } = options;
         self.copy(source, source_if_match, destination, condition, metadata)
             .await
     }
 
-    async fn compose_generation(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
-        self.compose_concurrently(spec).await
-    }
-
-    async fn head(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
-        self.head_current(key).await
-    }
-
-    async fn get_whole(
+    async fn head_opts(
         &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.read_whole(key, if_match).await
+        key: &ObjectKey,
+        options: HeadOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        match options.version_id {
+            None => self.head_current(key).await,
+            Some(version_id) => {
+                self.require_versions("reading a version")?;
+                self.head_exact(key, version_id).await
+            }
+        }
     }
 
-    async fn get_range(
+    /// A range comes back as the SDK's body frames as they arrived, never
+    /// copied into one buffer.
+    async fn get_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Bytes, ObjectError> {
-        let segments = self.read_range(key, None, range, Some(if_match)).await?;
-        Ok(read::flatten(segments))
+        key: &ObjectKey,
+        options: GetOptions<'_>,
+    ) -> Result<GetResult, ObjectError> {
+        let GetOptions {
+            version_id,
+            range,
+            if_match,
+        } = options;
+        if version_id.is_some() {
+            self.require_versions("reading a version")?;
+        }
+        if let Some(range) = range {
+            let (meta, body) = self.read_range(key, version_id, range, if_match).await?;
+            return Ok(GetResult { meta, body });
+        }
+        let (meta, body) = match version_id {
+            None => self.read_whole(key, if_match).await?,
+            Some(version_id) => {
+                let (meta, body) = self.read_exact(key, version_id).await?;
+                // A version never changes; its guard is a plain check.
+                if let Some(want) = if_match
+                    && meta.etag != want
+                {
+                    return Err(ObjectError::PreconditionFailed(format!(
+                        "version {version_id:?} of {key:?} is {}, not {want}",
+                        meta.etag
+                    )));
+                }
+                (meta, body)
+            }
+        };
+        Ok(GetResult { meta, body })
     }
 
-    /// The SDK's body frames as they arrived, never copied into one buffer.
-    async fn get_range_segments(
+    async fn delete_opts(
         &self,
-        key: &str,
-        range: Range<u64>,
-        if_match: &str,
-    ) -> Result<Vec<Bytes>, ObjectError> {
-        self.read_range(key, None, range, Some(if_match)).await
-    }
-
-    async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        self.delete_current(key).await
+        key: &ObjectKey,
+        options: DeleteOptions<'_>,
+    ) -> Result<(), ObjectError> {
+        match options.version_id {
+            None => self.delete_current(key).await,
+            Some(version_id) => {
+                self.require_versions("deleting a version")?;
+                self.delete_exact(key, version_id).await
+            }
+        }
     }
 
     async fn list(
@@ -338,36 +370,6 @@ impl ObjectStore for S3Store {
         limit: u32,
     ) -> Result<ListPage<ListedObject>, ObjectError> {
         self.list_current(prefix, cursor, limit).await
-    }
-
-    async fn head_version(&self, key: &str, version_id: &str) -> Result<ObjectMeta, ObjectError> {
-        self.require_versions("head_version")?;
-        self.head_exact(key, version_id).await
-    }
-
-    async fn get_version(
-        &self,
-        key: &str,
-        version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
-        self.require_versions("get_version")?;
-        self.read_exact(key, version_id).await
-    }
-
-    async fn get_version_range(
-        &self,
-        key: &str,
-        version_id: &str,
-        range: Range<u64>,
-    ) -> Result<Bytes, ObjectError> {
-        self.require_versions("get_version_range")?;
-        let segments = self.read_range(key, Some(version_id), range, None).await?;
-        Ok(read::flatten(segments))
-    }
-
-    async fn delete_version(&self, key: &str, version_id: &str) -> Result<(), ObjectError> {
-        self.require_versions("delete_version")?;
-        self.delete_exact(key, version_id).await
     }
 
     async fn list_versions(
@@ -380,55 +382,53 @@ impl ObjectStore for S3Store {
         self.list_all_versions(prefix, cursor, limit).await
     }
 
-    async fn create_upload(&self, key: &str) -> Result<String, ObjectError> {
-        self.start_upload(key, &Metadata::new()).await
+    async fn create_upload(
+        &self,
+        key: &ObjectKey,
+        options: UploadOptions<'_>,
+    ) -> Result<String, ObjectError> {
+        self.start_upload(key, options.metadata).await
     }
 
     async fn upload_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        body: Bytes,
-        crc64: u64,
-    ) -> Result<(), ObjectError> {
-        self.put_part(key, upload_id, part, body, crc64).await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part: u32,
-        source: &str,
-        source_if_match: &str,
-        range: Range<u64>,
+        data: PartData<'_>,
     ) -> Result<u64, ObjectError> {
-        self.copy_part(key, upload_id, part, source, source_if_match, range)
-            .await
+        match data {
+            PartData::Bytes { body, crc64 } => {
+                self.put_part(key, upload_id, part, body, crc64).await?;
+                Ok(crc64)
+            }
+            PartData::Copy {
+                source,
+                source_if_match,
+                range,
+            } => {
+                self.copy_part(key, upload_id, part, source, source_if_match, range)
+                    .await
+            }
+        }
     }
 
     async fn complete_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
-        parts: u32,
-        condition: &PutCondition,
-        metadata: &Metadata,
-        crc64: u64,
+        options: CompleteOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
-        if !metadata.is_empty() {
-            return Err(ObjectError::Unsupported(format!(
-                "completing upload {upload_id:?} of {key:?} with metadata: S3 fixes an object's \
-                 metadata when its multipart upload is created, and create_upload declares none; \
-                 compose_generation declares it at creation"
-            )));
-        }
+        let CompleteOptions {
+            parts,
+            condition,
+            crc64,
+        } = options;
         self.finish_upload(key, upload_id, parts, condition, crc64)
             .await
     }
 
-    async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+    async fn abort_upload(&self, key: &ObjectKey, upload_id: &str) -> Result<(), ObjectError> {
         self.drop_upload(key, upload_id).await
     }
 
@@ -436,6 +436,17 @@ impl ObjectStore for S3Store {
         self.pending_uploads(prefix).await
     }
 
+    async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
+        self.compose_concurrently(spec).await
+    }
+
+    fn admin(&self) -> &dyn ObjectAdmin {
+        self
+    }
+}
+
+#[async_trait]
+impl ObjectAdmin for S3Store {
     async fn bootstrap(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
         self.check_posture(prefix).await
     }
@@ -452,11 +463,11 @@ impl ObjectStore for S3Store {
         self.ensure_retention(prefix, days).await
     }
 
-    async fn presign_get(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+    async fn presign_get(&self, key: &ObjectKey, ttl_secs: u64) -> Result<String, ObjectError> {
         self.presigned_get(key, ttl_secs).await
     }
 
-    async fn presign_put(&self, key: &str, ttl_secs: u64) -> Result<String, ObjectError> {
+    async fn presign_put(&self, key: &ObjectKey, ttl_secs: u64) -> Result<String, ObjectError> {
         self.presigned_put(key, ttl_secs).await
     }
 }

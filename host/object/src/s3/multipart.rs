@@ -12,8 +12,8 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUploa
 use bytes::Bytes;
 
 use super::super::{
-    Metadata, ObjectError, ObjectMeta, PendingUpload, PutCondition, validate_part_number,
-    validate_range,
+    Metadata, ObjectError, ObjectKey, ObjectMeta, PendingUpload, PutCondition,
+    validate_part_number, validate_range,
 };
 use super::errors::quoted;
 use super::errors::{self, Class};
@@ -115,7 +115,7 @@ impl S3Store {
     /// Creates an upload of `key` whose object will carry `metadata`.
     pub(super) async fn start_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         metadata: &Metadata,
     ) -> Result<String, ObjectError> {
         let full = self.keys.full(key)?;
@@ -151,7 +151,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::upload_part`].
     pub(super) async fn put_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
         body: Bytes,
@@ -257,10 +257,10 @@ impl S3Store {
     /// See [`super::super::ObjectStore::upload_part_copy`].
     pub(super) async fn copy_part(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         part: u32,
-        source: &str,
+        source: &ObjectKey,
         source_if_match: &str,
         range: Range<u64>,
     ) -> Result<u64, ObjectError> {
@@ -409,7 +409,7 @@ impl S3Store {
     /// what the upload was created with).
     pub(super) async fn finish_upload(
         &self,
-        key: &str,
+        key: &ObjectKey,
         upload_id: &str,
         parts: u32,
         condition: &PutCondition,
@@ -561,7 +561,11 @@ impl S3Store {
     }
 
     /// See [`super::super::ObjectStore::abort_upload`].
-    pub(super) async fn drop_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
+    pub(super) async fn drop_upload(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<(), ObjectError> {
         let full = self.keys.full(key)?;
         self.abort_full(key, &full, upload_id).await
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
 
-use super::super::ObjectError;
+use super::super::{ObjectError, ObjectKey};
 use super::errors::quoted;
 use super::{S3Store, errors};
 
@@ -28,7 +28,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::presign_get`].
     pub(super) async fn presigned_get(
         &self,
-        key: &str,
+        key: &ObjectKey,
         ttl_secs: u64,
     ) -> Result<String, ObjectError> {
         let full = self.keys.full(key)?;
@@ -46,7 +46,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::presign_put`].
     pub(super) async fn presigned_put(
         &self,
-        key: &str,
+        key: &ObjectKey,
         ttl_secs: u64,
     ) -> Result<String, ObjectError> {
         let full = self.keys.full(key)?;

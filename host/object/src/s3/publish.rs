@@ -8,7 +8,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, MetadataDirective};
 use bytes::Bytes;
 
-use super::super::{Metadata, ObjectError, ObjectMeta, PutCondition, validate_metadata};
+use super::super::{Metadata, ObjectError, ObjectKey, ObjectMeta, PutCondition, validate_metadata};
 use super::errors::{self, Class};
 use super::{S3Store, etag, keys, meta, read};
 use custodian_base::checksum::{self, crc64_nvme};
@@ -73,7 +73,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::put_whole`].
     pub(super) async fn publish_whole(
         &self,
-        key: &str,
+        key: &ObjectKey,
         body: Bytes,
         condition: &PutCondition,
         metadata: &Metadata,
@@ -127,7 +127,7 @@ impl S3Store {
             .e_tag()
             .ok_or_else(|| ObjectError::Corrupt(format!("{key:?}: PutObject returned no etag")))?;
         Ok(ObjectMeta {
-            key: key.to_owned(),
+            key: key.to_string(),
             version_id: self
                 .versioned
                 .then(|| version_id.map(str::to_owned))
@@ -268,9 +268,9 @@ impl S3Store {
     /// exactly the caller's metadata.
     pub(super) async fn copy(
         &self,
-        source: &str,
+        source: &ObjectKey,
         source_if_match: Option<&str>,
-        destination: &str,
+        destination: &ObjectKey,
         condition: &PutCondition,
         metadata: &Metadata,
     ) -> Result<ObjectMeta, ObjectError> {
@@ -345,7 +345,7 @@ impl S3Store {
             ObjectError::Corrupt(format!("{destination:?}: CopyObject returned no etag"))
         })?;
         Ok(ObjectMeta {
-            key: destination.to_owned(),
+            key: destination.to_string(),
             version_id: self
                 .versioned
                 .then(|| version_id.map(str::to_owned))
@@ -360,7 +360,7 @@ impl S3Store {
     }
 
     /// See [`super::super::ObjectStore::delete`].
-    pub(super) async fn delete_current(&self, key: &str) -> Result<(), ObjectError> {
+    pub(super) async fn delete_current(&self, key: &ObjectKey) -> Result<(), ObjectError> {
         let full = self.keys.full(key)?;
         match self
             .client

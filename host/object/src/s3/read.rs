@@ -11,35 +11,25 @@ use std::ops::Range;
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
-use super::super::{ObjectError, ObjectMeta, validate_range};
+use super::super::{ObjectError, ObjectKey, ObjectMeta, validate_range};
 use super::errors::quoted;
 use super::errors::{self, Class, Failure};
 use super::meta::{self, Described};
 use super::{S3Store, etag};
 use custodian_base::checksum::Crc64Nvme;
 
-/// Joins frames into one buffer: the one copy `get_range` cannot avoid.
-pub(super) fn flatten(segments: Vec<Bytes>) -> Bytes {
-    match <[Bytes; 1]>::try_from(segments) {
-        Ok([only]) => only,
-        Err(segments) => {
-            let len = segments.iter().map(Bytes::len).sum();
-            let mut joined = BytesMut::with_capacity(len);
-            for segment in &segments {
-                joined.extend_from_slice(segment);
-            }
-            joined.freeze()
-        }
-    }
-}
-
 fn described(out: &GetObjectOutput) -> Described<'_> {
     Described {
         e_tag: out.e_tag(),
         version_id: out.version_id(),
-        size: out.content_length(),
+        // A ranged answer's length is the range's; its `Content-Range`
+        // (`bytes a-b/total`) names the whole object's.
+        size: out
+            .content_range()
+            .and_then(|range| range.rsplit_once('/')?.1.parse().ok())
+            .or(out.content_length()),
         crc64: out.checksum_crc64_nvme(),
         last_modified: out.last_modified(),
         metadata: out.metadata(),
@@ -88,7 +78,7 @@ pub(super) async fn receive(mut body: ByteStream, keep: bool) -> Received {
 
 impl S3Store {
     /// See [`super::super::ObjectStore::head`].
-    pub(super) async fn head_current(&self, key: &str) -> Result<ObjectMeta, ObjectError> {
+    pub(super) async fn head_current(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
         let full = self.keys.full(key)?;
         self.head_full(key, &full).await
     }
@@ -122,9 +112,9 @@ impl S3Store {
     /// See [`super::super::ObjectStore::get_whole`].
     pub(super) async fn read_whole(
         &self,
-        key: &str,
+        key: &ObjectKey,
         if_match: Option<&str>,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+    ) -> Result<(ObjectMeta, Vec<Bytes>), ObjectError> {
         let full = self.keys.full(key)?;
         let guard = if_match.map(etag::guard);
         let out = self
@@ -153,7 +143,7 @@ impl S3Store {
         &self,
         key: &str,
         out: GetObjectOutput,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+    ) -> Result<(ObjectMeta, Vec<Bytes>), ObjectError> {
         let meta = meta::object_meta(key, self.versioned, &described(&out))?;
         let received = receive(out.body, true).await;
         if received.len == meta.size
@@ -179,26 +169,27 @@ impl S3Store {
                 received.len, meta.size
             )));
         }
-        Ok((meta, flatten(received.frames)))
+        Ok((meta, received.frames))
     }
 
-    /// Bytes `range` of the current object (guarded by `if_match`) or of
-    /// version `version_id`, truncated at its end, as the SDK's frames.
+    /// Bytes `range` of the current object or of version `version_id`
+    /// (guarded by `if_match`), truncated at its end, as the SDK's frames,
+    /// with the whole object's metadata.
     pub(super) async fn read_range(
         &self,
-        key: &str,
+        key: &ObjectKey,
         version_id: Option<&str>,
         range: Range<u64>,
         if_match: Option<&str>,
-    ) -> Result<Vec<Bytes>, ObjectError> {
+    ) -> Result<(ObjectMeta, Vec<Bytes>), ObjectError> {
         validate_range(&range)?;
         let full = self.keys.full(key)?;
         let guard = if_match.map(etag::guard);
         if range.is_empty() {
             // HTTP cannot ask for zero bytes; the guard and the key still
             // have to be checked.
-            self.confirm(key, &full, version_id, if_match).await?;
-            return Ok(Vec::new());
+            let meta = self.confirm(key, &full, version_id, if_match).await?;
+            return Ok((meta, Vec::new()));
         }
         let result = self
             .client
@@ -217,8 +208,8 @@ impl S3Store {
                 if failure.class == Class::BadRange {
                     // The range starts at or past the end: empty, once the
                     // guard is known to hold.
-                    self.confirm(key, &full, version_id, if_match).await?;
-                    return Ok(Vec::new());
+                    let meta = self.confirm(key, &full, version_id, if_match).await?;
+                    return Ok((meta, Vec::new()));
                 }
                 return Err(match version_id {
                     Some(version) => self.version_read_failure(key, version, failure).await,
@@ -235,6 +226,7 @@ impl S3Store {
             )));
         }
         let expected = out.content_length().and_then(|l| u64::try_from(l).ok());
+        let meta = meta::object_meta(key, self.versioned, &described(&out))?;
         let received = receive(out.body, true).await;
         if let Some(error) = received.error {
             return Err(ObjectError::Unavailable(format!(
@@ -248,28 +240,29 @@ impl S3Store {
                 range.start, range.end, received.len
             )));
         }
-        Ok(received.frames)
+        Ok((meta, received.frames))
     }
 
-    /// Checks that the current object matches `if_match` (or that version
-    /// `version_id` has bytes), for reads that fetch nothing.
+    /// Checks that the object read matches `if_match` (and that version
+    /// `version_id` has bytes), for reads that fetch nothing; returns its
+    /// metadata.
     async fn confirm(
         &self,
-        key: &str,
+        key: &ObjectKey,
         full: &str,
         version_id: Option<&str>,
         if_match: Option<&str>,
-    ) -> Result<(), ObjectError> {
-        if let Some(version) = version_id {
-            return self.head_exact(key, version).await.map(|_| ());
-        }
-        let head = self.head_full(key, full).await?;
+    ) -> Result<ObjectMeta, ObjectError> {
+        let head = match version_id {
+            Some(version) => self.head_exact(key, version).await?,
+            None => self.head_full(key, full).await?,
+        };
         match if_match {
             Some(want) if head.etag != want => Err(ObjectError::PreconditionFailed(format!(
                 "{key:?} is {}, not {want}",
                 head.etag
             ))),
-            _ => Ok(()),
+            _ => Ok(head),
         }
     }
 
@@ -278,7 +271,7 @@ impl S3Store {
     /// 404 is settled by a HEAD of the version (moto's HEAD says 405).
     pub(super) async fn version_read_failure(
         &self,
-        key: &str,
+        key: &ObjectKey,
         version_id: &str,
         failure: Failure,
     ) -> ObjectError {

@@ -50,7 +50,10 @@ use aws_sdk_s3::types::{
 };
 use bytes::Bytes;
 
-use super::super::{ComposeSpec, Metadata, ObjectError, ObjectStore, PartSource, PutCondition};
+use super::super::{
+    ComposeSpec, Metadata, ObjectAdmin, ObjectError, ObjectKey, ObjectStore, ObjectStoreExt,
+    PartSource, PutCondition,
+};
 use super::publish::Written;
 use super::{S3Store, etag};
 use custodian_base::checksum::{self, crc64_nvme};
@@ -115,7 +118,7 @@ async fn a_64_mib_object_is_composed_from_local_and_copied_parts() {
         let progress = Arc::new(AtomicU64::new(0));
         let stamps: Metadata = [("custodian-gen".to_owned(), "2".to_owned())].into();
         let spec = ComposeSpec {
-            key: "big",
+            key: &ObjectKey::new("big").unwrap(),
             local_path: file.path(),
             parts: vec![
                 PartSource::BaseCopy {
@@ -142,7 +145,7 @@ async fn a_64_mib_object_is_composed_from_local_and_copied_parts() {
             crc64: Some(crc64_nvme(&next)),
             progress: Some(progress.clone()),
         };
-        let composed = store.compose_generation(&spec).await.unwrap();
+        let composed = store.compose(&spec).await.unwrap();
         assert_eq!(composed.size, 4 * quarter, "{kind:?}");
         assert_eq!(composed.crc64, Some(crc64_nvme(&next)), "{kind:?}");
         assert_eq!(progress.load(Ordering::Relaxed), 4 * quarter, "{kind:?}");
@@ -179,7 +182,7 @@ async fn a_compose_failing_midway_leaves_no_pending_upload() {
             })
             .collect();
         let spec = ComposeSpec {
-            key: "k",
+            key: &ObjectKey::new("k").unwrap(),
             local_path: file.path(),
             parts,
             base_key: None,
@@ -189,7 +192,7 @@ async fn a_compose_failing_midway_leaves_no_pending_upload() {
             crc64: None,
             progress: None,
         };
-        let got = store.compose_generation(&spec).await;
+        let got = store.compose(&spec).await;
         assert!(matches!(got, Err(ObjectError::Io(_))), "{kind:?}: {got:?}");
         no_uploads(&store).await;
         assert!(matches!(
@@ -212,7 +215,7 @@ async fn a_compose_dropped_midway_aborts_its_upload() {
             })
             .collect();
         let spec = ComposeSpec {
-            key: "k",
+            key: &ObjectKey::new("k").unwrap(),
             local_path: file.path(),
             parts,
             base_key: None,
@@ -224,7 +227,7 @@ async fn a_compose_dropped_midway_aborts_its_upload() {
         };
         // Dropped as soon as the first part has landed: the upload exists.
         tokio::select! {
-            got = store.compose_generation(&spec) => panic!("{kind:?}: finished first: {got:?}"),
+            got = store.compose(&spec) => panic!("{kind:?}: finished first: {got:?}"),
             () = async {
                 while progress.load(Ordering::Relaxed) == 0 {
                     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -297,7 +300,10 @@ async fn of_eight_concurrent_creators_of_one_key_exactly_one_wins() {
 async fn a_presigned_get_url_serves_the_bytes_to_a_plain_http_client() {
     for (kind, store) in stores().await {
         create(&store, "shared/file", b"presigned bytes").await;
-        let url = store.presign_get("shared/file", 300).await.unwrap();
+        let url = store
+            .presign_get(&ObjectKey::new("shared/file").unwrap(), 300)
+            .await
+            .unwrap();
         let (status, body) =
             tokio::task::spawn_blocking(move || local_server::http("GET", &url, &[]))
                 .await
@@ -314,7 +320,10 @@ async fn a_presigned_get_url_serves_the_bytes_to_a_plain_http_client() {
 #[tokio::test]
 async fn a_presigned_put_url_takes_bytes_from_a_plain_http_client() {
     for (kind, store) in stores().await {
-        let url = store.presign_put("uploaded/blob", 300).await.unwrap();
+        let url = store
+            .presign_put(&ObjectKey::new("uploaded/blob").unwrap(), 300)
+            .await
+            .unwrap();
         let (status, _) = tokio::task::spawn_blocking(move || {
             local_server::http("PUT", &url, b"content-addressed bytes")
         })
@@ -331,7 +340,7 @@ async fn a_presigned_put_url_takes_bytes_from_a_plain_http_client() {
 async fn a_presigned_url_lives_at_most_seven_days() {
     for (kind, store) in stores().await {
         for ttl in [0, super::MAX_PRESIGN_TTL_SECS + 1] {
-            let got = store.presign_get("k", ttl).await;
+            let got = store.presign_get(&ObjectKey::new("k").unwrap(), ttl).await;
             assert!(
                 matches!(got, Err(ObjectError::InvalidArgument(_))),
                 "{kind:?} {ttl}: {got:?}"
@@ -339,7 +348,7 @@ async fn a_presigned_url_lives_at_most_seven_days() {
         }
         assert!(
             store
-                .presign_put("k", super::MAX_PRESIGN_TTL_SECS)
+                .presign_put(&ObjectKey::new("k").unwrap(), super::MAX_PRESIGN_TTL_SECS)
                 .await
                 .is_ok()
         );
@@ -417,7 +426,7 @@ async fn a_publish_whose_bytes_read_back_wrong_is_removed_and_refused() {
         return;
     };
     let old = create(&store, "k", b"old").await;
-    let full = store.keys.full("k").unwrap();
+    let full = store.keys.full(&ObjectKey::new("k").unwrap()).unwrap();
     let claimed = crc64_nvme(b"what the caller meant");
     let out = store
         .client
@@ -433,7 +442,7 @@ async fn a_publish_whose_bytes_read_back_wrong_is_removed_and_refused() {
     let version = etag::real_version(out.version_id()).map(str::to_owned);
     let got = store
         .settle(&Written {
-            key: "k",
+            key: &ObjectKey::new("k").unwrap(),
             full: &full,
             version_id: version.as_deref(),
             crc64: claimed,
@@ -522,46 +531,6 @@ async fn keys_live_under_the_store_prefix() {
             matches!(got, Err(ObjectError::InvalidArgument(_))),
             "{kind:?}: the prefix counts against S3's key limit: {got:?}"
         );
-    }
-}
-
-#[tokio::test]
-async fn completing_a_bare_upload_with_metadata_is_unsupported() {
-    for (kind, store) in stores().await {
-        let id = store.create_upload("k").await.unwrap();
-        let body = Bytes::from_static(b"part");
-        store
-            .upload_part("k", &id, 1, body.clone(), crc64_nvme(&body))
-            .await
-            .unwrap();
-        let stamps: Metadata = [("gen".to_owned(), "1".to_owned())].into();
-        let got = store
-            .complete_upload(
-                "k",
-                &id,
-                1,
-                &PutCondition::IfNoneMatchAny,
-                &stamps,
-                crc64_nvme(&body),
-            )
-            .await;
-        assert!(
-            matches!(got, Err(ObjectError::Unsupported(_))),
-            "{kind:?}: {got:?}"
-        );
-        let meta = store
-            .complete_upload(
-                "k",
-                &id,
-                1,
-                &PutCondition::IfNoneMatchAny,
-                &Metadata::new(),
-                crc64_nvme(&body),
-            )
-            .await
-            .unwrap();
-        assert_eq!(meta.crc64, Some(crc64_nvme(&body)), "{kind:?}");
-        no_uploads(&store).await;
     }
 }
 

@@ -6,7 +6,7 @@
 use aws_sdk_s3::types::ChecksumMode;
 use bytes::Bytes;
 
-use super::super::{ObjectError, ObjectMeta};
+use super::super::{ObjectError, ObjectKey, ObjectMeta};
 use super::S3Store;
 use super::errors::quoted;
 use super::errors::{self, Class, Failure};
@@ -55,7 +55,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::head_version`].
     pub(super) async fn head_exact(
         &self,
-        key: &str,
+        key: &ObjectKey,
         version_id: &str,
     ) -> Result<ObjectMeta, ObjectError> {
         let full = self.keys.full(key)?;
@@ -96,9 +96,9 @@ impl S3Store {
     /// See [`super::super::ObjectStore::get_version`].
     pub(super) async fn read_exact(
         &self,
-        key: &str,
+        key: &ObjectKey,
         version_id: &str,
-    ) -> Result<(ObjectMeta, Bytes), ObjectError> {
+    ) -> Result<(ObjectMeta, Vec<Bytes>), ObjectError> {
         let full = self.keys.full(key)?;
         validate_version_id(version_id)?;
         let result = self
@@ -122,7 +122,7 @@ impl S3Store {
     /// See [`super::super::ObjectStore::delete_version`].
     pub(super) async fn delete_exact(
         &self,
-        key: &str,
+        key: &ObjectKey,
         version_id: &str,
     ) -> Result<(), ObjectError> {
         let full = self.keys.full(key)?;

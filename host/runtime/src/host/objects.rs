@@ -10,6 +10,7 @@ use crate::bindings::HostError;
 use crate::bindings::host::custodian::host::objects as wit;
 use crate::bindings::host::custodian::host::types::Error;
 use custodian_base::checksum;
+use custodian_object::ObjectStoreExt;
 use custodian_object::{
     ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
 };

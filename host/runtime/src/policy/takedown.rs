@@ -20,7 +20,7 @@ use crate::host::kv::convert_batch;
 use crate::{
     CallContext, CallError, Grants, LimitExceeded, Limits, LoadError, Plugin, Services, World,
 };
-use custodian_core::budget::{BudgetedKv, BudgetedStore, SliceBudget};
+use custodian_core::budget::{BudgetedKv, SliceBudget, budgeted_store};
 use custodian_core::timers::{
     AuditEntry, DueTimer, FailureCause, Fired, StepCommit, StepFailure, TimerHandler,
 };
@@ -415,11 +415,7 @@ impl TakedownHandler {
             .stores
             .iter()
             .filter(|(name, _)| self.grants.may_read_store(name))
-            .map(|(name, store)| {
-                let wrapped: Arc<dyn ObjectStore> =
-                    Arc::new(BudgetedStore::new(store.clone(), budget.clone()));
-                (name.clone(), wrapped)
-            })
+            .map(|(name, store)| (name.clone(), budgeted_store(store.clone(), budget.clone())))
             .collect();
         Arc::new(Services {
             kv: Arc::new(BudgetedKv::new(self.services.kv.clone(), budget.clone())),

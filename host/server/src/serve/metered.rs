@@ -129,6 +129,7 @@ impl Observer for StoreMetrics {
 mod tests {
     use bytes::Bytes;
     use custodian_kv::memory::MemoryKv;
+    use custodian_object::ObjectStoreExt;
 
     use super::*;
     use custodian_base::checksum::crc64_nvme;
@@ -151,16 +152,13 @@ mod tests {
             )
             .await
             .unwrap();
-        store
-            .get_range_segments("k", 0..2, &meta.etag)
-            .await
-            .unwrap();
+        store.get_range("k", 0..2, &meta.etag).await.unwrap();
         store.head("k").await.unwrap();
         store.head("absent").await.unwrap_err();
         let text = metrics.render();
         for line in [
             "custodian_store_calls_total{store=\"serving\",operation=\"put_whole\"} 1",
-            "custodian_store_calls_total{store=\"serving\",operation=\"get_range_segments\"} 1",
+            "custodian_store_calls_total{store=\"serving\",operation=\"get_range\"} 1",
             "custodian_store_calls_total{store=\"serving\",operation=\"head\"} 2",
             "custodian_store_errors_total{store=\"serving\",operation=\"head\"} 1",
         ] {

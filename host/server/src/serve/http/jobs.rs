@@ -149,6 +149,8 @@ impl From<JobError> for ApiError {
 mod tests {
     use std::time::Duration;
 
+    use custodian_object::ObjectStoreExt;
+
     use axum::http::Method;
     use bytes::Bytes;
 

@@ -14,6 +14,7 @@ use custodian_core::versions::digest::Digest;
 use custodian_core::versions::verify::verify;
 use custodian_kv::Kv;
 use custodian_kv::memory::MemoryKv;
+use custodian_object::ObjectStoreExt;
 use custodian_object::memory::MemoryStore;
 use custodian_object::{Metadata, ObjectMeta, PutCondition};
 use custodian_runtime::bundled;

@@ -75,6 +75,7 @@ use super::extract::{BodyLimit, path, query, read_body_inspecting};
 use crate::serve::Host;
 use conditions::{check_guard, put_condition, read_guard};
 use custodian_base::checksum::{self, Crc64Nvme};
+use custodian_object::ObjectStoreExt;
 use custodian_object::{
     ListedObject, ListedVersion, MAX_LIST_PAGE, Metadata, ObjectError, ObjectMeta, PutCondition,
 };

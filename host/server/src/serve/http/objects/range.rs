@@ -15,7 +15,8 @@ use axum::response::{IntoResponse, Response};
 use super::conditions::check_guard;
 use super::headers::{read_headers, value};
 use crate::serve::http::ApiError;
-use custodian_object::{ObjectError, ObjectStore};
+use custodian_object::ObjectStoreExt;
+use custodian_object::{GetOptions, ObjectError, ObjectKey, ObjectStore};
 
 /// How often a range read measures the current object again when it was
 /// replaced between the measurement and the read. A writer replacing one
@@ -125,18 +126,17 @@ pub(super) async fn read_range(
             );
             return Ok(unsatisfiable(message, Some(meta.size)));
         };
-        let read = match version {
-            // A version never changes: nothing to pin.
-            Some(version) => store
-                .get_version_range(key, version, span.clone())
-                .await
-                .map(|bytes| vec![bytes]),
-            None => {
-                store
-                    .get_range_segments(key, span.clone(), &meta.etag)
-                    .await
-            }
+        // A version never changes: nothing to pin. The current object is
+        // pinned to the generation just measured.
+        let options = GetOptions {
+            version_id: version,
+            range: Some(span.clone()),
+            if_match: version.is_none().then_some(meta.etag.as_str()),
         };
+        let read = store
+            .get_opts(&ObjectKey::new(key)?, options)
+            .await
+            .map(|got| got.body);
         match read {
             Ok(segments) => break (meta, span, segments),
             // Replaced between the measurement and the read: the span may
@@ -240,7 +240,7 @@ mod tests {
             let seen = reads.clone();
             let inner = host.stores["serving"].clone();
             let observed = Observed::before(inner, move |call| match call {
-                Call::GetRangeSegments { .. } => {
+                Call::Get { range: Some(_), .. } => {
                     if seen.fetch_add(1, Ordering::SeqCst) < refusals {
                         return Err(ObjectError::PreconditionFailed("replaced".into()));
                     }

@@ -10,7 +10,7 @@ use crate::limits::LimitExceeded;
 pub(crate) mod host {
     wasmtime::component::bindgen!({
         path: "../../wit",
-        world: "custodian:host/capabilities@0.1.0",
+        world: "custodian:host/capabilities@0.2.0",
         imports: { default: trappable },
         trappable_error_type: {
             "custodian:host/types.error" => crate::bindings::HostError,
@@ -23,28 +23,28 @@ pub(crate) mod policy {
     pub(crate) mod retention {
         wasmtime::component::bindgen!({
             path: "../../wit",
-            world: "custodian:policy/retention@0.1.0",
+            world: "custodian:policy/retention@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod archive {
         wasmtime::component::bindgen!({
             path: "../../wit",
-            world: "custodian:policy/archive@0.1.0",
+            world: "custodian:policy/archive@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod purge {
         wasmtime::component::bindgen!({
             path: "../../wit",
-            world: "custodian:policy/purge@0.1.0",
+            world: "custodian:policy/purge@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod takedown {
         wasmtime::component::bindgen!({
             path: "../../wit",
-            world: "custodian:policy/takedown@0.1.0",
+            world: "custodian:policy/takedown@0.2.0",
             imports: { default: trappable },
             trappable_error_type: {
                 "custodian:host/types.error" => crate::bindings::HostError,

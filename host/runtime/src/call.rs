@@ -371,7 +371,7 @@ mod tests {
     fn a_world_name_names_its_policy_export() {
         assert_eq!(
             interface_export("retention"),
-            "custodian:policy/retention-rules@0.1.0"
+            "custodian:policy/retention-rules@0.2.0"
         );
         assert_eq!(interface_export("a:b/c@1.0.0"), "a:b/c@1.0.0");
     }

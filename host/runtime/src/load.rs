@@ -127,7 +127,8 @@ pub enum LoadError {
     /// Built against an incompatible contract version.
     #[error(
         "{source_name} was built against an incompatible contract: its {direction} {item} \
-         is version {found}, and this host speaks {CONTRACT_VERSION} (compatible: 0.1.x)"
+         is version {found}, and this host speaks {CONTRACT_VERSION} (compatible: {compatible})",
+        compatible = custodian_contract::version::COMPATIBLE_DESCRIPTION
     )]
     IncompatibleVersion {
         /// Where it came from.
@@ -176,7 +177,7 @@ pub enum LoadError {
 /// One export of a plugin, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ExportInfo {
-    /// The export's name, e.g. `custodian:policy/retention-rules@0.1.0`.
+    /// The export's name, e.g. `custodian:policy/retention-rules@0.2.0`.
     pub name: String,
     /// Its functions' signatures.
     pub functions: Vec<String>,

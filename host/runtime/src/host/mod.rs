@@ -37,9 +37,8 @@ const STDERR_BYTES: usize = 8 * 1024;
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// The one table from a failure's kind to the WIT `error` a guest sees.
-/// `custodian:host@0.1` has no case for `unsupported`, `busy` or
-/// `internal`; each travels as the case a guest can act on (a call it must
-/// not repeat as it is; one to retry later), its message naming the kind.
+/// `Busy` has no case of its own: it travels as `unavailable`, the case a
+/// guest retries later; `Internal`, the host's own failure, is `other`.
 pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
     use types::Error;
     match kind {
@@ -49,15 +48,18 @@ pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
         ErrorKind::ChecksumMismatch => Error::ChecksumMismatch(message),
         ErrorKind::Corrupt => Error::Corrupt(message),
         ErrorKind::Unavailable | ErrorKind::Busy => Error::Unavailable(message),
-        ErrorKind::Internal => Error::Unavailable(format!("the host failed: {message}")),
         ErrorKind::BudgetExhausted => Error::BudgetExhausted(message),
         ErrorKind::AccessDenied => Error::AccessDenied(message),
         ErrorKind::InvalidArgument => Error::InvalidArgument(message),
-        ErrorKind::Unsupported => Error::InvalidArgument(format!("unsupported: {message}")),
+        ErrorKind::Unsupported => Error::Unsupported(message),
+        ErrorKind::Internal => Error::Other(message),
     }
 }
 
-/// The kind of a WIT `error` a guest returned, and its message.
+/// The kind of a WIT `error` a guest returned, and its message. `other`
+/// names no kind, so it is [`ErrorKind::Internal`]: a failure the host
+/// cannot classify, answered as its own (never retried by the host, a
+/// server's 500, exit status 1).
 pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
     use types::Error;
     match error {
@@ -70,6 +72,8 @@ pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
         Error::BudgetExhausted(m) => (ErrorKind::BudgetExhausted, m),
         Error::AccessDenied(m) => (ErrorKind::AccessDenied, m),
         Error::InvalidArgument(m) => (ErrorKind::InvalidArgument, m),
+        Error::Unsupported(m) => (ErrorKind::Unsupported, m),
+        Error::Other(m) => (ErrorKind::Internal, m),
     }
 }
 
@@ -270,7 +274,7 @@ pub(crate) fn add_to_linker(
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrorKind, error_kind, guest_error};
+    use super::{ErrorKind, error_kind, guest_error, types};
 
     #[test]
     fn a_kind_the_wit_error_has_crosses_to_the_guest_and_back_unchanged() {
@@ -284,6 +288,8 @@ mod tests {
             ErrorKind::BudgetExhausted,
             ErrorKind::AccessDenied,
             ErrorKind::InvalidArgument,
+            ErrorKind::Unsupported,
+            ErrorKind::Internal,
         ] {
             assert_eq!(
                 error_kind(guest_error(kind, "m".into())),
@@ -293,25 +299,26 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_the_wit_error_lacks_reaches_the_guest_as_the_case_it_can_act_on() {
-        let cases = [
-            (
-                ErrorKind::Unsupported,
-                ErrorKind::InvalidArgument,
-                "unsupported: m",
-            ),
-            (ErrorKind::Busy, ErrorKind::Unavailable, "m"),
-            (
-                ErrorKind::Internal,
-                ErrorKind::Unavailable,
-                "the host failed: m",
-            ),
-        ];
-        for (kind, seen, message) in cases {
-            assert_eq!(
-                error_kind(guest_error(kind, "m".into())),
-                (seen, message.into())
-            );
-        }
+    fn unsupported_and_the_hosts_own_failure_have_cases_of_their_own() {
+        assert!(matches!(
+            guest_error(ErrorKind::Unsupported, "m".into()),
+            types::Error::Unsupported(m) if m == "m"
+        ));
+        assert!(matches!(
+            guest_error(ErrorKind::Internal, "m".into()),
+            types::Error::Other(m) if m == "m"
+        ));
+        assert_eq!(
+            error_kind(types::Error::Other("m".into())),
+            (ErrorKind::Internal, "m".into())
+        );
+    }
+
+    #[test]
+    fn busy_reaches_the_guest_as_unavailable() {
+        assert_eq!(
+            error_kind(guest_error(ErrorKind::Busy, "m".into())),
+            (ErrorKind::Unavailable, "m".into())
+        );
     }
 }

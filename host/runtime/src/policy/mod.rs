@@ -9,6 +9,7 @@ pub mod takedown;
 
 use std::sync::Arc;
 
+use custodian_base::error::ErrorKind;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
@@ -70,8 +71,37 @@ fn blocking<T>(call: impl FnOnce() -> T) -> T {
 }
 
 impl From<WitError> for PolicyError {
+    /// A policy's answer. [`PolicyError`] has no case for `unsupported` or
+    /// `other`; they arrive as the case of their kind's nearest
+    /// (`invalid-argument`, `unavailable`), the message naming the case.
     fn from(error: WitError) -> Self {
         let (kind, message) = crate::host::error_kind(error);
+        let message = match kind {
+            ErrorKind::Unsupported => format!("unsupported: {message}"),
+            ErrorKind::Internal => format!("the policy failed: {message}"),
+            _ => message,
+        };
         Self::from_kind(kind, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PolicyError, WitError};
+
+    #[test]
+    fn a_policys_unsupported_or_other_answer_keeps_its_case_in_the_message() {
+        assert_eq!(
+            PolicyError::from(WitError::Unsupported("m".into())),
+            PolicyError::InvalidArgument("unsupported: m".into())
+        );
+        assert_eq!(
+            PolicyError::from(WitError::Other("m".into())),
+            PolicyError::Unavailable("the policy failed: m".into())
+        );
+        assert_eq!(
+            PolicyError::from(WitError::NotFound("m".into())),
+            PolicyError::NotFound("m".into())
+        );
     }
 }

@@ -3,7 +3,13 @@
 //! The host capabilities (`custodian:host`) are generated once; every
 //! policy world maps them here with `with`, so all worlds share one set of
 //! host types and one implementation of each capability.
+//!
+//! These are the bindings of the contract the host speaks (0.2). Plugins
+//! built against the 0.1 contract are linked through a second generation,
+//! [`v0_1`], generated from the frozen copy in `host/runtime/wit-0.1`.
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+pub(crate) mod v0_1;
 
 use crate::limits::LimitExceeded;
 

@@ -13,6 +13,7 @@ pub(crate) mod kv;
 pub(crate) mod log;
 pub(crate) mod objects;
 pub(crate) mod retention;
+mod v0_1;
 
 use std::future::Future;
 use std::pin::pin;
@@ -26,6 +27,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::host::custodian::host::types;
+use super::bindings::v0_1::host::custodian::host::types as v0_1_types;
 use super::limits::{Charge, LimitExceeded, Meter};
 use crate::bindings::HostError;
 use crate::context::CallContext;
@@ -38,7 +40,8 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// The one table from a failure's kind to the WIT `error` a guest sees.
 /// `Busy` has no case of its own: it travels as `unavailable`, the case a
-/// guest retries later; `Internal`, the host's own failure, is `other`.
+/// guest retries later; `Internal`, the host's own failure, is `other`. A
+/// 0.1 guest sees the result through [`error_v0_1`].
 pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
     use types::Error;
     match kind {
@@ -74,6 +77,30 @@ pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
         Error::InvalidArgument(m) => (ErrorKind::InvalidArgument, m),
         Error::Unsupported(m) => (ErrorKind::Unsupported, m),
         Error::Other(m) => (ErrorKind::Internal, m),
+    }
+}
+
+/// The WIT `error` as a plugin built against the 0.1 contract sees it: the
+/// two cases 0.1 lacks travel as the case such a guest can act on, the
+/// message naming what they were — `unsupported` as `invalid-argument`
+/// prefixed `unsupported: ` (a call it must not repeat as it is), `other`
+/// as `unavailable` (one to retry later, as 0.1 hosts answered their own
+/// failures).
+pub(crate) fn error_v0_1(error: types::Error) -> v0_1_types::Error {
+    use types::Error;
+    use v0_1_types::Error as Old;
+    match error {
+        Error::NotFound(m) => Old::NotFound(m),
+        Error::PreconditionFailed(m) => Old::PreconditionFailed(m),
+        Error::Conflict(m) => Old::Conflict(m),
+        Error::ChecksumMismatch(m) => Old::ChecksumMismatch(m),
+        Error::Corrupt(m) => Old::Corrupt(m),
+        Error::Unavailable(m) => Old::Unavailable(m),
+        Error::BudgetExhausted(m) => Old::BudgetExhausted(m),
+        Error::AccessDenied(m) => Old::AccessDenied(m),
+        Error::InvalidArgument(m) => Old::InvalidArgument(m),
+        Error::Unsupported(m) => Old::InvalidArgument(format!("unsupported: {m}")),
+        Error::Other(m) => Old::Unavailable(m),
     }
 }
 
@@ -269,12 +296,15 @@ pub(crate) fn add_to_linker(
             custodian_contract::version::CONTRACT_VERSION
         ))?;
     }
-    Ok(())
+    // The same capabilities at 0.1, for plugins built against it (the
+    // linker tells `@0.1.0` and `@0.2.0` apart: before 1.0 each minor is
+    // its own series).
+    v0_1::add_to_linker(linker)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrorKind, error_kind, guest_error, types};
+    use super::{ErrorKind, error_kind, error_v0_1, guest_error, types, v0_1_types};
 
     #[test]
     fn a_kind_the_wit_error_has_crosses_to_the_guest_and_back_unchanged() {
@@ -320,5 +350,21 @@ mod tests {
             error_kind(guest_error(ErrorKind::Busy, "m".into())),
             (ErrorKind::Unavailable, "m".into())
         );
+    }
+
+    #[test]
+    fn a_0_1_guest_sees_unsupported_as_a_prefixed_invalid_argument_and_other_as_unavailable() {
+        assert!(matches!(
+            error_v0_1(types::Error::Unsupported("m".into())),
+            v0_1_types::Error::InvalidArgument(m) if m == "unsupported: m"
+        ));
+        assert!(matches!(
+            error_v0_1(types::Error::Other("m".into())),
+            v0_1_types::Error::Unavailable(m) if m == "m"
+        ));
+        assert!(matches!(
+            error_v0_1(types::Error::NotFound("m".into())),
+            v0_1_types::Error::NotFound(m) if m == "m"
+        ));
     }
 }

@@ -5,6 +5,11 @@
 //! call's services, the plugin's grants and the meter from [`CallState`].
 //! Mechanisms are reached through their traits; WIT types are converted in
 //! these modules and nowhere else.
+//!
+//! The interfaces are implemented once, at the contract the host speaks
+//! (0.2); those at 0.1, for plugins built against it, delegate to them
+//! ([`v0_1`]), and a 0.1 guest's errors are [`guest_error`]'s through
+//! [`error_v0_1`].
 
 pub(crate) mod audit;
 pub(crate) mod checksum;

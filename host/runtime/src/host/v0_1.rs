@@ -6,7 +6,7 @@
 //! Each function delegates to the 0.2 implementation on the same
 //! [`HostView`], converting its arguments and result between the two
 //! generations' same-shaped types; its error is the 0.2 implementation's,
-//! converted once, in [`types::Host::convert_error`], by
+//! converted once, in [`old::types::Host::convert_error`], by
 //! [`super::error_v0_1`]. No capability is implemented twice.
 
 use super::{HostData, HostView, stop, view};

@@ -2,7 +2,7 @@
 //! plugin, with host types on this side of the boundary.
 //!
 //! A plugin built against the 0.1 contract is called through the 0.1
-//! bindings ([`Linked::V0_1`]); each driver converts its arguments to, and
+//! bindings (`Linked::V0_1`); each driver converts its arguments to, and
 //! its answers from, the 0.1 types right at the call, so everything after
 //! the call (what an answer means to the host) is written once, against
 //! the 0.2 types. See `crate::bindings::v0_1` for why there are two

@@ -9,7 +9,7 @@
 pub mod host {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "custodian:host/capabilities@0.1.0",
+        world: "custodian:host/capabilities@0.2.0",
         additional_derives: [PartialEq, Eq],
         generate_all,
     });
@@ -24,13 +24,13 @@ macro_rules! policy_world {
                 world: $world,
                 additional_derives: [PartialEq, Eq],
                 with: {
-                    "custodian:host/types@0.1.0": crate::bindings::host::custodian::host::types,
-                    "custodian:host/kv@0.1.0": crate::bindings::host::custodian::host::kv,
-                    "custodian:host/objects@0.1.0": crate::bindings::host::custodian::host::objects,
-                    "custodian:host/checksum@0.1.0": crate::bindings::host::custodian::host::checksum,
-                    "custodian:host/clock@0.1.0": crate::bindings::host::custodian::host::clock,
-                    "custodian:host/audit@0.1.0": crate::bindings::host::custodian::host::audit,
-                    "custodian:host/log@0.1.0": crate::bindings::host::custodian::host::log,
+                    "custodian:host/types@0.2.0": crate::bindings::host::custodian::host::types,
+                    "custodian:host/kv@0.2.0": crate::bindings::host::custodian::host::kv,
+                    "custodian:host/objects@0.2.0": crate::bindings::host::custodian::host::objects,
+                    "custodian:host/checksum@0.2.0": crate::bindings::host::custodian::host::checksum,
+                    "custodian:host/clock@0.2.0": crate::bindings::host::custodian::host::clock,
+                    "custodian:host/audit@0.2.0": crate::bindings::host::custodian::host::audit,
+                    "custodian:host/log@0.2.0": crate::bindings::host::custodian::host::log,
                     $($shared: $path,)*
                 },
                 generate_all,
@@ -44,27 +44,27 @@ macro_rules! policy_world {
 
 policy_world!(
     retention,
-    "custodian:policy/retention@0.1.0",
+    "custodian:policy/retention@0.2.0",
     "export_retention",
     "custodian_sdk::bindings::retention"
 );
 policy_world!(
     takedown,
-    "custodian:policy/takedown@0.1.0",
+    "custodian:policy/takedown@0.2.0",
     "export_takedown",
     "custodian_sdk::bindings::takedown",
     // One `Item` type whether a policy decides retention or asks about it.
-    "custodian:policy/retention-types@0.1.0" => crate::bindings::retention::custodian::policy::retention_types
+    "custodian:policy/retention-types@0.2.0" => crate::bindings::retention::custodian::policy::retention_types
 );
 policy_world!(
     purge,
-    "custodian:policy/purge@0.1.0",
+    "custodian:policy/purge@0.2.0",
     "export_purge",
     "custodian_sdk::bindings::purge"
 );
 policy_world!(
     archive,
-    "custodian:policy/archive@0.1.0",
+    "custodian:policy/archive@0.2.0",
     "export_archive",
     "custodian_sdk::bindings::archive"
 );

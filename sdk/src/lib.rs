@@ -42,6 +42,10 @@ pub use custodian_contract as contract;
 pub use policies::{archive, purge, retention, steps, takedown};
 
 /// Why a host call failed; see `wit/deps/host/types.wit` for each case.
+/// Since contract 0.2 it has [`Error::Unsupported`] (the store or backend
+/// cannot do this at all, e.g. versions on an unversioned store: do not
+/// retry) and [`Error::Other`] (none of the other kinds; the message says
+/// what). A plugin answers them like any other case.
 pub use bindings::host::custodian::host::types::Error;
 
 /// Milliseconds since the Unix epoch, UTC.

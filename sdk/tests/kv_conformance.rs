@@ -46,8 +46,9 @@ impl NativeKv {
 /// real host it comes from the runtime's grant check above the KV, and the
 /// only partitions no deployer can grant are the host-reserved ones, which
 /// `Grants` refuses as an invalid argument; so it maps to `InvalidArgument`.
-/// The object-store cases are never a KV answer: one is a conformance
-/// failure of the native host, reported as such.
+/// The object-store cases (and `unsupported`, `other`) are never a KV
+/// answer: one is a conformance failure of the native host, reported as
+/// such.
 fn kv_error(error: Error) -> KvError {
     match error {
         Error::InvalidArgument(m) => KvError::InvalidArgument(m),
@@ -58,7 +59,9 @@ fn kv_error(error: Error) -> KvError {
         error @ (Error::NotFound(_)
         | Error::PreconditionFailed(_)
         | Error::Conflict(_)
-        | Error::ChecksumMismatch(_)) => {
+        | Error::ChecksumMismatch(_)
+        | Error::Unsupported(_)
+        | Error::Other(_)) => {
             panic!("the native KV answered {error:?}, which no KV call answers")
         }
     }

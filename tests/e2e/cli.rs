@@ -42,7 +42,7 @@ fn plugin_inspect_describes_a_plugin_as_json() {
     assert_eq!(code, 0, "{stderr}");
     let info: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(info["worlds"], json!(["retention"]));
-    assert_eq!(info["policy_version"], json!("0.1.0"));
+    assert_eq!(info["policy_version"], json!("0.2.0"));
     assert!(info["size"].as_u64().unwrap() > 1000);
     assert_eq!(info["hash"].as_str().unwrap().len(), 64);
     assert!(info["load_time"].as_f64().unwrap() > 0.0);
@@ -51,7 +51,7 @@ fn plugin_inspect_describes_a_plugin_as_json() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i == "custodian:host/types@0.1.0")
+            .any(|i| i == "custodian:host/types@0.2.0")
     );
 }
 
@@ -123,7 +123,7 @@ fn plugin_check_refuses_a_plugin_of_another_world() {
 fn plugin_check_names_the_import_of_an_incompatible_contract() {
     let (code, _, stderr) = outcome(&run(&["plugin", "check", path(support::future_contract())]));
     assert_eq!(code, 2);
-    assert!(stderr.contains("custodian:host/clock@0.2.0"), "{stderr}");
+    assert!(stderr.contains("custodian:host/clock@0.3.0"), "{stderr}");
 }
 
 const EXPIRED: &str = r#"{"settings": {"retention-ms": 86400000, "noncurrent-retention-ms": 0},

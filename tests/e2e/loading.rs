@@ -48,7 +48,7 @@ fn a_component_of_another_world_is_refused_naming_both_worlds() {
     let message = error.to_string();
     assert!(matches!(error, LoadError::WrongWorld { .. }), "{message}");
     assert!(
-        message.contains("custodian:policy/takedown-steps@0.1.0"),
+        message.contains("custodian:policy/takedown-steps@0.2.0"),
         "{message}"
     );
     assert!(message.contains("retention"), "{message}");
@@ -66,10 +66,10 @@ fn a_component_built_against_an_incompatible_contract_names_the_import() {
         "{message}"
     );
     assert!(
-        message.contains("import custodian:host/clock@0.2.0"),
+        message.contains("import custodian:host/clock@0.3.0"),
         "{message}"
     );
-    assert!(message.contains("0.1.0"), "{message}");
+    assert!(message.contains("0.2.0"), "{message}");
 }
 
 #[test]
@@ -77,12 +77,12 @@ fn the_bundled_retention_plugin_declares_its_world_and_contract() {
     let plugin = runtime().load_file(support::retention()).unwrap();
     let info = plugin.info();
     assert_eq!(info.worlds, vec![World::Retention]);
-    assert_eq!(info.policy_version.as_deref(), Some("0.1.0"));
+    assert_eq!(info.policy_version.as_deref(), Some("0.2.0"));
     assert_eq!(info.hash.len(), 64);
     let export = info
         .exports
         .iter()
-        .find(|e| e.name == "custodian:policy/retention-rules@0.1.0")
+        .find(|e| e.name == "custodian:policy/retention-rules@0.2.0")
         .expect("the retention export");
     assert!(
         export

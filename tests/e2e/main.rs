@@ -3,6 +3,7 @@
 
 mod archive;
 mod cli;
+mod contract;
 mod crc64;
 mod limits;
 mod loading;

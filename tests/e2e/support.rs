@@ -29,6 +29,7 @@ fn guests() -> &'static [PathBuf] {
                 "custodian-guest-future",
                 "custodian-guest-stepper",
                 "custodian-guest-trapper",
+                "custodian-guest-legacy",
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"))
@@ -40,7 +41,7 @@ pub fn probe() -> &'static Path {
     &guests()[0]
 }
 
-/// `tests/guests/future`: built against `custodian:host@0.2.0`.
+/// `tests/guests/future`: built against `custodian:host@0.3.0`.
 pub fn future_contract() -> &'static Path {
     &guests()[1]
 }
@@ -55,6 +56,12 @@ pub fn stepper() -> &'static Path {
 /// call.
 pub fn trapper() -> &'static Path {
     &guests()[3]
+}
+
+/// `tests/guests/legacy`: a retention-world guest built against the
+/// frozen 0.1 contract.
+pub fn legacy_contract() -> &'static Path {
+    &guests()[4]
 }
 
 /// The bundled retention plugin, as built from `plugins/retention`.

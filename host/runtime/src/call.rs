@@ -14,7 +14,7 @@ use super::engine::EPOCH_TICK;
 use super::host::CallState;
 use super::json;
 use super::limits::LimitExceeded;
-use super::load::{Plugin, World};
+use super::load::{CONTRACT_VERSION, Plugin, World};
 use crate::context::CallContext;
 
 /// Why a call did not return normally.
@@ -48,10 +48,11 @@ pub struct Function<'p> {
 }
 
 /// The interface export `interface` names: a policy world's name
-/// (`retention`) or a full interface name (`ns:pkg/iface@1.2.3`).
-fn interface_export(interface: &str) -> String {
+/// (`retention`), at the `version` of the contract the plugin was built
+/// against, or a full interface name (`ns:pkg/iface@1.2.3`).
+fn interface_export(interface: &str, version: &str) -> String {
     match interface.parse::<World>() {
-        Ok(world) => world.export_name(),
+        Ok(world) => format!("custodian:policy/{}@{version}", world.interface()),
         Err(_) => interface.to_owned(),
     }
 }
@@ -63,7 +64,8 @@ impl Plugin {
     /// # Errors
     /// [`CallError::NoSuchFunction`].
     pub fn function(&self, interface: &str, function: &str) -> Result<Function<'_>, CallError> {
-        let export = interface_export(interface);
+        let version = self.info.policy_version.as_deref();
+        let export = interface_export(interface, version.unwrap_or(CONTRACT_VERSION));
         let missing = || CallError::NoSuchFunction(format!("{function} in {export}"));
         let instance = self
             .component
@@ -368,11 +370,15 @@ mod tests {
     }
 
     #[test]
-    fn a_world_name_names_its_policy_export() {
+    fn a_world_name_names_its_policy_export_at_the_plugins_contract_version() {
         assert_eq!(
-            interface_export("retention"),
+            interface_export("retention", "0.2.0"),
+            "custodian:policy/retention-rules@0.2.0"
+        );
+        assert_eq!(
+            interface_export("retention", "0.1.0"),
             "custodian:policy/retention-rules@0.1.0"
         );
-        assert_eq!(interface_export("a:b/c@1.0.0"), "a:b/c@1.0.0");
+        assert_eq!(interface_export("a:b/c@1.0.0", "0.2.0"), "a:b/c@1.0.0");
     }
 }

@@ -127,7 +127,8 @@ pub enum LoadError {
     /// Built against an incompatible contract version.
     #[error(
         "{source_name} was built against an incompatible contract: its {direction} {item} \
-         is version {found}, and this host speaks {CONTRACT_VERSION} (compatible: 0.1.x)"
+         is version {found}, and this host speaks {CONTRACT_VERSION} (compatible: {compatible})",
+        compatible = custodian_contract::version::COMPATIBLE_DESCRIPTION
     )]
     IncompatibleVersion {
         /// Where it came from.
@@ -176,7 +177,7 @@ pub enum LoadError {
 /// One export of a plugin, for inspection.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ExportInfo {
-    /// The export's name, e.g. `custodian:policy/retention-rules@0.1.0`.
+    /// The export's name, e.g. `custodian:policy/retention-rules@0.2.0`.
     pub name: String,
     /// Its functions' signatures.
     pub functions: Vec<String>,
@@ -200,7 +201,9 @@ pub struct PluginInfo {
     pub hash: String,
     /// The policy worlds it implements.
     pub worlds: Vec<World>,
-    /// The `custodian:policy` version of its exports, if any.
+    /// The `custodian:policy` version of its exports, if any: the
+    /// contract version the plugin was built against (`0.1.x` plugins are
+    /// linked through the host's frozen copy of the 0.1 contract).
     pub policy_version: Option<String>,
     /// Its imports.
     pub imports: Vec<String>,
@@ -226,9 +229,31 @@ impl PluginInfo {
     }
 }
 
+/// Which generation of the contract's bindings a plugin is linked and
+/// called through (see `crate::bindings::v0_1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// Built against `custodian:policy@0.1.x`.
+    V0_1,
+    /// Built against the contract this host speaks, [`CONTRACT_VERSION`].
+    Current,
+}
+
+impl Generation {
+    /// The generation of a plugin whose policy exports are at `version`
+    /// (`None`: it exports no policy world, and is called as current).
+    fn of(version: Option<&str>) -> Self {
+        match version.and_then(custodian_contract::version::series) {
+            Some((0, 1)) => Self::V0_1,
+            _ => Self::Current,
+        }
+    }
+}
+
 /// A loaded, linked plugin: compile once, instantiate per call.
 pub struct Plugin {
     pub(crate) info: PluginInfo,
+    pub(crate) generation: Generation,
     pub(crate) component: Component,
     pub(crate) pre: InstancePre<CallState>,
     /// Keeps the runtime's epoch ticker running while the plugin can be
@@ -351,6 +376,7 @@ impl Runtime {
             })?;
         Ok(Plugin {
             _ticker: self.ticker.clone(),
+            generation: Generation::of(policy_version.as_deref()),
             info: PluginInfo {
                 source: source_name,
                 size: bytes.len() as u64,

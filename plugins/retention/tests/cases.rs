@@ -84,6 +84,8 @@ fn error_json(error: &Error) -> Value {
         Error::BudgetExhausted(m) => ("budget-exhausted", m),
         Error::AccessDenied(m) => ("access-denied", m),
         Error::InvalidArgument(m) => ("invalid-argument", m),
+        Error::Unsupported(m) => ("unsupported", m),
+        Error::Other(m) => ("other", m),
     };
     json!({ case: message })
 }

@@ -90,6 +90,8 @@ pub fn describe(error: &Error) -> String {
         Error::BudgetExhausted(m) => format!("budget exhausted: {m}"),
         Error::AccessDenied(m) => format!("access denied: {m}"),
         Error::InvalidArgument(m) => format!("invalid argument: {m}"),
+        Error::Unsupported(m) => format!("unsupported: {m}"),
+        Error::Other(m) => format!("failed: {m}"),
     };
     bounded(&text)
 }

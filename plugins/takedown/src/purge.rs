@@ -97,13 +97,13 @@ const VERSIONS_PER_PAGE: u32 = 16;
 /// were found. On a versioned store that is each version and delete
 /// marker: a plain delete would leave the bytes readable by version id,
 /// which is not a purge. An unversioned store answers `list-versions`
-/// with `invalid-argument`; there the current object is all there is.
+/// with `unsupported`; there the current object is all there is.
 fn destroy(key: &str) -> Result<bool, Error> {
     let mut found = false;
     for _ in 0..VERSION_PAGES {
         let page = match objects::list_versions(PRESERVED, key, None, VERSIONS_PER_PAGE) {
             Ok(page) => page,
-            Err(Error::InvalidArgument(_)) => {
+            Err(Error::Unsupported(_)) => {
                 return match objects::head(PRESERVED, key) {
                     Ok(_) => objects::delete(PRESERVED, key).map(|()| true),
                     Err(Error::NotFound(_)) => Ok(false),

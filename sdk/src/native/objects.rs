@@ -6,7 +6,7 @@ use crate::bindings::host::custodian::host::objects::{
 use custodian_contract::limits::MAX_BODY_BYTES;
 
 fn unversioned() -> Error {
-    Error::InvalidArgument("the native test host's stores are unversioned".into())
+    Error::Unsupported("the native test host's stores are unversioned".into())
 }
 
 fn check_key(key: &str) -> Result<(), Error> {

@@ -5,6 +5,11 @@
 //! call's services, the plugin's grants and the meter from [`CallState`].
 //! Mechanisms are reached through their traits; WIT types are converted in
 //! these modules and nowhere else.
+//!
+//! The interfaces are implemented once, at the contract the host speaks
+//! (0.2); those at 0.1, for plugins built against it, delegate to them
+//! ([`v0_1`]), and a 0.1 guest's errors are [`guest_error`]'s through
+//! [`error_v0_1`].
 
 pub(crate) mod audit;
 pub(crate) mod checksum;
@@ -13,6 +18,7 @@ pub(crate) mod kv;
 pub(crate) mod log;
 pub(crate) mod objects;
 pub(crate) mod retention;
+mod v0_1;
 
 use std::future::Future;
 use std::pin::pin;
@@ -26,6 +32,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::host::custodian::host::types;
+use super::bindings::v0_1::host::custodian::host::types as v0_1_types;
 use super::limits::{Charge, LimitExceeded, Meter};
 use crate::bindings::HostError;
 use crate::context::CallContext;
@@ -37,9 +44,9 @@ const STDERR_BYTES: usize = 8 * 1024;
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// The one table from a failure's kind to the WIT `error` a guest sees.
-/// `custodian:host@0.1` has no case for `unsupported`, `busy` or
-/// `internal`; each travels as the case a guest can act on (a call it must
-/// not repeat as it is; one to retry later), its message naming the kind.
+/// `Busy` has no case of its own: it travels as `unavailable`, the case a
+/// guest retries later; `Internal`, the host's own failure, is `other`. A
+/// 0.1 guest sees the result through [`error_v0_1`].
 pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
     use types::Error;
     match kind {
@@ -49,15 +56,18 @@ pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
         ErrorKind::ChecksumMismatch => Error::ChecksumMismatch(message),
         ErrorKind::Corrupt => Error::Corrupt(message),
         ErrorKind::Unavailable | ErrorKind::Busy => Error::Unavailable(message),
-        ErrorKind::Internal => Error::Unavailable(format!("the host failed: {message}")),
         ErrorKind::BudgetExhausted => Error::BudgetExhausted(message),
         ErrorKind::AccessDenied => Error::AccessDenied(message),
         ErrorKind::InvalidArgument => Error::InvalidArgument(message),
-        ErrorKind::Unsupported => Error::InvalidArgument(format!("unsupported: {message}")),
+        ErrorKind::Unsupported => Error::Unsupported(message),
+        ErrorKind::Internal => Error::Other(message),
     }
 }
 
-/// The kind of a WIT `error` a guest returned, and its message.
+/// The kind of a WIT `error` a guest returned, and its message. `other`
+/// names no kind, so it is [`ErrorKind::Internal`]: a failure the host
+/// cannot classify, answered as its own (never retried by the host, a
+/// server's 500, exit status 1).
 pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
     use types::Error;
     match error {
@@ -70,6 +80,32 @@ pub(crate) fn error_kind(error: types::Error) -> (ErrorKind, String) {
         Error::BudgetExhausted(m) => (ErrorKind::BudgetExhausted, m),
         Error::AccessDenied(m) => (ErrorKind::AccessDenied, m),
         Error::InvalidArgument(m) => (ErrorKind::InvalidArgument, m),
+        Error::Unsupported(m) => (ErrorKind::Unsupported, m),
+        Error::Other(m) => (ErrorKind::Internal, m),
+    }
+}
+
+/// The WIT `error` as a plugin built against the 0.1 contract sees it: the
+/// two cases 0.1 lacks travel as the case such a guest can act on, the
+/// message naming what they were — `unsupported` as `invalid-argument`
+/// prefixed `unsupported: ` (a call it must not repeat as it is), `other`
+/// as `unavailable` (one to retry later, as 0.1 hosts answered their own
+/// failures).
+pub(crate) fn error_v0_1(error: types::Error) -> v0_1_types::Error {
+    use types::Error;
+    use v0_1_types::Error as Old;
+    match error {
+        Error::NotFound(m) => Old::NotFound(m),
+        Error::PreconditionFailed(m) => Old::PreconditionFailed(m),
+        Error::Conflict(m) => Old::Conflict(m),
+        Error::ChecksumMismatch(m) => Old::ChecksumMismatch(m),
+        Error::Corrupt(m) => Old::Corrupt(m),
+        Error::Unavailable(m) => Old::Unavailable(m),
+        Error::BudgetExhausted(m) => Old::BudgetExhausted(m),
+        Error::AccessDenied(m) => Old::AccessDenied(m),
+        Error::InvalidArgument(m) => Old::InvalidArgument(m),
+        Error::Unsupported(m) => Old::InvalidArgument(format!("unsupported: {m}")),
+        Error::Other(m) => Old::Unavailable(m),
     }
 }
 
@@ -265,12 +301,15 @@ pub(crate) fn add_to_linker(
             custodian_contract::version::CONTRACT_VERSION
         ))?;
     }
-    Ok(())
+    // The same capabilities at 0.1, for plugins built against it (the
+    // linker tells `@0.1.0` and `@0.2.0` apart: before 1.0 each minor is
+    // its own series).
+    v0_1::add_to_linker(linker)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrorKind, error_kind, guest_error};
+    use super::{ErrorKind, error_kind, error_v0_1, guest_error, types, v0_1_types};
 
     #[test]
     fn a_kind_the_wit_error_has_crosses_to_the_guest_and_back_unchanged() {
@@ -284,6 +323,8 @@ mod tests {
             ErrorKind::BudgetExhausted,
             ErrorKind::AccessDenied,
             ErrorKind::InvalidArgument,
+            ErrorKind::Unsupported,
+            ErrorKind::Internal,
         ] {
             assert_eq!(
                 error_kind(guest_error(kind, "m".into())),
@@ -293,25 +334,42 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_the_wit_error_lacks_reaches_the_guest_as_the_case_it_can_act_on() {
-        let cases = [
-            (
-                ErrorKind::Unsupported,
-                ErrorKind::InvalidArgument,
-                "unsupported: m",
-            ),
-            (ErrorKind::Busy, ErrorKind::Unavailable, "m"),
-            (
-                ErrorKind::Internal,
-                ErrorKind::Unavailable,
-                "the host failed: m",
-            ),
-        ];
-        for (kind, seen, message) in cases {
-            assert_eq!(
-                error_kind(guest_error(kind, "m".into())),
-                (seen, message.into())
-            );
-        }
+    fn unsupported_and_the_hosts_own_failure_have_cases_of_their_own() {
+        assert!(matches!(
+            guest_error(ErrorKind::Unsupported, "m".into()),
+            types::Error::Unsupported(m) if m == "m"
+        ));
+        assert!(matches!(
+            guest_error(ErrorKind::Internal, "m".into()),
+            types::Error::Other(m) if m == "m"
+        ));
+        assert_eq!(
+            error_kind(types::Error::Other("m".into())),
+            (ErrorKind::Internal, "m".into())
+        );
+    }
+
+    #[test]
+    fn busy_reaches_the_guest_as_unavailable() {
+        assert_eq!(
+            error_kind(guest_error(ErrorKind::Busy, "m".into())),
+            (ErrorKind::Unavailable, "m".into())
+        );
+    }
+
+    #[test]
+    fn a_0_1_guest_sees_unsupported_as_a_prefixed_invalid_argument_and_other_as_unavailable() {
+        assert!(matches!(
+            error_v0_1(types::Error::Unsupported("m".into())),
+            v0_1_types::Error::InvalidArgument(m) if m == "unsupported: m"
+        ));
+        assert!(matches!(
+            error_v0_1(types::Error::Other("m".into())),
+            v0_1_types::Error::Unavailable(m) if m == "m"
+        ));
+        assert!(matches!(
+            error_v0_1(types::Error::NotFound("m".into())),
+            v0_1_types::Error::NotFound(m) if m == "m"
+        ));
     }
 }

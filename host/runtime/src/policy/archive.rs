@@ -7,8 +7,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::PolicyError;
+use crate::bindings::policy::archive::ArchivePre;
 use crate::bindings::policy::archive::exports::custodian::policy::archive_map as wit;
-use crate::bindings::policy::archive::{Archive, ArchivePre};
+use crate::bindings::v0_1::Convert;
+use crate::bindings::v0_1::policy::archive::ArchivePre as ArchivePreV0_1;
 use crate::host::CallState;
 use crate::{CallContext, CallError, Limits, LoadError, Plugin, Services, World};
 use custodian_core::versions::hops::{Hop, HopPolicy, RegistryRow, VersionRef};
@@ -17,7 +19,7 @@ use custodian_core::versions::hops::{Hop, HopPolicy, RegistryRow, VersionRef};
 /// registry and hands it the rows.
 pub struct ArchivePolicy {
     plugin: Arc<Plugin>,
-    pre: ArchivePre<CallState>,
+    pre: super::Linked<ArchivePre<CallState>, ArchivePreV0_1<CallState>>,
     call: Arc<CallContext>,
 }
 
@@ -34,7 +36,12 @@ impl ArchivePolicy {
         services: Arc<Services>,
         limits: Limits,
     ) -> Result<Self, LoadError> {
-        let pre = super::link(&plugin, World::Archive, ArchivePre::new)?;
+        let pre = super::link_either(
+            &plugin,
+            World::Archive,
+            ArchivePre::new,
+            ArchivePreV0_1::new,
+        )?;
         let call = super::isolated_call(&plugin, services, limits);
         Ok(Self { plugin, pre, call })
     }
@@ -56,21 +63,35 @@ impl ArchivePolicy {
         etag: Option<&str>,
         rows: &[RegistryRow],
     ) -> Result<Result<Hop, PolicyError>, CallError> {
-        let (mut store, instance): (wasmtime::Store<CallState>, Archive) =
-            super::instantiate(&self.plugin, self.call.clone(), |store| {
-                self.pre.instantiate(store)
-            })?;
+        let wanted = wit::VersionRef::from(wanted);
         let rows: Vec<wit::RegistryRow> = rows.iter().map(wit::RegistryRow::from).collect();
-        let answer = instance
-            .custodian_policy_archive_map()
-            .call_next_hop(
-                &mut store,
-                &wit::VersionRef::from(wanted),
-                size,
-                etag,
-                &rows,
-            )
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let (plugin, call) = (&self.plugin, self.call.clone());
+        let answer: Result<wit::Hop, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_archive_map()
+                        .call_next_hop(s, &wanted, size, etag, &rows)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_archive_map().call_next_hop(
+                        s,
+                        &wanted.convert(),
+                        size,
+                        etag,
+                        &rows.convert(),
+                    )
+                },
+            )?
+            .convert(),
+        };
         Ok(answer.map_err(PolicyError::from).map(|hop| match hop {
             wit::Hop::Follow(row) => Hop::Follow(row.into()),
             wit::Hop::Missing(reason) => Hop::Missing(reason),

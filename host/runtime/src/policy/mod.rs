@@ -1,5 +1,12 @@
 //! Host-side drivers of the policy worlds: typed calls into a loaded
 //! plugin, with host types on this side of the boundary.
+//!
+//! A plugin built against the 0.1 contract is called through the 0.1
+//! bindings (`Linked::V0_1`); each driver converts its arguments to, and
+//! its answers from, the 0.1 types right at the call, so everything after
+//! the call (what an answer means to the host) is written once, against
+//! the 0.2 types. See `crate::bindings::v0_1` for why there are two
+//! generations and when the 0.1 one may be dropped.
 
 pub mod archive;
 pub mod purge;
@@ -9,6 +16,7 @@ pub mod takedown;
 
 use std::sync::Arc;
 
+use custodian_base::error::ErrorKind;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
@@ -16,7 +24,43 @@ pub use custodian_core::decisions::PolicyError;
 
 use crate::bindings_error::WitError;
 use crate::host::CallState;
+use crate::load::Generation;
 use crate::{CallContext, CallError, Grants, Limits, LoadError, Plugin, Services, World};
+
+/// A world's bindings for one plugin: those of the contract the host
+/// speaks, or the 0.1 ones for a plugin built against 0.1.
+enum Linked<Current, V0_1> {
+    Current(Current),
+    V0_1(V0_1),
+}
+
+/// Links `plugin` to a world's bindings of its generation (`current` and
+/// `v0_1` are the world's `*Pre::new` of each), after checking it
+/// implements `world`.
+fn link_either<C, O>(
+    plugin: &Plugin,
+    world: World,
+    current: impl FnOnce(InstancePre<CallState>) -> wasmtime::Result<C>,
+    v0_1: impl FnOnce(InstancePre<CallState>) -> wasmtime::Result<O>,
+) -> Result<Linked<C, O>, LoadError> {
+    match plugin.generation {
+        Generation::Current => link(plugin, world, current).map(Linked::Current),
+        Generation::V0_1 => link(plugin, world, v0_1).map(Linked::V0_1),
+    }
+}
+
+/// One call on a fresh instance: `instantiate` is the world's
+/// `*Pre::instantiate`, `f` calls the export; a trap or a limit is the
+/// [`CallError`].
+fn call<I, R>(
+    plugin: &Plugin,
+    context: Arc<CallContext>,
+    instantiate: impl FnOnce(&mut Store<CallState>) -> wasmtime::Result<I>,
+    f: impl FnOnce(&I, &mut Store<CallState>) -> wasmtime::Result<R>,
+) -> Result<R, CallError> {
+    let (mut store, instance) = self::instantiate(plugin, context, instantiate)?;
+    f(&instance, &mut store).map_err(|e| crate::classify(e, store.data()))
+}
 
 /// Links `plugin` to a world's generated bindings (`make` is the world's
 /// `*Pre::new`), after checking it implements `world`.
@@ -70,8 +114,37 @@ fn blocking<T>(call: impl FnOnce() -> T) -> T {
 }
 
 impl From<WitError> for PolicyError {
+    /// A policy's answer. [`PolicyError`] has no case for `unsupported` or
+    /// `other`; they arrive as the case of their kind's nearest
+    /// (`invalid-argument`, `unavailable`), the message naming the case.
     fn from(error: WitError) -> Self {
         let (kind, message) = crate::host::error_kind(error);
+        let message = match kind {
+            ErrorKind::Unsupported => format!("unsupported: {message}"),
+            ErrorKind::Internal => format!("the policy failed: {message}"),
+            _ => message,
+        };
         Self::from_kind(kind, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PolicyError, WitError};
+
+    #[test]
+    fn a_policys_unsupported_or_other_answer_keeps_its_case_in_the_message() {
+        assert_eq!(
+            PolicyError::from(WitError::Unsupported("m".into())),
+            PolicyError::InvalidArgument("unsupported: m".into())
+        );
+        assert_eq!(
+            PolicyError::from(WitError::Other("m".into())),
+            PolicyError::Unavailable("the policy failed: m".into())
+        );
+        assert_eq!(
+            PolicyError::from(WitError::NotFound("m".into())),
+            PolicyError::NotFound("m".into())
+        );
     }
 }

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::PolicyError;
+use crate::bindings::policy::purge::PurgePre;
 use crate::bindings::policy::purge::exports::custodian::policy::purge_rules as wit;
-use crate::bindings::policy::purge::{Purge, PurgePre};
+use crate::bindings::v0_1::Convert;
+use crate::bindings::v0_1::policy::purge::PurgePre as PurgePreV0_1;
 use crate::host::CallState;
 use crate::{CallContext, CallError, Limits, LoadError, Plugin, Services, World};
 use custodian_core::decisions::purge::{Candidate, Governance, Mapping, PurgeJudge, Verdict};
@@ -17,7 +19,7 @@ use custodian_core::decisions::purge::{Candidate, Governance, Mapping, PurgeJudg
 /// facts.
 pub struct PurgePolicy {
     plugin: Arc<Plugin>,
-    pre: PurgePre<CallState>,
+    pre: super::Linked<PurgePre<CallState>, PurgePreV0_1<CallState>>,
     call: Arc<CallContext>,
 }
 
@@ -34,7 +36,7 @@ impl PurgePolicy {
         services: Arc<Services>,
         limits: Limits,
     ) -> Result<Self, LoadError> {
-        let pre = super::link(&plugin, World::Purge, PurgePre::new)?;
+        let pre = super::link_either(&plugin, World::Purge, PurgePre::new, PurgePreV0_1::new)?;
         let call = super::isolated_call(&plugin, services, limits);
         Ok(Self { plugin, pre, call })
     }
@@ -55,19 +57,34 @@ impl PurgePolicy {
         governance: &Governance,
         now_ms: u64,
     ) -> Result<Result<Verdict, PolicyError>, CallError> {
-        let (mut store, instance): (wasmtime::Store<CallState>, Purge) =
-            super::instantiate(&self.plugin, self.call.clone(), |store| {
-                self.pre.instantiate(store)
-            })?;
-        let answer = instance
-            .custodian_policy_purge_rules()
-            .call_judge(
-                &mut store,
-                &wit::Candidate::from(candidate),
-                &wit::Governance::from(governance),
-                now_ms,
-            )
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let candidate = wit::Candidate::from(candidate);
+        let governance = wit::Governance::from(governance);
+        let (plugin, call) = (&self.plugin, self.call.clone());
+        let answer: Result<wit::Verdict, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_purge_rules()
+                        .call_judge(s, &candidate, &governance, now_ms)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_purge_rules().call_judge(
+                        s,
+                        &candidate.convert(),
+                        &governance.convert(),
+                        now_ms,
+                    )
+                },
+            )?
+            .convert(),
+        };
         Ok(answer
             .map_err(PolicyError::from)
             .map(|verdict| match verdict {

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use super::PolicyError;
+use crate::bindings::policy::retention::RetentionPre;
 use crate::bindings::policy::retention::exports::custodian::policy::retention_rules as wit;
-use crate::bindings::policy::retention::{Retention, RetentionPre};
+use crate::bindings::v0_1::Convert;
+use crate::bindings::v0_1::policy::retention::RetentionPre as RetentionPreV0_1;
 use crate::host::CallState;
 use crate::{CallContext, CallError, LoadError, Plugin, World};
 use crate::{Limits, Services};
@@ -16,7 +18,7 @@ pub use custodian_core::decisions::retention::{
 /// A loaded retention plugin, ready to be asked.
 pub struct RetentionPolicy {
     plugin: Arc<Plugin>,
-    pre: RetentionPre<CallState>,
+    pre: super::Linked<RetentionPre<CallState>, RetentionPreV0_1<CallState>>,
 }
 
 impl RetentionPolicy {
@@ -26,21 +28,18 @@ impl RetentionPolicy {
     /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
     /// not have the retention world's types.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
-        let pre = super::link(&plugin, World::Retention, RetentionPre::new)?;
+        let pre = super::link_either(
+            &plugin,
+            World::Retention,
+            RetentionPre::new,
+            RetentionPreV0_1::new,
+        )?;
         Ok(Self { plugin, pre })
     }
 
     /// The plugin asked.
     pub fn plugin(&self) -> &Plugin {
         &self.plugin
-    }
-
-    /// A fresh instance for one call.
-    fn instance(
-        &self,
-        call: Arc<CallContext>,
-    ) -> Result<(wasmtime::Store<CallState>, Retention), CallError> {
-        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
     }
 
     /// Assesses `item` at `now_ms`.
@@ -55,16 +54,31 @@ impl RetentionPolicy {
         item: Item,
         now_ms: u64,
     ) -> Result<Result<Assessment, PolicyError>, CallError> {
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_retention_rules()
-            .call_assess(
-                &mut store,
-                wit::Settings::from(settings),
-                wit::Item::from(item),
-                now_ms,
-            )
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let (settings, item) = (wit::Settings::from(settings), wit::Item::from(item));
+        let plugin = &self.plugin;
+        // `retention-types` is the 0.2 one in both generations: only the
+        // error is converted.
+        let answer = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_retention_rules()
+                        .call_assess(s, settings, item, now_ms)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_retention_rules()
+                        .call_assess(s, settings, item, now_ms)
+                },
+            )?
+            .convert(),
+        };
         Ok(answer.map(Assessment::from).map_err(PolicyError::from))
     }
 
@@ -79,11 +93,29 @@ impl RetentionPolicy {
         item: Item,
         enabled: bool,
     ) -> Result<Result<Item, PolicyError>, CallError> {
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_retention_rules()
-            .call_set_hold(&mut store, wit::Item::from(item), enabled)
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let item = wit::Item::from(item);
+        let plugin = &self.plugin;
+        let answer = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_retention_rules()
+                        .call_set_hold(s, item, enabled)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_retention_rules()
+                        .call_set_hold(s, item, enabled)
+                },
+            )?
+            .convert(),
+        };
         Ok(answer.map(Item::from).map_err(PolicyError::from))
     }
 }

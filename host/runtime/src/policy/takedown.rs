@@ -12,9 +12,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::PolicyError;
+use crate::bindings::policy::takedown::TakedownPre;
 use crate::bindings::policy::takedown::custodian::policy::steps as steps_wit;
 use crate::bindings::policy::takedown::exports::custodian::policy::takedown_steps as wit;
-use crate::bindings::policy::takedown::{Takedown, TakedownPre};
+use crate::bindings::v0_1::Convert;
+use crate::bindings::v0_1::policy::takedown::TakedownPre as TakedownPreV0_1;
 use crate::host::CallState;
 use crate::host::kv::convert_batch;
 use crate::{
@@ -178,7 +180,7 @@ pub struct RequestStatus {
 /// A loaded takedown plugin.
 pub struct TakedownPolicy {
     plugin: Arc<Plugin>,
-    pre: TakedownPre<CallState>,
+    pre: super::Linked<TakedownPre<CallState>, TakedownPreV0_1<CallState>>,
 }
 
 impl TakedownPolicy {
@@ -188,20 +190,18 @@ impl TakedownPolicy {
     /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
     /// not have the takedown world's types.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, LoadError> {
-        let pre = super::link(&plugin, World::Takedown, TakedownPre::new)?;
+        let pre = super::link_either(
+            &plugin,
+            World::Takedown,
+            TakedownPre::new,
+            TakedownPreV0_1::new,
+        )?;
         Ok(Self { plugin, pre })
     }
 
     /// The plugin.
     pub fn plugin(&self) -> &Plugin {
         &self.plugin
-    }
-
-    fn instance(
-        &self,
-        call: Arc<CallContext>,
-    ) -> Result<(wasmtime::Store<CallState>, Takedown), CallError> {
-        super::instantiate(&self.plugin, call, |store| self.pre.instantiate(store))
     }
 
     /// Runs one step of `timer` at `now_ms`. The commit's partitions are
@@ -219,19 +219,29 @@ impl TakedownPolicy {
         now_ms: u64,
     ) -> Result<Result<Fired, PolicyError>, CallError> {
         let grants = call.grants.clone();
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_takedown_steps()
-            .call_step(
-                &mut store,
-                &steps_wit::Timer {
-                    kind: timer.kind.clone(),
-                    reference: timer.reference.clone(),
-                    due_at_ms: timer.due_ms,
-                    now_ms,
-                },
-            )
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let timer = steps_wit::Timer {
+            kind: timer.kind.clone(),
+            reference: timer.reference.clone(),
+            due_at_ms: timer.due_ms,
+            now_ms,
+        };
+        let plugin = &self.plugin;
+        // `steps` is the 0.2 one in both generations.
+        let answer: Result<steps_wit::StepResult, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| i.custodian_policy_takedown_steps().call_step(s, &timer),
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| i.custodian_policy_takedown_steps().call_step(s, &timer),
+            )?
+            .convert(),
+        };
         Ok(answer.map_err(PolicyError::from).and_then(|result| {
             Ok(match result {
                 steps_wit::StepResult::Reschedule(r) => Fired::Reschedule {
@@ -256,11 +266,32 @@ impl TakedownPolicy {
         now_ms: u64,
     ) -> Result<Result<StepCommit, PolicyError>, CallError> {
         let grants = call.grants.clone();
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_takedown_steps()
-            .call_plan_create(&mut store, &wit::Request::from(request), now_ms)
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let request = wit::Request::from(request);
+        let plugin = &self.plugin;
+        let answer: Result<steps_wit::Commit, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_takedown_steps()
+                        .call_plan_create(s, &request, now_ms)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_takedown_steps().call_plan_create(
+                        s,
+                        &request.convert(),
+                        now_ms,
+                    )
+                },
+            )?
+            .convert(),
+        };
         Ok(answer
             .map_err(PolicyError::from)
             .and_then(|c| commit(&grants, c)))
@@ -276,11 +307,22 @@ impl TakedownPolicy {
         call: Arc<CallContext>,
         request: &[u8],
     ) -> Result<Result<RequestStatus, PolicyError>, CallError> {
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_takedown_steps()
-            .call_status(&mut store, request)
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let plugin = &self.plugin;
+        let answer: Result<wit::RequestStatus, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| i.custodian_policy_takedown_steps().call_status(s, request),
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| i.custodian_policy_takedown_steps().call_status(s, request),
+            )?
+            .convert(),
+        };
         Ok(answer.map(RequestStatus::from).map_err(PolicyError::from))
     }
 
@@ -297,11 +339,28 @@ impl TakedownPolicy {
         now_ms: u64,
     ) -> Result<Result<StepCommit, PolicyError>, CallError> {
         let grants = call.grants.clone();
-        let (mut store, instance) = self.instance(call)?;
-        let answer = instance
-            .custodian_policy_takedown_steps()
-            .call_plan_hold(&mut store, request, enabled, now_ms)
-            .map_err(|e| crate::classify(e, store.data()))?;
+        let plugin = &self.plugin;
+        let answer: Result<steps_wit::Commit, _> = match &self.pre {
+            super::Linked::Current(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_takedown_steps()
+                        .call_plan_hold(s, request, enabled, now_ms)
+                },
+            )?,
+            super::Linked::V0_1(pre) => super::call(
+                plugin,
+                call,
+                |s| pre.instantiate(s),
+                |i, s| {
+                    i.custodian_policy_takedown_steps()
+                        .call_plan_hold(s, request, enabled, now_ms)
+                },
+            )?
+            .convert(),
+        };
         Ok(answer
             .map_err(PolicyError::from)
             .and_then(|c| commit(&grants, c)))

@@ -1,4 +1,4 @@
-//! A guest built against `custodian:host@0.2.0`, which this host does not
+//! A guest built against `custodian:host@0.3.0`, which this host does not
 //! speak: loading it must fail naming that import.
 // wit-bindgen generates the ABI glue (unsafe, undocumented) in this crate.
 #![allow(unsafe_code, missing_docs)]

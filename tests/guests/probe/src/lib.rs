@@ -10,13 +10,13 @@ wit_bindgen::generate!({
     path: ["../../../wit/deps/host", "wit"],
     world: "custodian-test:probe/probe-guest@0.1.0",
     with: {
-        "custodian:host/types@0.1.0": custodian_sdk::bindings::host::custodian::host::types,
-        "custodian:host/kv@0.1.0": custodian_sdk::bindings::host::custodian::host::kv,
-        "custodian:host/objects@0.1.0": custodian_sdk::bindings::host::custodian::host::objects,
-        "custodian:host/checksum@0.1.0": custodian_sdk::bindings::host::custodian::host::checksum,
-        "custodian:host/clock@0.1.0": custodian_sdk::bindings::host::custodian::host::clock,
-        "custodian:host/audit@0.1.0": custodian_sdk::bindings::host::custodian::host::audit,
-        "custodian:host/log@0.1.0": custodian_sdk::bindings::host::custodian::host::log,
+        "custodian:host/types@0.2.0": custodian_sdk::bindings::host::custodian::host::types,
+        "custodian:host/kv@0.2.0": custodian_sdk::bindings::host::custodian::host::kv,
+        "custodian:host/objects@0.2.0": custodian_sdk::bindings::host::custodian::host::objects,
+        "custodian:host/checksum@0.2.0": custodian_sdk::bindings::host::custodian::host::checksum,
+        "custodian:host/clock@0.2.0": custodian_sdk::bindings::host::custodian::host::clock,
+        "custodian:host/audit@0.2.0": custodian_sdk::bindings::host::custodian::host::audit,
+        "custodian:host/log@0.2.0": custodian_sdk::bindings::host::custodian::host::log,
     },
 });
 
@@ -61,6 +61,11 @@ impl exports::custodian_test::probe::probe::Guest for Probe {
             Err(Error::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    fn list_versions(store: String) -> Result<u32, Error> {
+        let page = objects::list_versions(&store, "", None, 10)?;
+        Ok(page.versions.len() as u32)
     }
 
     fn burn(partition: String) -> u32 {

@@ -282,3 +282,29 @@ fn plugin_export_writes_a_loadable_copy_of_a_bundled_plugin() {
     ]));
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn a_data_directory_held_elsewhere_exits_3_with_redbs_refusal_printed_once_as_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let clock = std::sync::Arc::new(custodian::clock::SystemClock);
+    let _held =
+        custodian::kv::redb::RedbKv::open(&data.join(custodian::data_dir::KV_FILE), clock).unwrap();
+    let (code, _, stderr) = outcome(&run(&["timer", "list", "--data", path(&data)]));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(
+        stderr.contains("already in use by another custodian process"),
+        "{stderr}"
+    );
+    // The backend's own error is the last link of the chain, and no line
+    // before it repeats it.
+    let redb = redb::DatabaseError::DatabaseAlreadyOpen.to_string();
+    assert_eq!(
+        stderr.lines().last(),
+        Some(format!("  caused by: {redb}").as_str()),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(&redb).count(), 1, "{stderr}");
+}

@@ -33,9 +33,35 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// This kind, for a failure of a call whose arguments the host built
+    /// rather than its caller: a refused argument is then the host's own
+    /// fault ([`ErrorKind::Internal`]), not one the caller could fix by
+    /// asking differently. Every other kind is unchanged.
+    pub fn host_built(self) -> Self {
+        match self {
+            Self::InvalidArgument => Self::Internal,
+            kind => kind,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ErrorKind;
+
+    #[test]
+    fn a_refused_argument_the_host_built_is_the_hosts_fault_and_other_kinds_stay() {
+        assert_eq!(ErrorKind::InvalidArgument.host_built(), ErrorKind::Internal);
+        for kind in [
+            ErrorKind::NotFound,
+            ErrorKind::Busy,
+            ErrorKind::Unavailable,
+            ErrorKind::Corrupt,
+        ] {
+            assert_eq!(kind.host_built(), kind);
+        }
+    }
 
     #[test]
     fn kinds_are_plain_values_that_compare_and_copy() {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
+use custodian_kv::{Batch, Detail, Kv, KvError, Outcome, Partition, Precondition, Write};
 
 /// The partition holding the audit log.
 pub const PARTITION: &str = "custodian.audit";
@@ -94,7 +94,7 @@ static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 /// was taken.
 pub async fn append(kv: &dyn Kv, record: &Record) -> Result<(), KvError> {
     let value = serde_json::to_vec(record)
-        .map_err(|e| KvError::InvalidArgument(format!("audit record: {e}")))?;
+        .map_err(|e| KvError::InvalidArgument(format!("audit record: {e}").into()))?;
     for _ in 0..MAX_ATTEMPTS {
         let key = key(record.at_ms, SEQUENCE.fetch_add(1, Ordering::Relaxed));
         let batch = Batch {
@@ -130,9 +130,11 @@ pub async fn append(kv: &dyn Kv, record: &Record) -> Result<(), KvError> {
 /// # Errors
 /// [`KvError::InvalidArgument`] if the record is out of bounds.
 pub fn plan(record: &Record, unique: &[u8], index: u8) -> Result<(Precondition, Write), KvError> {
-    record.validate().map_err(KvError::InvalidArgument)?;
+    record
+        .validate()
+        .map_err(|m| KvError::InvalidArgument(m.into()))?;
     let value = serde_json::to_vec(record)
-        .map_err(|e| KvError::InvalidArgument(format!("audit record: {e}")))?;
+        .map_err(|e| KvError::InvalidArgument(format!("audit record: {e}").into()))?;
     let digest = blake3::hash(unique);
     let mut sequence = [0u8; 8];
     sequence[..7].copy_from_slice(&digest.as_bytes()[..7]);
@@ -172,8 +174,12 @@ pub async fn read(
         .entries
         .iter()
         .map(|(key, value)| {
-            serde_json::from_slice(value)
-                .map_err(|e| KvError::Corrupt(format!("audit record {}: {e}", hex::encode(key))))
+            serde_json::from_slice(value).map_err(|e| {
+                KvError::Corrupt(Detail::caused_by(
+                    format!("audit record {}", hex::encode(key)),
+                    e,
+                ))
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok((records, page.next))

@@ -131,7 +131,7 @@ impl BudgetedKv {
     fn charge(&self) -> Result<(), KvError> {
         self.budget
             .charge()
-            .map_err(|e| KvError::BudgetExhausted(e.to_string()))
+            .map_err(|e| KvError::BudgetExhausted(e.to_string().into()))
     }
 }
 

@@ -144,9 +144,9 @@ use tonic::Status;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::{
-    Batch, Kv, KvError, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_PARTITION_BYTES, MAX_VALUE_BYTES,
-    Outcome, Page, Partition, Precondition, Write, validate_batch, validate_get_many, validate_key,
-    validate_scan,
+    Batch, Detail, Kv, KvError, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_PARTITION_BYTES,
+    MAX_VALUE_BYTES, Outcome, Page, Partition, Precondition, Write, validate_batch,
+    validate_get_many, validate_key, validate_scan,
 };
 use custodian_base::clock::Clock;
 
@@ -534,23 +534,30 @@ impl Kv for EtcdKv {
             Sent::Answered(response) if response.succeeded => Ok(Outcome::Committed),
             Sent::Answered(response) => {
                 let revision = header_revision(&response).map_err(|e| {
-                    KvError::Unavailable(format!(
-                        "the batch was not committed (a precondition failed), but {}",
-                        e.message()
-                    ))
+                    KvError::Unavailable(
+                        format!(
+                            "the batch was not committed (a precondition failed), but {}",
+                            e.message()
+                        )
+                        .into(),
+                    )
                 })?;
                 match self
                     .first_failing(&batch.preconditions, Some(revision))
                     .await
                 {
                     Ok(Some(index)) => Ok(Outcome::PreconditionFailed { index }),
-                    Ok(None) => Err(KvError::Unavailable(format!(
-                        "etcd did not commit the batch, yet every precondition holds at \
+                    Ok(None) => Err(KvError::Unavailable(
+                        format!(
+                            "etcd did not commit the batch, yet every precondition holds at \
                          revision {revision}; nothing was written"
-                    ))),
-                    Err(e) => Err(KvError::Unavailable(format!(
+                        )
+                        .into(),
+                    )),
+                    Err(e) => Err(KvError::Unavailable(Detail::caused_by(
                         "the batch was not committed (a precondition failed), but which one \
-                         could not be read: {e}"
+                         could not be read",
+                        e,
                     ))),
                 }
             }
@@ -565,6 +572,35 @@ fn header_revision(response: &TxnResponse) -> Result<i64, Status> {
         .as_ref()
         .map(|header| header.revision)
         .ok_or_else(|| Status::internal("etcd answered without a header"))
+}
+
+/// What etcd (or tonic, when no answer came) said, as a [`KvError`]'s
+/// source: its message with the causes tonic found, and the gRPC status
+/// itself for a caller that wants its code.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{why}")]
+pub struct EtcdStatus {
+    why: String,
+    status: Status,
+}
+
+impl EtcdStatus {
+    /// The gRPC status the call failed with.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+}
+
+/// The text a failed status is reported with, whatever it means.
+fn classify_message(status: &Status) -> String {
+    match classify(status) {
+        Failure::NotSent(why)
+        | Failure::Busy(why)
+        | Failure::TokenExpired(why)
+        | Failure::AccessDenied(why)
+        | Failure::Refused(why)
+        | Failure::Unknown(why) => why,
+    }
 }
 
 /// Runs `attempt` until it succeeds, fails in a way `retry` does not
@@ -585,35 +621,46 @@ where
     let deadline = Instant::now() + budget;
     let mut backoff = FIRST_BACKOFF;
     let mut renewed = false;
-    let unknown_outcome = |why: &str| {
-        KvError::Unavailable(format!(
-            "{what}: the outcome is unknown, it may or may not have committed \
-             (read before trying again): {why}"
-        ))
-    };
+    let unknown_outcome = "the outcome is unknown, it may or may not have committed \
+                           (read before trying again)";
     loop {
         let result = tokio::time::timeout_at(deadline, attempt()).await;
-        let failure = match result {
+        let (failure, status) = match result {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(error)) => classify(&error),
+            Ok(Err(status)) => (classify(&status), status),
             Err(_) if retry == Retry::OnlyUnsent => {
-                return Err(unknown_outcome(&format!("no answer within {budget:?}")));
+                return Err(KvError::Unavailable(
+                    format!("{what}: {unknown_outcome}: no answer within {budget:?}").into(),
+                ));
             }
             Err(_) => {
-                return Err(KvError::Unavailable(format!(
-                    "{what}: no answer from etcd within {budget:?}"
-                )));
+                return Err(KvError::Unavailable(
+                    format!("{what}: no answer from etcd within {budget:?}").into(),
+                ));
             }
+        };
+        // etcd's answer is the error's source; the message says what it
+        // meant for this call.
+        let caused = |message: String, why: String| {
+            Detail::caused_by(
+                message,
+                EtcdStatus {
+                    why,
+                    status: status.clone(),
+                },
+            )
         };
         let why = match failure {
             Failure::Refused(why) => {
-                return Err(KvError::InvalidArgument(format!(
-                    "etcd refused {what}: {why}"
+                return Err(KvError::InvalidArgument(caused(
+                    format!("etcd refused {what}"),
+                    why,
                 )));
             }
             Failure::AccessDenied(why) => {
-                return Err(KvError::Unavailable(format!(
-                    "etcd denied {what}: {why} (check {ENV_USER} and {ENV_PASSWORD})"
+                return Err(KvError::Unavailable(caused(
+                    format!("etcd denied {what} (check {ENV_USER} and {ENV_PASSWORD})"),
+                    why,
                 )));
             }
             Failure::TokenExpired(why) => match auth {
@@ -623,26 +670,42 @@ where
                     match tokio::time::timeout_at(deadline, client.refresh_token()).await {
                         Ok(Ok(())) => continue,
                         Ok(Err(error)) => {
-                            return Err(KvError::Unavailable(format!(
-                                "{what}: renewing the etcd auth token: {error}"
+                            let why = classify_message(&error);
+                            return Err(KvError::Unavailable(Detail::caused_by(
+                                format!("{what}: renewing the etcd auth token"),
+                                EtcdStatus { why, status: error },
                             )));
                         }
                         Err(_) => {
-                            return Err(KvError::Unavailable(format!(
-                                "{what}: renewing the etcd auth token took over {budget:?}"
-                            )));
+                            return Err(KvError::Unavailable(
+                                format!(
+                                    "{what}: renewing the etcd auth token took over {budget:?}"
+                                )
+                                .into(),
+                            ));
                         }
                     }
                 }
-                _ => return Err(KvError::Unavailable(format!("etcd refused {what}: {why}"))),
+                _ => {
+                    return Err(KvError::Unavailable(caused(
+                        format!("etcd refused {what}"),
+                        why,
+                    )));
+                }
             },
             Failure::NotSent(why) | Failure::Busy(why) => why,
             Failure::Unknown(why) if retry == Retry::Idempotent => why,
-            Failure::Unknown(why) => return Err(unknown_outcome(&why)),
+            Failure::Unknown(why) => {
+                return Err(KvError::Unavailable(caused(
+                    format!("{what}: {unknown_outcome}"),
+                    why,
+                )));
+            }
         };
         if Instant::now() + backoff >= deadline {
-            return Err(KvError::Unavailable(format!(
-                "{what}: etcd did not answer within {budget:?}; last: {why}"
+            return Err(KvError::Unavailable(caused(
+                format!("{what}: etcd did not answer within {budget:?}; the last answer"),
+                why,
             )));
         }
         tokio::time::sleep(backoff).await;

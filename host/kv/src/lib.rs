@@ -37,6 +37,7 @@
 //! [`HOST_RESERVED_OPS`] / [`HOST_RESERVED_BYTES`] of its own rows, so
 //! every valid batch fits one `Txn` and an oversized one is refused whole.
 
+mod detail;
 pub mod etcd;
 pub mod memory;
 pub mod redb;
@@ -50,6 +51,8 @@ pub mod intercept;
 
 use async_trait::async_trait;
 use custodian_base::error::ErrorKind;
+
+pub use detail::Detail;
 
 // The bounds a plugin's calls are held to are contract facts, shared with
 // the SDK; the commit bounds below add the host's own rows to them.
@@ -75,25 +78,26 @@ pub const MAX_COMMIT_OPS: usize = MAX_BATCH_OPS + HOST_RESERVED_OPS;
 pub const MAX_COMMIT_BYTES: usize = MAX_BATCH_BYTES + HOST_RESERVED_BYTES;
 
 /// Why a KV call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Each variant carries a [`Detail`]: a message, and the backend's own
+/// error (redb's, etcd's status, an I/O or decoding error) as the
+/// [`std::error::Error::source`] when one caused it, so a cause chain
+/// reads `kv unavailable: writing kv.redb` then `caused by: <redb's
+/// error>`. Equality compares kinds and messages only.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvError {
     /// An argument is outside its documented bounds.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(Detail),
     /// The backend cannot serve the call now; it may later.
-    #[error("kv unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Detail),
     /// Stored data cannot be decoded.
-    #[error("kv data corrupt: {0}")]
-    Corrupt(String),
+    Corrupt(Detail),
     /// The caller's budget of store calls is spent (see
     /// the core crate's `budget`); nothing was read or written.
-    #[error("budget exhausted: {0}")]
-    BudgetExhausted(String),
+    BudgetExhausted(Detail),
     /// The store is held by another process (an embedded engine admits
     /// one at a time).
-    #[error("{0}")]
-    InUse(String),
+    InUse(Detail),
 }
 
 impl KvError {
@@ -108,15 +112,57 @@ impl KvError {
         }
     }
 
-    /// What went wrong, without the kind's prefix.
-    pub fn into_message(self) -> String {
+    /// The variant's detail: its message and underlying error.
+    pub fn detail(&self) -> &Detail {
         match self {
-            Self::InvalidArgument(m)
-            | Self::Unavailable(m)
-            | Self::Corrupt(m)
-            | Self::BudgetExhausted(m)
-            | Self::InUse(m) => m,
+            Self::InvalidArgument(d)
+            | Self::Unavailable(d)
+            | Self::Corrupt(d)
+            | Self::BudgetExhausted(d)
+            | Self::InUse(d) => d,
         }
+    }
+
+    /// What went wrong, without the kind's prefix but with the causes
+    /// (`message: cause…`): one line for a reader that sees no chain (a
+    /// guest).
+    pub fn into_message(self) -> String {
+        self.detail().to_line()
+    }
+
+    /// The whole error on one line, its causes after it, for a reader
+    /// that sees no chain (an API answer).
+    pub fn to_line(&self) -> String {
+        let mut line = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(error) = cause {
+            line = format!("{line}: {error}");
+            cause = error.source();
+        }
+        line
+    }
+}
+
+// Written by hand, not derived: the source is inside the detail, and
+// thiserror's `#[source]` would make the detail itself a link of the chain,
+// printing its message twice.
+impl std::fmt::Display for KvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidArgument(d) => write!(f, "invalid argument: {d}"),
+            Self::Unavailable(d) => write!(f, "kv unavailable: {d}"),
+            Self::Corrupt(d) => write!(f, "kv data corrupt: {d}"),
+            Self::BudgetExhausted(d) => write!(f, "budget exhausted: {d}"),
+            Self::InUse(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+impl std::error::Error for KvError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.detail()
+            .source()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -137,7 +183,7 @@ impl Partition {
         } else {
             Err(KvError::InvalidArgument(format!(
                 "{name:?} is not a partition name (1..={MAX_PARTITION_BYTES} bytes of [a-z0-9._-])"
-            )))
+            ).into()))
         }
     }
 
@@ -281,10 +327,13 @@ pub fn validate_key(key: &[u8]) -> Result<(), KvError> {
     if (1..=MAX_KEY_BYTES).contains(&key.len()) {
         Ok(())
     } else {
-        Err(KvError::InvalidArgument(format!(
-            "a key of {} bytes is outside 1..={MAX_KEY_BYTES}",
-            key.len()
-        )))
+        Err(KvError::InvalidArgument(
+            format!(
+                "a key of {} bytes is outside 1..={MAX_KEY_BYTES}",
+                key.len()
+            )
+            .into(),
+        ))
     }
 }
 
@@ -294,10 +343,9 @@ pub fn validate_key(key: &[u8]) -> Result<(), KvError> {
 /// [`KvError::InvalidArgument`] for too many keys or a bad key.
 pub fn validate_get_many(keys: &[Vec<u8>]) -> Result<(), KvError> {
     if keys.len() > MAX_PAGE_ENTRIES as usize {
-        return Err(KvError::InvalidArgument(format!(
-            "{} keys exceed the limit of {MAX_PAGE_ENTRIES}",
-            keys.len()
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("{} keys exceed the limit of {MAX_PAGE_ENTRIES}", keys.len()).into(),
+        ));
     }
     keys.iter().try_for_each(|key| validate_key(key))
 }
@@ -314,16 +362,19 @@ pub fn validate_scan(
     limit: u32,
 ) -> Result<(), KvError> {
     if limit == 0 || limit > MAX_PAGE_ENTRIES {
-        return Err(KvError::InvalidArgument(format!(
-            "limit {limit} is outside 1..={MAX_PAGE_ENTRIES}"
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("limit {limit} is outside 1..={MAX_PAGE_ENTRIES}").into(),
+        ));
     }
     for bound in [Some(start), end, cursor].into_iter().flatten() {
         if bound.len() > MAX_KEY_BYTES {
-            return Err(KvError::InvalidArgument(format!(
-                "a scan bound of {} bytes exceeds {MAX_KEY_BYTES}",
-                bound.len()
-            )));
+            return Err(KvError::InvalidArgument(
+                format!(
+                    "a scan bound of {} bytes exceeds {MAX_KEY_BYTES}",
+                    bound.len()
+                )
+                .into(),
+            ));
         }
     }
     if let Some(cursor) = cursor
@@ -378,9 +429,9 @@ pub fn validate_caller_batch(batch: &Batch) -> Result<(), KvError> {
 fn validate_within(batch: &Batch, max_ops: usize, max_bytes: usize) -> Result<(), KvError> {
     let ops = batch.preconditions.len() + batch.writes.len();
     if ops > max_ops {
-        return Err(KvError::InvalidArgument(format!(
-            "a batch of {ops} operations exceeds {max_ops}"
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("a batch of {ops} operations exceeds {max_ops}").into(),
+        ));
     }
     let mut bytes = 0usize;
     let mut account = |key: &[u8], value: Option<&[u8]>| {
@@ -388,10 +439,9 @@ fn validate_within(batch: &Batch, max_ops: usize, max_bytes: usize) -> Result<()
         if let Some(value) = value
             && value.len() > MAX_VALUE_BYTES
         {
-            return Err(KvError::InvalidArgument(format!(
-                "a value of {} bytes exceeds {MAX_VALUE_BYTES}",
-                value.len()
-            )));
+            return Err(KvError::InvalidArgument(
+                format!("a value of {} bytes exceeds {MAX_VALUE_BYTES}", value.len()).into(),
+            ));
         }
         bytes += key.len() + value.map_or(0, <[u8]>::len);
         Ok(())
@@ -410,9 +460,9 @@ fn validate_within(batch: &Batch, max_ops: usize, max_bytes: usize) -> Result<()
         }
     }
     if bytes > max_bytes {
-        return Err(KvError::InvalidArgument(format!(
-            "a batch of {bytes} key and value bytes exceeds {max_bytes}"
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("a batch of {bytes} key and value bytes exceeds {max_bytes}").into(),
+        ));
     }
     Ok(())
 }

@@ -95,8 +95,8 @@ use ::redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, TableEr
 use async_trait::async_trait;
 
 use super::{
-    Batch, Kv, KvError, Outcome, Page, Partition, scan_range, validate_batch, validate_get_many,
-    validate_key, validate_scan,
+    Batch, Detail, Kv, KvError, Outcome, Page, Partition, scan_range, validate_batch,
+    validate_get_many, validate_key, validate_scan,
 };
 use custodian_base::clock::Clock;
 
@@ -148,7 +148,7 @@ impl RedbKv {
     /// not a redb database, or not one this version reads.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, KvError> {
         let io = |doing: &str, e: std::io::Error| {
-            KvError::Unavailable(format!("{doing} {}: {e}", path.display()))
+            KvError::Unavailable(Detail::caused_by(format!("{doing} {}", path.display()), e))
         };
         let parent = path
             .parent()
@@ -156,11 +156,14 @@ impl RedbKv {
             .unwrap_or(Path::new("."));
         create_dirs(parent).map_err(|e| io("creating the directory of", e))?;
         let opened = catch_unwind(|| Database::builder().create(path)).map_err(|panic| {
-            KvError::Corrupt(format!(
-                "opening {} made redb panic: {}",
-                path.display(),
-                describe_panic(&*panic)
-            ))
+            KvError::Corrupt(
+                format!(
+                    "opening {} made redb panic: {}",
+                    path.display(),
+                    describe_panic(&*panic)
+                )
+                .into(),
+            )
         })?;
         let db = opened.map_err(|e| open_error(path, e))?;
         // redb fsyncs the file, never its directory: a file created just
@@ -211,12 +214,15 @@ impl RedbKv {
         };
         match catch_unwind(AssertUnwindSafe(run)) {
             Ok(result) => result.map_err(|e| redb_error(&doing(), &self.inner.path, e)),
-            Err(panic) => Err(KvError::Corrupt(format!(
-                "{} in {} made redb panic: {}",
-                doing(),
-                self.inner.path.display(),
-                describe_panic(&*panic)
-            ))),
+            Err(panic) => Err(KvError::Corrupt(
+                format!(
+                    "{} in {} made redb panic: {}",
+                    doing(),
+                    self.inner.path.display(),
+                    describe_panic(&*panic)
+                )
+                .into(),
+            )),
         }
     }
 }
@@ -244,13 +250,19 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// Maps a failed open, naming the file.
 fn open_error(path: &Path, error: ::redb::DatabaseError) -> KvError {
     match error {
-        ::redb::DatabaseError::DatabaseAlreadyOpen => KvError::InUse(format!(
-            "the data directory's KV file {} is already in use by another custodian process",
-            path.display()
+        ::redb::DatabaseError::DatabaseAlreadyOpen => KvError::InUse(Detail::caused_by(
+            format!(
+                "the data directory's KV file {} is already in use by another custodian process",
+                path.display()
+            ),
+            error,
         )),
-        ::redb::DatabaseError::LockProtocolMismatch => KvError::InUse(format!(
-            "the data directory's KV file {} is in use by a process running another version",
-            path.display()
+        ::redb::DatabaseError::LockProtocolMismatch => KvError::InUse(Detail::caused_by(
+            format!(
+                "the data directory's KV file {} is in use by a process running another version",
+                path.display()
+            ),
+            error,
         )),
         other => redb_error("opening", path, other.into()),
     }

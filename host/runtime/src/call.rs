@@ -16,6 +16,7 @@ use super::json;
 use super::limits::LimitExceeded;
 use super::load::{CONTRACT_VERSION, Plugin, World};
 use crate::context::CallContext;
+use custodian_base::error::ErrorKind;
 
 /// Why a call did not return normally.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,23 @@ pub enum CallError {
     /// Instantiation failed for another reason.
     #[error("cannot instantiate the plugin: {0}")]
     Instantiate(String),
+}
+
+impl CallError {
+    /// What kind of failure this is (see [`ErrorKind`]): a plugin that
+    /// ran out of its time, memory or host calls spent its budget; one
+    /// that trapped or could not be instantiated failed the host's
+    /// deployment (internal); a function that does not exist or input that
+    /// does not fit it is the caller's argument; every slot in use is busy
+    /// (nothing ran; retry).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Limit(_) => ErrorKind::BudgetExhausted,
+            Self::Trap(_) | Self::Instantiate(_) => ErrorKind::Internal,
+            Self::NoSuchFunction(_) | Self::Input(_) => ErrorKind::InvalidArgument,
+            Self::Busy => ErrorKind::Busy,
+        }
+    }
 }
 
 /// A function of a plugin, resolved once and callable many times.
@@ -353,6 +371,27 @@ fn tail(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_call_error_says_its_kind_busy_only_when_nothing_ran() {
+        let cases = [
+            (
+                CallError::Limit(LimitExceeded::HostCalls(3)),
+                ErrorKind::BudgetExhausted,
+            ),
+            (CallError::Trap("x".into()), ErrorKind::Internal),
+            (CallError::Instantiate("x".into()), ErrorKind::Internal),
+            (
+                CallError::NoSuchFunction("x".into()),
+                ErrorKind::InvalidArgument,
+            ),
+            (CallError::Input("x".into()), ErrorKind::InvalidArgument),
+            (CallError::Busy, ErrorKind::Busy),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+    }
 
     #[test]
     fn a_rust_panic_message_is_recovered_from_stderr() {

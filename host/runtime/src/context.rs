@@ -109,9 +109,9 @@ impl Grants {
 fn grantable(name: &str) -> Result<Partition, KvError> {
     let partition = Partition::new(name)?;
     if partition.is_host_reserved() {
-        return Err(KvError::InvalidArgument(format!(
-            "partition {name:?} is reserved for the host and cannot be granted"
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("partition {name:?} is reserved for the host and cannot be granted").into(),
+        ));
     }
     Ok(partition)
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use custodian_base::clock::Clock;
 use custodian_kv::redb::RedbKv;
-use custodian_kv::{Kv, KvError};
+use custodian_kv::{Detail, Kv, KvError};
 
 /// File name of the KV inside a data directory.
 pub const KV_FILE: &str = "kv.redb";
@@ -105,16 +105,17 @@ impl DataDir {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| KvError::Unavailable(format!("{}: {e}", path.display())))?;
+            .map_err(|e| {
+                KvError::Unavailable(Detail::caused_by(format!("opening {}", path.display()), e))
+            })?;
         match file.try_lock() {
             Ok(()) => Ok(DirLock { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(KvError::InUse(format!(
-                "{} is in use by another process",
-                self.root.display()
-            ))),
-            Err(std::fs::TryLockError::Error(e)) => Err(KvError::Unavailable(format!(
-                "locking {}: {e}",
-                path.display()
+            Err(std::fs::TryLockError::WouldBlock) => Err(KvError::InUse(
+                format!("{} is in use by another process", self.root.display()).into(),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(KvError::Unavailable(Detail::caused_by(
+                format!("locking {}", path.display()),
+                e,
             ))),
         }
     }

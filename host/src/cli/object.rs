@@ -162,10 +162,7 @@ fn failed(error: impl Into<anyhow::Error>) -> Failure {
 
 /// A store error, with what was being done; conditions name themselves.
 fn store_error(what: String) -> impl FnOnce(ObjectError) -> Failure {
-    move |e| match e {
-        ObjectError::InvalidArgument(_) => Failure::Usage(anyhow!(e).context(what)),
-        other => Failure::Failed(anyhow!(other).context(what)),
-    }
+    move |e| Failure::of_kind(e.kind(), anyhow!(e).context(what))
 }
 
 fn meta_json(meta: &ObjectMeta) -> Value {

@@ -303,6 +303,10 @@ fn swap(
         let code = body["error"]["code"].as_str().unwrap_or("unknown");
         let message = body["error"]["message"].as_str().unwrap_or("");
         let error = anyhow!("the swap was not done ({status}, {code}): {message}");
+        // A deliberate exception to `Failure::of_kind`: this is the
+        // server's answer, known only by its API code, and the two codes
+        // that mean the user's own input (their token, the world they
+        // named) is wrong are bad usage; `unauthorized` has no kind.
         return Err(match code {
             "unauthorized" | "not_found" => Failure::Usage(error),
             _ => Failure::Failed(error),

@@ -87,12 +87,10 @@ pub enum RepoCommand {
     },
 }
 
-/// A content error: refused input is bad usage, anything else a failure.
+/// A content error, with what was being done, failing the command by its
+/// kind.
 fn content_error(what: String) -> impl FnOnce(ContentError) -> Failure {
-    move |e| match e {
-        ContentError::InvalidArgument(_) => Failure::Usage(anyhow!(e).context(what)),
-        other => Failure::Failed(anyhow!(other).context(what)),
-    }
+    move |e| Failure::of_kind(e.kind(), anyhow!(e).context(what))
 }
 
 fn repository(text: &str) -> Result<RepoName, Failure> {

@@ -154,10 +154,12 @@ pub(super) fn run(global: &Global, args: &RunArgs) -> Outcome {
         limits,
         actor: plugin.info().actor(),
     });
-    let output = function.call_json(call, &input).map_err(|e| match e {
-        CallError::Input(_) | CallError::NoSuchFunction(_) => usage(e),
-        other => Failure::Failed(other.into()),
-    })?;
+    // The user names the function and gives its input: a function that
+    // does not exist or input that does not fit it is bad usage (the
+    // kind's table), every slot in use is busy.
+    let output = function
+        .call_json(call, &input)
+        .map_err(|e: CallError| Failure::of_kind(e.kind(), e.into()))?;
     let text = if args.compact {
         serde_json::to_string(&output)
     } else {

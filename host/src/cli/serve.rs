@@ -307,9 +307,13 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         &sources,
     )
     .await
-    .map_err(|e| match e {
-        SwapError::Refused(_) => usage(e),
-        _ => failed(anyhow!(e).context("cannot join the shared plugin set")),
+    .map_err(|e: SwapError| match e {
+        // The configured plugin was refused: the message is the reason.
+        SwapError::Refused(_) => Failure::of_kind(e.kind(), e.into()),
+        _ => Failure::of_kind(
+            e.kind(),
+            anyhow!(e).context("cannot join the shared plugin set"),
+        ),
     })?;
     tokio::spawn(follow_shared_set(plugins.clone()));
 

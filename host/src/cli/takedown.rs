@@ -300,11 +300,11 @@ fn hex(id: &[u8; 32]) -> String {
     ObjectId(*id).to_hex()
 }
 
+/// An operator action that did not take effect fails the command by its
+/// kind: the policy refusing the user's input is bad usage; what the host
+/// built and passed below never is (see `RequestError::kind`).
 fn request_failure(error: RequestError) -> Failure {
-    match error {
-        RequestError::Refused(PolicyError::InvalidArgument(_)) => Failure::Usage(error.into()),
-        other => Failure::Failed(other.into()),
-    }
+    Failure::of_kind(error.kind(), error.into())
 }
 
 pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
@@ -359,12 +359,18 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let (plugin, _) = environment.takedown_policy(policy.plugin.as_deref(), false)?;
             let mut status = plugin
                 .status(environment.call(&plugin, &limits), &id)
-                .map_err(|e| Failure::Failed(e.into()))?
+                // The host builds the plugin's input: a refused one is not
+                // the user's fault.
+                .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?
                 .map_err(|e| match e {
-                    PolicyError::NotFound(_) => {
-                        Failure::Failed(anyhow!("there is no takedown request {}", hex(&id)))
-                    }
-                    other => Failure::Failed(anyhow!(other).context("the takedown policy failed")),
+                    PolicyError::NotFound(_) => Failure::of_kind(
+                        e.kind(),
+                        anyhow!("there is no takedown request {}", hex(&id)),
+                    ),
+                    other => Failure::of_kind(
+                        other.kind(),
+                        anyhow!(other).context("the takedown policy failed"),
+                    ),
                 })?;
             let timer = environment
                 .io

@@ -108,8 +108,10 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     }
 
     let kv = environment.kv.clone();
+    // The fence's settings and the shard's name below are the host's own:
+    // a refused one is not bad usage.
     let coordinator = Coordinator::new(kv.clone(), clock.clone(), environment.node.fence_config())
-        .map_err(|e| Failure::Failed(e.into()))?;
+        .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?;
     let mut worker = Worker::new(
         kv.clone(),
         clock,
@@ -125,7 +127,8 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
     worker.fence(
         Arc::new(coordinator),
         Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
-        ShardId::new(format!("{node}.tick")).map_err(|e| Failure::Failed(e.into()))?,
+        ShardId::new(format!("{node}.tick"))
+            .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?,
     );
     for (policy, guards) in policies {
         worker.register(Arc::new(

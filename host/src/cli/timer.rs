@@ -49,11 +49,10 @@ pub enum TimerCommand {
 /// Timers read per page when listing.
 const PAGE: u32 = 500;
 
+/// A timer error fails the command by its kind: a kind or reference the
+/// user gave that is out of bounds is bad usage.
 fn timer_error(error: TimerError) -> Failure {
-    match error {
-        TimerError::InvalidArgument(_) => Failure::Usage(error.into()),
-        other => Failure::Failed(other.into()),
-    }
+    Failure::of_kind(error.kind(), error.into())
 }
 
 pub(super) fn run(command: TimerCommand) -> Outcome {

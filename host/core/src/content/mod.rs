@@ -59,6 +59,7 @@ mod tests;
 
 use std::fmt;
 
+use custodian_base::error::ErrorKind;
 use custodian_contract::content as contract;
 use custodian_kv::{KvError, Partition};
 use custodian_object::ObjectError;
@@ -115,6 +116,23 @@ pub enum ContentError {
     /// The serving store failed.
     #[error("the serving store failed")]
     Store(#[from] ObjectError),
+}
+
+impl ContentError {
+    /// What kind of failure this is (see [`ErrorKind`]). The index's rows
+    /// are the content model's own, so the KV refusing an argument is the
+    /// host's fault; the store's kinds are its own. A local file that
+    /// cannot be read is unavailable, as an I/O failure of a backend is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::Conflict(_) => ErrorKind::Conflict,
+            Self::Read { .. } => ErrorKind::Unavailable,
+            Self::Index(kv) => kv.kind().host_built(),
+            Self::Store(store) => store.kind(),
+        }
+    }
 }
 
 impl From<contract::UnknownKind> for ContentError {

@@ -607,3 +607,37 @@ async fn pushing_bytes_to_a_directory_or_a_malformed_path_is_refused_before_anyt
     assert!(stored(&serving).await.is_empty());
     assert!(rows(&kv).await.is_empty());
 }
+
+#[test]
+fn each_content_error_says_its_kind_the_index_and_store_by_their_own() {
+    let cases = [
+        (
+            ContentError::InvalidArgument("x".into()),
+            ErrorKind::InvalidArgument,
+        ),
+        (ContentError::Corrupt("x".into()), ErrorKind::Corrupt),
+        (ContentError::Conflict("x".into()), ErrorKind::Conflict),
+        (
+            ContentError::Read {
+                path: "f".into(),
+                source: std::io::Error::other("x"),
+            },
+            ErrorKind::Unavailable,
+        ),
+        (
+            ContentError::Index(KvError::Unavailable("x".into())),
+            ErrorKind::Unavailable,
+        ),
+        (
+            ContentError::Index(KvError::InvalidArgument("x".into())),
+            ErrorKind::Internal,
+        ),
+        (
+            ContentError::Store(custodian_object::ObjectError::NoSuchUpload("u".into())),
+            ErrorKind::NotFound,
+        ),
+    ];
+    for (error, kind) in cases {
+        assert_eq!(error.kind(), kind, "{error:?}");
+    }
+}

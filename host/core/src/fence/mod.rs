@@ -66,6 +66,7 @@ mod tests;
 use std::sync::Arc;
 
 use custodian_base::clock::Clock;
+use custodian_base::error::ErrorKind;
 use custodian_kv::{Kv, KvError, Partition};
 
 pub use epoch::{MAX_EPOCH_STEP, Transition};
@@ -165,6 +166,19 @@ pub enum FenceError {
 }
 
 impl FenceError {
+    /// What kind of failure this is (see [`ErrorKind`]). The backend's
+    /// refusal of an argument is the fence's fault, not its caller's:
+    /// the fence builds every batch it sends.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::Unavailable { .. } => ErrorKind::Unavailable,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::Internal(_) => ErrorKind::Internal,
+            Self::Kv(kv) => kv.kind().host_built(),
+        }
+    }
+
     /// Contention or pending work, retryable after one second: one second
     /// is long against a store round trip and short against a caller's
     /// patience.

@@ -856,3 +856,28 @@ fn lease_keys_of_one_namespace_never_fall_in_anothers_scan_range() {
     assert_eq!(keys::parse_leased_shard(&a, &own), Ok(shard(0)));
     assert!(keys::parse_leased_shard(&a, b"lease/a/UPPER").is_err());
 }
+
+#[test]
+fn each_fence_error_says_its_kind_and_a_kv_refusal_of_the_fences_own_batch_is_internal() {
+    let cases = [
+        (
+            FenceError::InvalidArgument("x".into()),
+            ErrorKind::InvalidArgument,
+        ),
+        (FenceError::retry_later("x"), ErrorKind::Unavailable),
+        (FenceError::Corrupt("x".into()), ErrorKind::Corrupt),
+        (FenceError::Internal("x".into()), ErrorKind::Internal),
+        (
+            FenceError::Kv(KvError::Unavailable("x".into())),
+            ErrorKind::Unavailable,
+        ),
+        (
+            FenceError::Kv(KvError::InvalidArgument("x".into())),
+            ErrorKind::Internal,
+        ),
+        (FenceError::Kv(KvError::InUse("x".into())), ErrorKind::Busy),
+    ];
+    for (error, kind) in cases {
+        assert_eq!(error.kind(), kind, "{error:?}");
+    }
+}

@@ -37,6 +37,7 @@ pub use worker::{
 
 use serde::{Deserialize, Serialize};
 
+use custodian_base::error::ErrorKind;
 use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
 
 /// The partition holding timers.
@@ -78,6 +79,21 @@ pub enum TimerError {
     /// Other writers kept moving the same timer.
     #[error("the timer kept changing under contention; retry")]
     Contention,
+}
+
+impl TimerError {
+    /// What kind of failure this is (see [`ErrorKind`]). Arguments the
+    /// timers pass on to the KV or the fence are their own, so a refusal
+    /// from below is the host's fault; contention is a retry away.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::Corrupt(_) => ErrorKind::Corrupt,
+            Self::Kv(kv) => kv.kind().host_built(),
+            Self::Fence(fence) => fence.kind().host_built(),
+            Self::Contention => ErrorKind::Unavailable,
+        }
+    }
 }
 
 /// What a timer row holds besides its key.

@@ -1055,3 +1055,34 @@ async fn a_claim_needs_a_named_holder_and_a_time_to_live() {
         ));
     }
 }
+
+#[test]
+fn each_timer_error_says_its_kind_and_contention_is_a_retry_away() {
+    let cases = [
+        (
+            TimerError::InvalidArgument("x".into()),
+            ErrorKind::InvalidArgument,
+        ),
+        (TimerError::Corrupt("x".into()), ErrorKind::Corrupt),
+        (
+            TimerError::Kv(KvError::Corrupt("x".into())),
+            ErrorKind::Corrupt,
+        ),
+        (
+            TimerError::Kv(KvError::InvalidArgument("x".into())),
+            ErrorKind::Internal,
+        ),
+        (
+            TimerError::Fence(crate::fence::FenceError::InvalidArgument("x".into())),
+            ErrorKind::Internal,
+        ),
+        (
+            TimerError::Fence(crate::fence::FenceError::Corrupt("x".into())),
+            ErrorKind::Corrupt,
+        ),
+        (TimerError::Contention, ErrorKind::Unavailable),
+    ];
+    for (error, kind) in cases {
+        assert_eq!(error.kind(), kind, "{error:?}");
+    }
+}

@@ -131,9 +131,9 @@ impl EtcdConfig {
         let pair = |first: &str, second: &str| match (var(first), var(second)) {
             (Some(a), Some(b)) => Ok(Some((a, b))),
             (None, None) => Ok(None),
-            _ => Err(KvError::InvalidArgument(format!(
-                "{first} and {second} must be set together"
-            ))),
+            _ => Err(KvError::InvalidArgument(
+                format!("{first} and {second} must be set together").into(),
+            )),
         };
         let client = pair(ENV_CERT, ENV_KEY)?;
         config.tls = match var(ENV_CA) {
@@ -150,18 +150,18 @@ impl EtcdConfig {
             // A client certificate is only ever presented inside TLS, and
             // TLS needs a CA: a certificate without one is a mistake.
             None if client.is_some() => {
-                return Err(KvError::InvalidArgument(format!(
-                    "{ENV_CERT} and {ENV_KEY} need {ENV_CA}"
-                )));
+                return Err(KvError::InvalidArgument(
+                    format!("{ENV_CERT} and {ENV_KEY} need {ENV_CA}").into(),
+                ));
             }
             None => None,
         };
         config.auth = pair(ENV_USER, ENV_PASSWORD)?
             .map(|(user, password)| {
                 let text = |name: &str, value: OsString| {
-                    value
-                        .into_string()
-                        .map_err(|_| KvError::InvalidArgument(format!("{name} is not valid UTF-8")))
+                    value.into_string().map_err(|_| {
+                        KvError::InvalidArgument(format!("{name} is not valid UTF-8").into())
+                    })
                 };
                 Ok::<_, KvError>((text(ENV_USER, user)?, text(ENV_PASSWORD, password)?))
             })
@@ -178,7 +178,7 @@ impl EtcdConfig {
     /// # Errors
     /// [`KvError::InvalidArgument`] naming the first problem.
     pub fn validate(&self) -> Result<(), KvError> {
-        let invalid = |why: String| Err(KvError::InvalidArgument(why));
+        let invalid = |why: String| Err(KvError::InvalidArgument(why.into()));
         if self.endpoints.is_empty() {
             return invalid("no etcd endpoint is configured".into());
         }
@@ -227,34 +227,41 @@ pub fn check_file_settings(
 
 fn check_prefix(prefix: &[u8]) -> Result<(), KvError> {
     if prefix.len() > MAX_PREFIX_BYTES {
-        return Err(KvError::InvalidArgument(format!(
-            "a key prefix of {} bytes exceeds {MAX_PREFIX_BYTES}",
-            prefix.len()
-        )));
+        return Err(KvError::InvalidArgument(
+            format!(
+                "a key prefix of {} bytes exceeds {MAX_PREFIX_BYTES}",
+                prefix.len()
+            )
+            .into(),
+        ));
     }
     if !(prefix.is_empty() || prefix.ends_with(b"/")) || prefix.contains(&0) {
-        return Err(KvError::InvalidArgument(format!(
-            "the key prefix {:?} must be empty or end in '/', and contain no NUL byte",
-            String::from_utf8_lossy(prefix)
-        )));
+        return Err(KvError::InvalidArgument(
+            format!(
+                "the key prefix {:?} must be empty or end in '/', and contain no NUL byte",
+                String::from_utf8_lossy(prefix)
+            )
+            .into(),
+        ));
     }
     Ok(())
 }
 
 fn check_request_timeout(request_timeout: Duration) -> Result<(), KvError> {
     if request_timeout < Duration::from_millis(1) || request_timeout > MAX_REQUEST_TIMEOUT {
-        return Err(KvError::InvalidArgument(format!(
-            "request_timeout {request_timeout:?} is outside 1ms..={MAX_REQUEST_TIMEOUT:?}"
-        )));
+        return Err(KvError::InvalidArgument(
+            format!("request_timeout {request_timeout:?} is outside 1ms..={MAX_REQUEST_TIMEOUT:?}")
+                .into(),
+        ));
     }
     Ok(())
 }
 
 fn check_endpoint(endpoint: &str, tls: bool) -> Result<(), KvError> {
     let invalid = |why: &str| {
-        Err(KvError::InvalidArgument(format!(
-            "etcd endpoint {endpoint:?}: {why}"
-        )))
+        Err(KvError::InvalidArgument(
+            format!("etcd endpoint {endpoint:?}: {why}").into(),
+        ))
     };
     let (scheme, rest) = match endpoint.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
@@ -297,16 +304,19 @@ fn looks_like_pem(what: &str, pem: &[u8], label: &str) -> Result<(), KvError> {
     if found {
         Ok(())
     } else {
-        Err(KvError::InvalidArgument(format!(
-            "{what} is not PEM (no \"-----BEGIN ...{label}-----\" line)"
-        )))
+        Err(KvError::InvalidArgument(
+            format!("{what} is not PEM (no \"-----BEGIN ...{label}-----\" line)").into(),
+        ))
     }
 }
 
 fn read_pem(variable: &str, path: &OsString, label: &str) -> Result<Vec<u8>, KvError> {
     let path = Path::new(path);
     let pem = std::fs::read(path).map_err(|e| {
-        KvError::InvalidArgument(format!("{variable}={}: cannot read: {e}", path.display()))
+        KvError::InvalidArgument(crate::Detail::caused_by(
+            format!("{variable}={}: cannot read", path.display()),
+            e,
+        ))
     })?;
     looks_like_pem(&format!("{variable}={}", path.display()), &pem, label)?;
     Ok(pem)

@@ -92,10 +92,13 @@ impl Layout {
             .and_then(|rest| rest.strip_prefix(name))
             .and_then(|rest| rest.strip_prefix(&[NAME_END]))
             .ok_or_else(|| {
-                KvError::Corrupt(format!(
-                    "etcd answered the key {:?} for partition {partition}",
-                    String::from_utf8_lossy(etcd_key)
-                ))
+                KvError::Corrupt(
+                    format!(
+                        "etcd answered the key {:?} for partition {partition}",
+                        String::from_utf8_lossy(etcd_key)
+                    )
+                    .into(),
+                )
             })
     }
 }

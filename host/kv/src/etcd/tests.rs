@@ -146,7 +146,7 @@ async fn a_transaction_over_etcds_operation_limit_is_refused_as_invalid_and_writ
     let got = raw_txn(&kv, only_then(puts)).await;
     eprintln!("etcd on 129 operations: {got:?}");
     assert!(
-        matches!(&got, Err(KvError::InvalidArgument(why)) if why.contains("too many operations")),
+        matches!(&got, Err(KvError::InvalidArgument(why)) if why.to_line().contains("too many operations")),
         "{got:?}"
     );
     assert_eq!(scan_all(&kv, "a", 10).await.0, Vec::new());
@@ -521,7 +521,7 @@ async fn every_call_is_unavailable_in_time(endpoint: String) -> Vec<String> {
             took < Duration::from_millis(1300),
             "call {call} took {took:?}"
         );
-        messages.push(message);
+        messages.push(message.to_line());
     }
     messages
 }

@@ -6,12 +6,15 @@
 use std::any::Any;
 use std::path::Path;
 
-use crate::KvError;
+use crate::{Detail, KvError};
 
 /// Maps `error`, met while `doing` something to the file at `path`.
 pub(super) fn redb_error(doing: &str, path: &Path, error: ::redb::Error) -> KvError {
     use ::redb::Error as E;
-    let message = format!("{doing} {}: {error}", path.display());
+    // redb's own error is the source: the message says only what was
+    // being done, so a printed chain does not repeat it.
+    let message = format!("{doing} {}", path.display());
+    let detail = |error: ::redb::Error| Detail::caused_by(message, error);
     match error {
         // A table of ours always holds byte slices: any other shape, or a
         // multimap, was not written by this backend.
@@ -19,7 +22,7 @@ pub(super) fn redb_error(doing: &str, path: &Path, error: ::redb::Error) -> KvEr
         | E::UpgradeRequired(_)
         | E::TableTypeMismatch { .. }
         | E::TableIsMultimap(_)
-        | E::TypeDefinitionChanged { .. } => KvError::Corrupt(message),
+        | E::TypeDefinitionChanged { .. } => KvError::Corrupt(detail(error)),
         // redb reports a file that is not a database as invalid data, and
         // a damaged one can point past its end.
         E::Io(ref io)
@@ -28,9 +31,9 @@ pub(super) fn redb_error(doing: &str, path: &Path, error: ::redb::Error) -> KvEr
                 std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
             ) =>
         {
-            KvError::Corrupt(message)
+            KvError::Corrupt(detail(error))
         }
-        _ => KvError::Unavailable(message),
+        error => KvError::Unavailable(detail(error)),
     }
 }
 

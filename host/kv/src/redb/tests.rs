@@ -152,6 +152,42 @@ async fn a_second_open_of_the_same_file_in_this_process_is_refused_as_in_use() {
 }
 
 #[tokio::test]
+async fn a_refused_open_keeps_redbs_refusal_as_its_source_and_does_not_repeat_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.redb");
+    let _kv = RedbKv::open(&path, clock()).unwrap();
+    let error = RedbKv::open(&path, clock()).expect_err("the file is held");
+    let source = std::error::Error::source(&error).expect("redb's error is the source");
+    assert!(
+        matches!(
+            source.downcast_ref::<::redb::DatabaseError>(),
+            Some(::redb::DatabaseError::DatabaseAlreadyOpen)
+        ),
+        "{source:?}"
+    );
+    assert!(!error.to_string().contains(&source.to_string()), "{error}");
+    assert_eq!(error.to_line(), format!("{error}: {source}"));
+}
+
+#[tokio::test]
+async fn a_corrupt_file_keeps_redbs_error_as_the_source_of_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.redb");
+    std::fs::write(&path, vec![0x5a; 64 * 1024]).unwrap();
+    let error = RedbKv::open(&path, clock()).expect_err("not a database");
+    assert!(matches!(error, KvError::Corrupt(_)), "{error:?}");
+    let source = std::error::Error::source(&error).expect("redb's error is the source");
+    assert!(
+        source.downcast_ref::<::redb::Error>().is_some(),
+        "{source:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        format!("kv data corrupt: opening {}", path.display())
+    );
+}
+
+#[tokio::test]
 async fn opening_creates_the_missing_directory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data").join("deeper").join("kv.redb");

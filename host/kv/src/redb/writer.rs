@@ -162,12 +162,15 @@ impl Writer {
             commit_group(&self.db, &*self.clock, &self.path, &batches)
         }))
         .unwrap_or_else(|panic| {
-            let error = KvError::Corrupt(format!(
-                "committing to {} made redb panic (the file may be damaged; the batch may \
+            let error = KvError::Corrupt(
+                format!(
+                    "committing to {} made redb panic (the file may be damaged; the batch may \
                  or may not have been applied): {}",
-                self.path.display(),
-                describe_panic(&*panic)
-            ));
+                    self.path.display(),
+                    describe_panic(&*panic)
+                )
+                .into(),
+            );
             vec![Err(error); batches.len()]
         });
         for (request, answer) in group.iter().zip(answers) {

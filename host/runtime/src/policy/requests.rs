@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::PolicyError;
 use super::takedown::{KIND, Request, TakedownPolicy};
 use crate::{CallContext, CallError};
+use custodian_base::error::ErrorKind;
 use custodian_core::audit::{self, Record};
 use custodian_core::timers::{self, StepCommit, TimerError, TimerState};
 use custodian_kv::{Batch, Kv, KvError, Outcome, Precondition};
@@ -43,6 +44,25 @@ pub enum RequestError {
     /// commit; nothing changed, and a retry is planned by the new plugin.
     #[error("the takedown plugin was swapped while the action was planned; retry")]
     Swapped,
+}
+
+impl RequestError {
+    /// What kind of failure this is (see [`ErrorKind`]). The policy's
+    /// refusal is the kind it answered; everything the action passes
+    /// below (the plugin's input, the batch, the timer's kind and
+    /// reference) is built by the host, so a refused argument there is
+    /// the host's fault. Contention and a swap mid-action are a retry
+    /// away.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Refused(policy) => policy.kind(),
+            Self::Call(call) => call.kind().host_built(),
+            Self::Kv(kv) => kv.kind().host_built(),
+            Self::Timer(timer) => timer.kind().host_built(),
+            Self::Exists(_) => ErrorKind::Conflict,
+            Self::Contention | Self::Swapped => ErrorKind::Unavailable,
+        }
+    }
 }
 
 fn record(
@@ -232,4 +252,50 @@ pub fn hold(
 /// A 32-byte id as it is shown.
 fn hex(id: &[u8; 32]) -> String {
     custodian_core::content::ObjectId(*id).to_hex()
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_keeps_the_policys_kind_and_a_refused_host_built_argument_is_internal() {
+        let cases = [
+            (
+                RequestError::Refused(PolicyError::InvalidArgument("x".into())),
+                ErrorKind::InvalidArgument,
+            ),
+            (
+                RequestError::Refused(PolicyError::PreconditionFailed("x".into())),
+                ErrorKind::PreconditionFailed,
+            ),
+            (RequestError::Call(CallError::Busy), ErrorKind::Busy),
+            (
+                RequestError::Call(CallError::Input("x".into())),
+                ErrorKind::Internal,
+            ),
+            (
+                RequestError::Kv(KvError::Unavailable("x".into())),
+                ErrorKind::Unavailable,
+            ),
+            (
+                RequestError::Kv(KvError::InvalidArgument("x".into())),
+                ErrorKind::Internal,
+            ),
+            (
+                RequestError::Timer(TimerError::InvalidArgument("x".into())),
+                ErrorKind::Internal,
+            ),
+            (
+                RequestError::Timer(TimerError::Contention),
+                ErrorKind::Unavailable,
+            ),
+            (RequestError::Exists("x".into()), ErrorKind::Conflict),
+            (RequestError::Contention, ErrorKind::Unavailable),
+            (RequestError::Swapped, ErrorKind::Unavailable),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+    }
 }

@@ -53,7 +53,7 @@ async fn read(
         .transpose()?;
     let (records, next) = audit::read(host.kv.as_ref(), page.since_ms, cursor.as_deref(), limit)
         .await
-        .map_err(|e| ApiError::unavailable(format!("cannot read the audit log: {e}")))?;
+        .map_err(|e| ApiError::of_kv(&e, "cannot read the audit log"))?;
     let next = next.as_deref().map(cursor_to_hex);
     Ok(Json(json!({"records": records, "next_cursor": next})))
 }

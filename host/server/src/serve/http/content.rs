@@ -86,7 +86,7 @@ use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
 use custodian_core::content::{self, ContentError, Entry, ObjectId, RepoName};
 use custodian_core::timers::{self, TimerError};
-use custodian_kv::{KvError, MAX_PAGE_ENTRIES};
+use custodian_kv::MAX_PAGE_ENTRIES;
 use custodian_runtime::CallError;
 use custodian_runtime::policy::PolicyError;
 use custodian_runtime::policy::requests::{self, Action, RequestError};
@@ -107,104 +107,88 @@ pub(super) fn routes() -> Router<Arc<Host>> {
 // ---------------------------------------------------------------------------
 // Error mapping (the table in the module documentation)
 
-/// A content error as the API reports it.
+/// A content error as the API reports it: by its kind (see
+/// [`ApiError::of_kind`]); the index and the store name themselves.
 fn content_error(error: ContentError) -> ApiError {
-    let message = error.to_string();
+    let kind = error.kind();
     match error {
-        ContentError::InvalidArgument(m) => ApiError::invalid(m),
-        ContentError::Corrupt(_) => {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message)
-        }
-        ContentError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
-        ContentError::Index(kv) => kv_error(kv, "the content index"),
+        ContentError::Index(kv) => ApiError::of_kv(&kv, "the content index"),
         ContentError::Store(object) => {
             let mut api = ApiError::from(object);
             api.message = format!("the serving store: {}", api.message);
             api
         }
-        // Only local files are read; an HTTP push reads none.
-        ContentError::Read { .. } => ApiError::internal(message),
+        // The client's own input: the reason alone, as every other
+        // refusal of input reads.
+        ContentError::InvalidArgument(message) => ApiError::of_kind(kind, message),
+        // Only a local file is read (`Read`), and an HTTP push reads none.
+        other => ApiError::of_kind(kind, other.to_string()),
     }
 }
 
-/// A KV error: the client's input never reaches the KV unchecked, so
-/// every case is the server's (`what` names the caller's use of it).
-fn kv_error(error: KvError, what: &str) -> ApiError {
-    let kind = match error.kind() {
-        // The host built the arguments, so a bad one is the host's fault.
-        ErrorKind::InvalidArgument => ErrorKind::Internal,
-        // To a request, a KV held elsewhere is a KV that cannot answer.
-        ErrorKind::Busy => ErrorKind::Unavailable,
-        kind => kind,
-    };
-    ApiError::of_kind(kind, format!("{what}: {error}"))
-}
-
-/// The policy's own answer.
+/// The policy's own answer, by its kind, with two deliberate exceptions
+/// to the table (pinned by `refusals_map_to_stable_statuses_and_codes`).
 fn policy_error(error: PolicyError) -> ApiError {
     let message = format!("the takedown policy refused: {error}");
-    let (status, code) = match error {
-        PolicyError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, "invalid_argument"),
-        PolicyError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-        PolicyError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+    match error.kind() {
         // The request's state forbids the action (a hold once purging
         // began): a conflict with the resource's state, not an HTTP
-        // precondition the client sent, so 409 (as the CLI, which reports
-        // it as a failure, not as bad usage).
-        PolicyError::PreconditionFailed(_) => (StatusCode::CONFLICT, "precondition_failed"),
-        PolicyError::Corrupt(_) | PolicyError::ChecksumMismatch(_) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "corrupt")
+        // precondition the client sent (the table's 412), so 409 with the
+        // policy's own code (as the CLI, which reports it as a failure,
+        // not as bad usage).
+        ErrorKind::PreconditionFailed => {
+            ApiError::new(StatusCode::CONFLICT, "precondition_failed", message)
         }
-        // The plugin reached for what its grants deny: a deployment fault.
-        PolicyError::AccessDenied(_) => (StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed"),
-        PolicyError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-        PolicyError::BudgetExhausted(_) => (StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted"),
-    };
-    ApiError::new(status, code, message)
+        // The plugin reached for what its grants deny: a deployment
+        // fault, not the store refusing the host's credentials (the
+        // table's 502).
+        ErrorKind::AccessDenied => ApiError::plugin_failed(message),
+        // A takedown sends no bytes: a mismatch the policy finds is in
+        // stored data, not a checksum the client claimed (the table's 400).
+        ErrorKind::ChecksumMismatch => ApiError::of_kind(ErrorKind::Corrupt, message),
+        kind => ApiError::of_kind(kind, message),
+    }
 }
 
-/// The plugin could not be called to completion.
+/// The plugin could not be called to completion: busy (nothing ran) by
+/// the table; anything else is the plugin's failure, whatever its kind.
 fn call_error(error: CallError) -> ApiError {
     let message = format!("the takedown plugin failed: {error}");
-    match error {
-        CallError::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message),
-        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", message),
+    match error.kind() {
+        ErrorKind::Busy => ApiError::of_kind(ErrorKind::Busy, message),
+        _ => ApiError::plugin_failed(message),
     }
 }
 
+/// The request's timer failed: the server's own call (its kinds and
+/// references are the host's, a 32-byte id).
 fn timer_error(error: TimerError) -> ApiError {
-    let message = format!("the request's timer: {error}");
     match error {
-        TimerError::Kv(kv) => kv_error(kv, "the request's timer"),
-        TimerError::Corrupt(_) => {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message)
-        }
-        TimerError::Contention | TimerError::Fence(_) => ApiError::unavailable(message),
-        // Kinds and references are the host's own (a 32-byte id).
-        TimerError::InvalidArgument(_) => ApiError::internal(message),
+        TimerError::Kv(kv) => ApiError::of_kv(&kv, "the request's timer"),
+        other => ApiError::of_server_call(other.kind(), format!("the request's timer: {other}")),
     }
 }
 
+/// An operator action that did not take effect, by its kind; the policy,
+/// the plugin, the KV and the timer each report as above.
 fn request_error(error: RequestError) -> ApiError {
     match error {
         RequestError::Refused(refused) => policy_error(refused),
         RequestError::Call(call) => call_error(call),
-        RequestError::Kv(kv) => kv_error(kv, "committing the request"),
+        RequestError::Kv(kv) => ApiError::of_kv(&kv, "committing the request"),
         RequestError::Timer(timer) => timer_error(timer),
-        RequestError::Exists(_) => {
-            ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
-        }
-        // Steps kept committing between our read and our write, or a
-        // plugin swap completed under the action: retrying soon succeeds.
-        RequestError::Contention | RequestError::Swapped => {
-            ApiError::unavailable(error.to_string())
-        }
+        // Exists is a conflict; contention or a swap mid-action is a
+        // retry away (unavailable).
+        other => ApiError::of_kind(other.kind(), other.to_string()),
     }
 }
 
-/// The swap guard could not be read: the KV is failing.
+/// The swap guard could not be read.
 fn fence_error(error: custodian_core::fence::FenceError) -> ApiError {
-    ApiError::unavailable(format!("cannot read the plugin-swap fence: {error}"))
+    ApiError::of_server_call(
+        error.kind(),
+        format!("cannot read the plugin-swap fence: {error}"),
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -503,7 +487,7 @@ mod tests {
     use crate::serve::test_host::{test_host, test_host_with};
     use custodian_base::clock::FixedClock;
     use custodian_core::audit;
-    use custodian_kv::Partition;
+    use custodian_kv::{KvError, Partition};
 
     const NOW: u64 = 1_700_000_000_000;
 
@@ -985,9 +969,102 @@ mod tests {
                 StatusCode::CONFLICT,
                 "conflict",
             ),
+            (
+                request_error(RequestError::Refused(PolicyError::AccessDenied("x".into()))),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "plugin_failed",
+            ),
+            (
+                request_error(RequestError::Refused(PolicyError::ChecksumMismatch(
+                    "x".into(),
+                ))),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "corrupt",
+            ),
+            (
+                request_error(RequestError::Refused(PolicyError::BudgetExhausted(
+                    "x".into(),
+                ))),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "budget_exhausted",
+            ),
+            (
+                request_error(RequestError::Swapped),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+            ),
+            (
+                request_error(RequestError::Kv(KvError::InvalidArgument("x".into()))),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+            ),
+            (
+                request_error(RequestError::Kv(KvError::InUse("x".into()))),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+            ),
+            (
+                request_error(RequestError::Timer(TimerError::InvalidArgument("x".into()))),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+            ),
+            (
+                request_error(RequestError::Timer(TimerError::Contention)),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+            ),
+            (
+                request_error(RequestError::Timer(TimerError::Corrupt("x".into()))),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "corrupt",
+            ),
+            (
+                content_error(ContentError::InvalidArgument("bad path".into())),
+                StatusCode::BAD_REQUEST,
+                "invalid_argument",
+            ),
+            (
+                content_error(ContentError::Index(KvError::Unavailable("down".into()))),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+            ),
         ];
         for (error, status, code) in cases {
             assert_eq!((error.status, error.code), (status, code), "{error}");
+        }
+    }
+
+    #[test]
+    fn messages_keep_the_texts_the_hand_mappers_gave_them() {
+        let cases = [
+            (
+                request_error(RequestError::Kv(KvError::Unavailable("down".into()))),
+                "committing the request: kv unavailable: down",
+            ),
+            (
+                request_error(RequestError::Timer(TimerError::Contention)),
+                "the request's timer: the timer kept changing under contention; retry",
+            ),
+            (
+                request_error(RequestError::Refused(PolicyError::NotFound("x".into()))),
+                "the takedown policy refused: not found: x",
+            ),
+            (
+                request_error(RequestError::Call(CallError::Busy)),
+                "the takedown plugin failed: every plugin instance slot is in use; retry when \
+                 calls finish",
+            ),
+            (
+                content_error(ContentError::InvalidArgument("bad path".into())),
+                "bad path",
+            ),
+            (
+                content_error(ContentError::Index(KvError::Unavailable("down".into()))),
+                "the content index: kv unavailable: down",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.message, message);
         }
     }
 }

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use custodian_base::error::ErrorKind;
+use custodian_kv::KvError;
 use custodian_object::ObjectError;
 
 /// An API error: what the client sees.
@@ -65,6 +66,15 @@ impl ApiError {
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
     }
+
+    /// 500 `plugin_failed`: a policy plugin trapped, hit a limit or broke
+    /// its contract. Not a kind of the table: whatever kind the plugin's
+    /// failure is, the fix is the operator's (another plugin, other
+    /// grants or limits), never the client's, and scripts tell it apart
+    /// from the host's own failure by this code.
+    pub fn plugin_failed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", message)
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -114,6 +124,43 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A failure of a call the server made below it on a request's
+    /// behalf, by its kind as a request sees it: the server built the
+    /// arguments, so a refused one is its own fault (internal), and a
+    /// backend held by another process is, to a request, one that cannot
+    /// answer now (unavailable).
+    pub fn of_server_call(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let kind = match kind.host_built() {
+            ErrorKind::Busy => ErrorKind::Unavailable,
+            kind => kind,
+        };
+        Self::of_kind(kind, message)
+    }
+
+    /// A KV failure while the server was doing `what` (see
+    /// [`ApiError::of_server_call`]); the message carries the KV's causes,
+    /// as a client sees no chain.
+    pub fn of_kv(error: &KvError, what: &str) -> Self {
+        Self::of_server_call(error.kind(), format!("{what}: {}", error.to_line()))
+    }
+}
+
+/// `error` and its causes on one line, each cause not already in the text
+/// before it (many errors print their source's message in their own).
+pub(crate) fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        cause = next.source();
+    }
+    line
+}
+
 impl From<ObjectError> for ApiError {
     fn from(error: ObjectError) -> Self {
         Self::of_kind(error.kind(), error.to_string())
@@ -148,6 +195,39 @@ mod tests {
                 "{kind:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_failure_below_the_server_answers_its_kind_save_refused_arguments_and_busy_backends() {
+        let table = [
+            (ErrorKind::InvalidArgument, 500, "internal"),
+            (ErrorKind::Busy, 503, "unavailable"),
+            (ErrorKind::NotFound, 404, "not_found"),
+            (ErrorKind::Corrupt, 500, "corrupt"),
+            (ErrorKind::BudgetExhausted, 503, "budget_exhausted"),
+        ];
+        for (kind, status, code) in table {
+            let error = ApiError::of_server_call(kind, "m");
+            assert_eq!(
+                (error.status.as_u16(), error.code),
+                (status, code),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kv_failure_names_what_the_server_did_and_carries_its_causes() {
+        let kv = KvError::Unavailable(custodian_kv::Detail::caused_by(
+            "reading kv.redb",
+            std::io::Error::other("disk on fire"),
+        ));
+        let error = ApiError::of_kv(&kv, "the content index");
+        assert_eq!((error.status.as_u16(), error.code), (503, "unavailable"));
+        assert_eq!(
+            error.message,
+            "the content index: kv unavailable: reading kv.redb: disk on fire"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use axum::routing::{get, put};
 use serde_json::{Value, json};
 
 use super::ApiError;
+use super::error::one_line;
 use super::extract::{BodyLimit, operator, path, read_body};
 use crate::serve::Host;
 use crate::serve::plugins::SwapError;
@@ -58,23 +59,66 @@ async fn swap(
         .await
     {
         Ok(report) => Ok(Json(json!(report))),
-        Err(SwapError::Refused(reason)) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "plugin_refused",
-            reason,
-        )),
-        Err(error @ (SwapError::Fence(_) | SwapError::Shared(_) | SwapError::Contended(_))) => {
-            Err(ApiError::unavailable(error.to_string()))
+        Err(error) => Err(swap_error(error)),
+    }
+}
+
+/// A swap that did not complete, by its kind.
+fn swap_error(error: SwapError) -> ApiError {
+    match error {
+        // Deliberately not the table's 400 `invalid_argument`: the upload
+        // is well-formed, but the plugin in it cannot serve this world, and
+        // scripts tell "send another plugin" apart from a bad request by
+        // this code.
+        SwapError::Refused(reason) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "plugin_refused", reason)
         }
-        Err(error @ SwapError::Audit(_)) => Err(ApiError::internal(format!(
-            "{error}: {}",
-            std::error::Error::source(&error).map_or(String::new(), ToString::to_string)
-        ))),
+        error => ApiError::of_kind(error.kind(), one_line(&error)),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_swap_answers_what_it_answered_before_the_kinds() {
+        use custodian_core::fence::FenceError;
+        use custodian_kv::KvError;
+        let cases = [
+            (
+                swap_error(SwapError::Refused("wrong world".into())),
+                422,
+                "plugin_refused",
+                "wrong world".to_owned(),
+            ),
+            (
+                swap_error(SwapError::Contended(3)),
+                503,
+                "unavailable",
+                SwapError::Contended(3).to_string(),
+            ),
+            (
+                swap_error(SwapError::Fence(FenceError::Corrupt("x".into()))),
+                503,
+                "unavailable",
+                "the new plugin serves, but the authority generation could not be raised \
+                 yet: fence data corrupt: x"
+                    .to_owned(),
+            ),
+            (
+                swap_error(SwapError::Audit(KvError::Unavailable("down".into()))),
+                500,
+                "internal",
+                "the swap took effect but could not be audited: kv unavailable: down".to_owned(),
+            ),
+        ];
+        for (error, status, code, message) in cases {
+            assert_eq!(
+                (error.status.as_u16(), error.code, error.message),
+                (status, code, message)
+            );
+        }
+    }
+
     use std::convert::Infallible;
     use std::time::Duration;
 

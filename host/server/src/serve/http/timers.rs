@@ -51,7 +51,7 @@ async fn list(
         .transpose()?;
     let (timers, next) = timers::list(host.kv.as_ref(), cursor.as_deref(), limit)
         .await
-        .map_err(|e| ApiError::unavailable(format!("cannot read the timers: {e}")))?;
+        .map_err(|e| ApiError::of_server_call(e.kind(), format!("cannot read the timers: {e}")))?;
     let timers: Vec<TimerSummary> = timers.iter().map(TimerSummary::from).collect();
     Ok(Json(
         json!({"timers": timers, "next_cursor": next.as_deref().map(cursor_to_hex)}),

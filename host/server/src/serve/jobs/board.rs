@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::{JobId, JobKind, JobState, JobView, Progress};
 use custodian_base::clock::Clock;
-use custodian_kv::{Batch, Kv, KvError, MAX_PAGE_ENTRIES, Partition, Write};
+use custodian_kv::{Batch, Detail, Kv, KvError, MAX_PAGE_ENTRIES, Partition, Write};
 
 /// The partition jobs are published in.
 pub const PARTITION: &str = "custodian.jobs";
@@ -210,7 +210,7 @@ impl Board {
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| KvError::Corrupt(format!("the record of job {id}: {e}")))
+            .map_err(|e| KvError::Corrupt(Detail::caused_by(format!("the record of job {id}"), e)))
     }
 
     /// The job `id` with its report, if any host published it.
@@ -244,12 +244,15 @@ impl Board {
                 for group in keys.chunks(4) {
                     for value in self.kv.get_many(&partition(), group).await? {
                         text.extend(value.ok_or_else(|| {
-                            KvError::Corrupt(format!("a chunk of job {id}'s report is missing"))
+                            KvError::Corrupt(
+                                format!("a chunk of job {id}'s report is missing").into(),
+                            )
                         })?);
                     }
                 }
-                let report: Value = serde_json::from_slice(&text)
-                    .map_err(|e| KvError::Corrupt(format!("job {id}'s report: {e}")))?;
+                let report: Value = serde_json::from_slice(&text).map_err(|e| {
+                    KvError::Corrupt(Detail::caused_by(format!("job {id}'s report"), e))
+                })?;
                 view.result = Some(report);
             }
         }
@@ -288,7 +291,7 @@ impl Board {
                 .await?;
             for (key, value) in &page.entries {
                 let record = serde_json::from_slice(value).map_err(|e| {
-                    KvError::Corrupt(format!("{}: {e}", String::from_utf8_lossy(key)))
+                    KvError::Corrupt(Detail::caused_by(String::from_utf8_lossy(key), e))
                 })?;
                 records.push(record);
             }

@@ -748,9 +748,15 @@ fn new_id(started_ms: u64) -> Result<JobId, JobError> {
     )))
 }
 
-/// The board could not be read: the KV is failing.
+/// The board could not be read. Whatever the KV's kind, a job's client
+/// can only wait for the records to be readable again: `JobError` names
+/// no corrupt or internal board, so every board failure is unavailable
+/// (the message carries the KV's causes).
 fn board_error(error: custodian_kv::KvError) -> JobError {
-    JobError::Unavailable(format!("cannot read the shared job records: {error}"))
+    JobError::Unavailable(format!(
+        "cannot read the shared job records: {}",
+        error.to_line()
+    ))
 }
 
 /// Refuses a store without versions before a job starts (the libraries

@@ -57,6 +57,7 @@ use serde::Serialize;
 
 use super::metrics::Metrics;
 use custodian_base::clock::Clock;
+use custodian_base::error::ErrorKind;
 use custodian_core::audit::{self, Record};
 use custodian_core::fence::{Coordinator, FenceError, FenceKind, Namespace};
 use custodian_core::timers::{self, Handlers};
@@ -195,6 +196,20 @@ pub enum SwapError {
     /// Other hosts kept swapping plugins while this swap tried to publish.
     #[error("other hosts changed the plugin set {0} times during this swap; try again")]
     Contended(u32),
+}
+
+impl SwapError {
+    /// What kind of failure this is (see [`ErrorKind`]): a refused plugin
+    /// is the caller's argument; a swap that took effect unaudited is the
+    /// host's own failure; anything else left a retry to finish or redo
+    /// the swap (unavailable), whatever failed below.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Refused(_) => ErrorKind::InvalidArgument,
+            Self::Audit(_) => ErrorKind::Internal,
+            Self::Fence(_) | Self::Shared(_) | Self::Contended(_) => ErrorKind::Unavailable,
+        }
+    }
 }
 
 /// How this host stands with the shared plugin set.

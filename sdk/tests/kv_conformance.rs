@@ -51,11 +51,11 @@ impl NativeKv {
 /// such.
 fn kv_error(error: Error) -> KvError {
     match error {
-        Error::InvalidArgument(m) => KvError::InvalidArgument(m),
-        Error::Unavailable(m) => KvError::Unavailable(m),
-        Error::Corrupt(m) => KvError::Corrupt(m),
-        Error::BudgetExhausted(m) => KvError::BudgetExhausted(m),
-        Error::AccessDenied(m) => KvError::InvalidArgument(format!("access denied: {m}")),
+        Error::InvalidArgument(m) => KvError::InvalidArgument(m.into()),
+        Error::Unavailable(m) => KvError::Unavailable(m.into()),
+        Error::Corrupt(m) => KvError::Corrupt(m.into()),
+        Error::BudgetExhausted(m) => KvError::BudgetExhausted(m.into()),
+        Error::AccessDenied(m) => KvError::InvalidArgument(format!("access denied: {m}").into()),
         error @ (Error::NotFound(_)
         | Error::PreconditionFailed(_)
         | Error::Conflict(_)

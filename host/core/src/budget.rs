@@ -192,7 +192,7 @@ impl Observer for StoreCharge {
         for _ in 0..calls {
             self.0
                 .charge()
-                .map_err(|e| ObjectError::BudgetExhausted(e.to_string()))?;
+                .map_err(|e| ObjectError::BudgetExhausted(e.to_string().into()))?;
         }
         Ok(())
     }

@@ -37,7 +37,6 @@
 //! [`HOST_RESERVED_OPS`] / [`HOST_RESERVED_BYTES`] of its own rows, so
 //! every valid batch fits one `Txn` and an oversized one is refused whole.
 
-mod detail;
 pub mod etcd;
 pub mod memory;
 pub mod redb;
@@ -52,7 +51,7 @@ pub mod intercept;
 use async_trait::async_trait;
 use custodian_base::error::ErrorKind;
 
-pub use detail::Detail;
+pub use custodian_base::detail::Detail;
 
 // The bounds a plugin's calls are held to are contract facts, shared with
 // the SDK; the commit bounds below add the host's own rows to them.

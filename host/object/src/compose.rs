@@ -18,6 +18,7 @@
 //! - every failure after the upload is created aborts it: an error return
 //!   leaves nothing pending under the key.
 
+use custodian_base::detail::Detail;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
@@ -89,7 +90,7 @@ pub struct ComposeSpec<'a> {
 }
 
 fn invalid(message: String) -> ObjectError {
-    ObjectError::InvalidArgument(message)
+    ObjectError::InvalidArgument(message.into())
 }
 
 /// Checks a spec against every rule that does not need the store (backends
@@ -153,7 +154,9 @@ fn read_local(
     offset: u64,
     len: u64,
 ) -> Result<Bytes, ObjectError> {
-    let io = |e: std::io::Error| ObjectError::Io(format!("reading {}: {e}", path.display()));
+    let io = |e: std::io::Error| {
+        ObjectError::Io(Detail::caused_by(format!("reading {}", path.display()), e))
+    };
     let len = usize::try_from(len).map_err(|_| invalid(format!("a part of {len} bytes")))?;
     let mut buffer = vec![0; len];
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
@@ -177,10 +180,13 @@ pub async fn compose<S: ObjectStore + ?Sized>(
     if let Some(base_etag) = spec.base_etag {
         let base = store.head_opts(base_key, HeadOptions::default()).await?;
         if base.etag != base_etag {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "the base {base_key:?} is now {}, not {base_etag}",
-                base.etag
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!(
+                    "the base {base_key:?} is now {}, not {base_etag}",
+                    base.etag
+                )
+                .into(),
+            ));
         }
         if !base.copy_source_allowed() {
             return Err(invalid(format!(
@@ -190,8 +196,12 @@ pub async fn compose<S: ObjectStore + ?Sized>(
             )));
         }
     }
-    let mut local = std::fs::File::open(spec.local_path)
-        .map_err(|e| ObjectError::Io(format!("opening {}: {e}", spec.local_path.display())))?;
+    let mut local = std::fs::File::open(spec.local_path).map_err(|e| {
+        ObjectError::Io(Detail::caused_by(
+            format!("opening {}", spec.local_path.display()),
+            e,
+        ))
+    })?;
     let key = spec.key;
     let declared = UploadOptions {
         metadata: &spec.metadata,

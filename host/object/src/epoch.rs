@@ -18,6 +18,7 @@
 //!   numbering every stamp depends on).
 
 use bytes::Bytes;
+use custodian_base::detail::Detail;
 use serde::{Deserialize, Serialize};
 
 use async_trait::async_trait;
@@ -118,9 +119,9 @@ struct Cell {
 
 fn check_field(what: &str, value: &str) -> Result<(), ObjectError> {
     if value.is_empty() || value.len() > MAX_FIELD_BYTES {
-        return Err(ObjectError::InvalidArgument(format!(
-            "a lease {what} is 1..={MAX_FIELD_BYTES} bytes"
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!("a lease {what} is 1..={MAX_FIELD_BYTES} bytes").into(),
+        ));
     }
     Ok(())
 }
@@ -153,7 +154,7 @@ async fn read<S: ObjectStore + ?Sized>(
         Err(e) => return Err(e),
     };
     let cell: Cell = serde_json::from_slice(&body)
-        .map_err(|e| ObjectError::Corrupt(format!("epoch cell {key:?}: {e}")))?;
+        .map_err(|e| ObjectError::Corrupt(Detail::caused_by(format!("epoch cell {key:?}"), e)))?;
     Ok(Some(EpochState {
         holder_id: cell.holder,
         epoch: cell.epoch,
@@ -206,14 +207,17 @@ async fn held<S: ObjectStore + ?Sized>(
     key: &str,
     lease: &EpochLease,
 ) -> Result<(), ObjectError> {
-    let current = read(store, key)
-        .await?
-        .ok_or_else(|| ObjectError::PreconditionFailed(format!("no epoch cell at {key:?}")))?;
+    let current = read(store, key).await?.ok_or_else(|| {
+        ObjectError::PreconditionFailed(format!("no epoch cell at {key:?}").into())
+    })?;
     if current.holder_id != lease.holder_id || current.epoch != lease.epoch {
-        return Err(ObjectError::PreconditionFailed(format!(
-            "the cell is epoch {} of {:?}; this lease is epoch {} of {:?}",
-            current.epoch, current.holder_id, lease.epoch, lease.holder_id
-        )));
+        return Err(ObjectError::PreconditionFailed(
+            format!(
+                "the cell is epoch {} of {:?}; this lease is epoch {} of {:?}",
+                current.epoch, current.holder_id, lease.epoch, lease.holder_id
+            )
+            .into(),
+        ));
     }
     if current.released {
         return Err(ObjectError::PreconditionFailed(

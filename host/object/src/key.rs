@@ -32,9 +32,9 @@ impl ObjectKey {
     pub fn new(key: impl Into<String>) -> Result<Self, ObjectError> {
         let key = key.into();
         let refuse = |why: &str| {
-            Err(ObjectError::InvalidArgument(format!(
-                "object key {key:?}: {why}"
-            )))
+            Err(ObjectError::InvalidArgument(
+                format!("object key {key:?}: {why}").into(),
+            ))
         };
         if key.is_empty() || key.len() > MAX_OBJECT_KEY_BYTES {
             return refuse(&format!(

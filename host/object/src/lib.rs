@@ -54,6 +54,7 @@ use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use custodian_base::detail::Detail;
 use custodian_base::error::ErrorKind;
 
 pub use compose::{ComposeSpec, PartSource};
@@ -85,47 +86,40 @@ pub const MAX_METADATA_ENTRIES: usize = 63;
 pub type Metadata = BTreeMap<String, String>;
 
 /// Why an object-store call failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Each variant carries a [`Detail`]: a message, and the backend's own
+/// error (an I/O error, the S3 SDK's, a decoding error) as the
+/// [`std::error::Error::source`] when one caused it. Equality compares
+/// kinds and messages only.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ObjectError {
     /// No such key, version or store.
-    #[error("not found: {0}")]
-    NotFound(String),
+    NotFound(Detail),
     /// The caller's guard did not hold (412).
-    #[error("precondition failed: {0}")]
-    PreconditionFailed(String),
+    PreconditionFailed(Detail),
     /// A concurrent conditional writer was in flight (409).
-    #[error("conflicting concurrent write: {0}")]
-    Conflict(String),
+    Conflict(Detail),
     /// The bytes do not have the CRC-64/NVME the caller claimed.
-    #[error("checksum mismatch: {0}")]
-    ChecksumMismatch(String),
+    ChecksumMismatch(Detail),
     /// An argument is outside its bounds.
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(Detail),
     /// The backend cannot do this at all (e.g. versions on an unversioned
     /// store).
-    #[error("unsupported by this store: {0}")]
-    Unsupported(String),
+    Unsupported(Detail),
     /// Credentials refused (401/403, clock skew).
-    #[error("not authorized: {0}")]
-    Auth(String),
+    Auth(Detail),
     /// The backend is unreachable or timed out.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Detail),
     /// Stored data or metadata cannot be decoded, or bytes read back do not
     /// have the CRC they were published with.
-    #[error("corrupt: {0}")]
-    Corrupt(String),
+    Corrupt(Detail),
     /// No such multipart upload (it was aborted, or completed).
-    #[error("no such upload: {0}")]
-    NoSuchUpload(String),
+    NoSuchUpload(Detail),
     /// A local I/O failure that is none of the above (disk full, ...).
-    #[error("store I/O: {0}")]
-    Io(String),
+    Io(Detail),
     /// The caller's budget of store calls is spent (see
     /// the core crate's `budget`); the store was not called.
-    #[error("budget exhausted: {0}")]
-    BudgetExhausted(String),
+    BudgetExhausted(Detail),
 }
 
 impl ObjectError {
@@ -145,22 +139,60 @@ impl ObjectError {
         }
     }
 
-    /// What went wrong, without the kind's prefix.
-    pub fn into_message(self) -> String {
+    /// The variant's detail: its message and underlying error.
+    pub fn detail(&self) -> &Detail {
         match self {
-            Self::NotFound(m)
-            | Self::PreconditionFailed(m)
-            | Self::Conflict(m)
-            | Self::ChecksumMismatch(m)
-            | Self::InvalidArgument(m)
-            | Self::Unsupported(m)
-            | Self::Auth(m)
-            | Self::Unavailable(m)
-            | Self::Corrupt(m)
-            | Self::NoSuchUpload(m)
-            | Self::Io(m)
-            | Self::BudgetExhausted(m) => m,
+            Self::NotFound(d)
+            | Self::PreconditionFailed(d)
+            | Self::Conflict(d)
+            | Self::ChecksumMismatch(d)
+            | Self::InvalidArgument(d)
+            | Self::Unsupported(d)
+            | Self::Auth(d)
+            | Self::Unavailable(d)
+            | Self::Corrupt(d)
+            | Self::NoSuchUpload(d)
+            | Self::Io(d)
+            | Self::BudgetExhausted(d) => d,
         }
+    }
+
+    /// What went wrong, without the kind's prefix but with the causes
+    /// (`message: cause…`): one line for a reader that sees no chain (a
+    /// guest, an API answer).
+    pub fn into_message(self) -> String {
+        self.detail().to_line()
+    }
+}
+
+// Written by hand, not derived: the source is inside the detail, and
+// thiserror's `#[source]` would make the detail itself a link of the chain,
+// printing its message twice.
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let prefix = match self {
+            Self::NotFound(_) => "not found",
+            Self::PreconditionFailed(_) => "precondition failed",
+            Self::Conflict(_) => "conflicting concurrent write",
+            Self::ChecksumMismatch(_) => "checksum mismatch",
+            Self::InvalidArgument(_) => "invalid argument",
+            Self::Unsupported(_) => "unsupported by this store",
+            Self::Auth(_) => "not authorized",
+            Self::Unavailable(_) => "store unavailable",
+            Self::Corrupt(_) => "corrupt",
+            Self::NoSuchUpload(_) => "no such upload",
+            Self::Io(_) => "store I/O",
+            Self::BudgetExhausted(_) => "budget exhausted",
+        };
+        write!(f, "{prefix}: {}", self.detail())
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.detail()
+            .source()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -187,15 +219,15 @@ impl PutCondition {
         match (self, current) {
             (PutCondition::Unconditional, _) | (PutCondition::IfNoneMatchAny, None) => Ok(()),
             (PutCondition::IfNoneMatchAny, Some(etag)) => Err(ObjectError::PreconditionFailed(
-                format!("{key:?} already exists with etag {etag}"),
+                format!("{key:?} already exists with etag {etag}").into(),
             )),
             (PutCondition::IfMatch(want), Some(etag)) if want == etag => Ok(()),
             (PutCondition::IfMatch(want), Some(etag)) => Err(ObjectError::PreconditionFailed(
-                format!("{key:?} has etag {etag}, not {want}"),
+                format!("{key:?} has etag {etag}, not {want}").into(),
             )),
-            (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(format!(
-                "{key:?} has no current object to match {want}"
-            ))),
+            (PutCondition::IfMatch(want), None) => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} has no current object to match {want}").into(),
+            )),
         }
     }
 }
@@ -512,16 +544,19 @@ pub trait ObjectAdmin: Send + Sync {
 /// [`ObjectError::InvalidArgument`] naming the offending pair or the total.
 pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
     if metadata.len() > MAX_METADATA_ENTRIES {
-        return Err(ObjectError::InvalidArgument(format!(
-            "{} metadata entries exceed {MAX_METADATA_ENTRIES}",
-            metadata.len()
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!(
+                "{} metadata entries exceed {MAX_METADATA_ENTRIES}",
+                metadata.len()
+            )
+            .into(),
+        ));
     }
     let total: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
     if total > MAX_METADATA_BYTES {
-        return Err(ObjectError::InvalidArgument(format!(
-            "{total} bytes of metadata exceed {MAX_METADATA_BYTES}"
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!("{total} bytes of metadata exceed {MAX_METADATA_BYTES}").into(),
+        ));
     }
     for (key, value) in metadata {
         let key_ok = !key.is_empty()
@@ -530,9 +565,10 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
         let value_ok = value.bytes().all(|b| (b' '..=b'~').contains(&b));
         if !key_ok || !value_ok {
-            return Err(ObjectError::InvalidArgument(format!(
-                "metadata {key:?}: keys are lowercase [a-z0-9_-], values printable ASCII"
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!("metadata {key:?}: keys are lowercase [a-z0-9_-], values printable ASCII")
+                    .into(),
+            ));
         }
     }
     Ok(())
@@ -545,10 +581,9 @@ pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
 /// [`ObjectError::InvalidArgument`] when `range` ends before it starts.
 pub fn validate_range(range: &Range<u64>) -> Result<(), ObjectError> {
     if range.start > range.end {
-        return Err(ObjectError::InvalidArgument(format!(
-            "range {}..{} ends before it starts",
-            range.start, range.end
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!("range {}..{} ends before it starts", range.start, range.end).into(),
+        ));
     }
     Ok(())
 }
@@ -565,9 +600,9 @@ pub fn validate_part_number(part: u32) -> Result<(), ObjectError> {
     if (1..=MAX_PART_NUMBER).contains(&part) {
         Ok(())
     } else {
-        Err(ObjectError::InvalidArgument(format!(
-            "part number {part} is outside 1..={MAX_PART_NUMBER}"
-        )))
+        Err(ObjectError::InvalidArgument(
+            format!("part number {part} is outside 1..={MAX_PART_NUMBER}").into(),
+        ))
     }
 }
 
@@ -579,8 +614,8 @@ pub fn validate_limit(limit: u32) -> Result<(), ObjectError> {
     if (1..=MAX_LIST_PAGE).contains(&limit) {
         Ok(())
     } else {
-        Err(ObjectError::InvalidArgument(format!(
-            "limit {limit} is outside 1..={MAX_LIST_PAGE}"
-        )))
+        Err(ObjectError::InvalidArgument(
+            format!("limit {limit} is outside 1..={MAX_LIST_PAGE}").into(),
+        ))
     }
 }

@@ -186,9 +186,9 @@ impl MemoryStore {
     ) -> Result<&'s mut Upload, ObjectError> {
         match state.uploads.get_mut(upload_id) {
             Some(upload) if upload.key == key => Ok(upload),
-            _ => Err(ObjectError::NoSuchUpload(format!(
-                "{upload_id:?} for {key:?}"
-            ))),
+            _ => Err(ObjectError::NoSuchUpload(
+                format!("{upload_id:?} for {key:?}").into(),
+            )),
         }
     }
 
@@ -213,9 +213,9 @@ impl MemoryStore {
         if self.versioned {
             Ok(())
         } else {
-            Err(ObjectError::Unsupported(format!(
-                "{call} needs a versioned store"
-            )))
+            Err(ObjectError::Unsupported(
+                format!("{call} needs a versioned store").into(),
+            ))
         }
     }
 
@@ -278,10 +278,9 @@ fn check_condition(state: &State, key: &str, condition: &PutCondition) -> Result
 /// Refuses a read guard that does not name the current etag.
 fn check_if_match(key: &str, object: &Object, if_match: Option<&str>) -> Result<(), ObjectError> {
     match if_match {
-        Some(want) if want != object.etag => Err(ObjectError::PreconditionFailed(format!(
-            "{key:?} has etag {}, not {want}",
-            object.etag
-        ))),
+        Some(want) if want != object.etag => Err(ObjectError::PreconditionFailed(
+            format!("{key:?} has etag {}, not {want}", object.etag).into(),
+        )),
         _ => Ok(()),
     }
 }
@@ -296,26 +295,26 @@ fn slice(body: &Bytes, range: &Range<u64>) -> Bytes {
 }
 
 fn not_found(key: &str) -> ObjectError {
-    ObjectError::NotFound(format!("no current object at {key:?}"))
+    ObjectError::NotFound(format!("no current object at {key:?}").into())
 }
 
 fn version_not_found(key: &str, version_id: &str) -> ObjectError {
-    ObjectError::NotFound(format!("no version {version_id:?} of {key:?}"))
+    ObjectError::NotFound(format!("no version {version_id:?} of {key:?}").into())
 }
 
 fn marker_version(key: &str, version_id: &str) -> ObjectError {
-    ObjectError::PreconditionFailed(format!(
-        "version {version_id:?} of {key:?} is a delete marker and has no bytes"
-    ))
+    ObjectError::PreconditionFailed(
+        format!("version {version_id:?} of {key:?} is a delete marker and has no bytes").into(),
+    )
 }
 
 /// Splits a version-listing cursor, `key\0version_id`, refusing anything
 /// this store could not have handed out.
 fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
     let malformed = || {
-        ObjectError::InvalidArgument(format!(
-            "{cursor:?} is not a version-listing cursor (key, NUL, version id)"
-        ))
+        ObjectError::InvalidArgument(
+            format!("{cursor:?} is not a version-listing cursor (key, NUL, version id)").into(),
+        )
     };
     let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
     let well_formed_id =
@@ -351,10 +350,13 @@ impl ObjectStore for MemoryStore {
         // depends on nothing stored.
         let actual = crc64_nvme(&body);
         if actual != options.crc64 {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {:016x}",
-                options.crc64
-            )));
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {:016x}",
+                    options.crc64
+                )
+                .into(),
+            ));
         }
         let mut state = self.lock();
         let PutOptions {
@@ -575,41 +577,45 @@ impl ObjectStore for MemoryStore {
         data: PartData<'_>,
     ) -> Result<u64, ObjectError> {
         validate_part_number(part)?;
-        let (body, crc64) = match data {
-            PartData::Bytes { body, crc64 } => {
-                let actual = crc64_nvme(&body);
-                if actual != crc64 {
-                    return Err(ObjectError::ChecksumMismatch(format!(
+        let (body, crc64) =
+            match data {
+                PartData::Bytes { body, crc64 } => {
+                    let actual = crc64_nvme(&body);
+                    if actual != crc64 {
+                        return Err(ObjectError::ChecksumMismatch(format!(
                         "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not \
                          {crc64:016x}"
-                    )));
+                    ).into()));
+                    }
+                    (body, crc64)
                 }
-                (body, crc64)
-            }
-            PartData::Copy {
-                source,
-                source_if_match,
-                range,
-            } => {
-                validate_range(&range)?;
-                let state = self.lock();
-                let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
-                check_if_match(source, object, Some(source_if_match))?;
-                // S3 refuses a copy range outside the source rather than
-                // truncating.
-                if range.end > object.body.len() as u64 || range.is_empty() {
-                    return Err(ObjectError::InvalidArgument(format!(
-                        "copy range {}..{} is outside {source:?} ({} bytes)",
-                        range.start,
-                        range.end,
-                        object.body.len()
-                    )));
+                PartData::Copy {
+                    source,
+                    source_if_match,
+                    range,
+                } => {
+                    validate_range(&range)?;
+                    let state = self.lock();
+                    let (_, object) = state.current(source).ok_or_else(|| not_found(source))?;
+                    check_if_match(source, object, Some(source_if_match))?;
+                    // S3 refuses a copy range outside the source rather than
+                    // truncating.
+                    if range.end > object.body.len() as u64 || range.is_empty() {
+                        return Err(ObjectError::InvalidArgument(
+                            format!(
+                                "copy range {}..{} is outside {source:?} ({} bytes)",
+                                range.start,
+                                range.end,
+                                object.body.len()
+                            )
+                            .into(),
+                        ));
+                    }
+                    let body = slice(&object.body, &range);
+                    let crc = crc64_nvme(&body);
+                    (body, crc)
                 }
-                let body = slice(&object.body, &range);
-                let crc = crc64_nvme(&body);
-                (body, crc)
-            }
-        };
+            };
         let mut state = self.lock();
         Self::upload(&mut state, key, upload_id)?
             .parts
@@ -631,26 +637,35 @@ impl ObjectStore for MemoryStore {
         let mut state = self.lock();
         let upload = Self::upload(&mut state, key, upload_id)?;
         if parts == 0 || upload.parts.keys().copied().ne(1..=parts) {
-            return Err(ObjectError::InvalidArgument(format!(
-                "upload {upload_id:?} holds parts {:?}, not exactly 1..={parts}",
-                upload.parts.keys().collect::<Vec<_>>()
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!(
+                    "upload {upload_id:?} holds parts {:?}, not exactly 1..={parts}",
+                    upload.parts.keys().collect::<Vec<_>>()
+                )
+                .into(),
+            ));
         }
         let mut body = Vec::new();
         for (number, (part, _)) in &upload.parts {
             if *number < parts && (part.len() as u64) < MIN_PART_SIZE {
-                return Err(ObjectError::InvalidArgument(format!(
-                    "part {number} is {} bytes, under the minimum part of {MIN_PART_SIZE}",
-                    part.len()
-                )));
+                return Err(ObjectError::InvalidArgument(
+                    format!(
+                        "part {number} is {} bytes, under the minimum part of {MIN_PART_SIZE}",
+                        part.len()
+                    )
+                    .into(),
+                ));
             }
             body.extend_from_slice(part);
         }
         let actual = crc64_nvme(&body);
         if actual != crc64 {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "{key:?}: the assembled object's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
-            )));
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "{key:?}: the assembled object's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
+                )
+                .into(),
+            ));
         }
         let metadata = upload.metadata.clone();
         let meta = self.publish(

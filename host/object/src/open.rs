@@ -41,11 +41,12 @@ impl std::str::FromStr for StoreUrl {
     type Err = ObjectError;
 
     fn from_str(url: &str) -> Result<Self, ObjectError> {
-        let refuse = |why: &str| {
-            Err(ObjectError::InvalidArgument(format!(
+        let refuse =
+            |why: &str| {
+                Err(ObjectError::InvalidArgument(format!(
                 "store URL {url:?}: {why} (expected file:///path, mem:// or s3://bucket/prefix)"
-            )))
-        };
+            ).into()))
+            };
         if url == "mem://" {
             return Ok(StoreUrl::Memory);
         }

@@ -27,6 +27,7 @@
 //! fsyncs per publish: one for the file, one for the target directory,
 //! plus one per directory created on the way (a key's first publish).
 
+use custodian_base::detail::Detail;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -92,11 +93,12 @@ impl Staged {
             path,
             published: false,
         });
-        staged
-            .0
-            .file
-            .try_lock()
-            .map_err(|e| ObjectError::Io(format!("locking {}: {e}", staged.0.path.display())))?;
+        staged.0.file.try_lock().map_err(|e| {
+            ObjectError::Io(Detail::caused_by(
+                format!("locking {}", staged.0.path.display()),
+                e,
+            ))
+        })?;
         Ok(staged)
     }
 

@@ -46,6 +46,7 @@
 //! exceed `PATH_MAX`, so every legal key is storable under every accepted
 //! root.
 
+use custodian_base::detail::Detail;
 use std::path::{Path, PathBuf};
 
 use crate::{MAX_OBJECT_KEY_BYTES, ObjectError, ObjectKey};
@@ -109,15 +110,22 @@ impl Layout {
     /// # Errors
     /// `InvalidArgument` for a root too long to hold every legal key.
     pub fn new(root: &Path) -> Result<Self, ObjectError> {
-        let root = std::path::absolute(root)
-            .map_err(|e| ObjectError::Io(format!("resolving {}: {e}", root.display())))?;
+        let root = std::path::absolute(root).map_err(|e| {
+            ObjectError::Io(Detail::caused_by(
+                format!("resolving {}", root.display()),
+                e,
+            ))
+        })?;
         let length = root.as_os_str().len();
         if length > MAX_ROOT_BYTES {
-            return Err(ObjectError::InvalidArgument(format!(
-                "store root {} is {length} bytes; at most {MAX_ROOT_BYTES} leave room for the \
+            return Err(ObjectError::InvalidArgument(
+                format!(
+                    "store root {} is {length} bytes; at most {MAX_ROOT_BYTES} leave room for the \
                  longest key's path within PATH_MAX",
-                root.display()
-            )));
+                    root.display()
+                )
+                .into(),
+            ));
         }
         Ok(Self {
             objects: root.join(OBJECTS),

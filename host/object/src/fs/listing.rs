@@ -265,9 +265,9 @@ impl Iterator for KeyWalk<'_> {
 /// this store could not have handed out.
 fn parse_version_cursor(cursor: &str) -> Result<(&str, &str), ObjectError> {
     let malformed = || {
-        ObjectError::InvalidArgument(format!(
-            "{cursor:?} is not a version-listing cursor (key, NUL, version id)"
-        ))
+        ObjectError::InvalidArgument(
+            format!("{cursor:?} is not a version-listing cursor (key, NUL, version id)").into(),
+        )
     };
     let (key, version_id) = cursor.split_once('\0').ok_or_else(malformed)?;
     if ObjectKey::new(key).is_err() || version_seq(version_id).is_none() {

@@ -65,6 +65,7 @@ mod process_tests;
 #[cfg(test)]
 mod tests;
 
+use custodian_base::detail::Detail;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -112,7 +113,10 @@ impl std::fmt::Debug for FsStore {
 
 /// An I/O error, with what was being done to which path.
 fn io_error(doing: &str, path: &Path, error: std::io::Error) -> ObjectError {
-    ObjectError::Io(format!("{doing} {}: {error}", path.display()))
+    ObjectError::Io(Detail::caused_by(
+        format!("{doing} {}", path.display()),
+        error,
+    ))
 }
 
 impl FsStore {
@@ -173,10 +177,13 @@ impl FsStore {
         if self.versioned {
             Ok(())
         } else {
-            Err(ObjectError::Unsupported(format!(
-                "{call} needs a versioned store; {} is unversioned",
-                self.layout.root.display()
-            )))
+            Err(ObjectError::Unsupported(
+                format!(
+                    "{call} needs a versioned store; {} is unversioned",
+                    self.layout.root.display()
+                )
+                .into(),
+            ))
         }
     }
 }
@@ -341,10 +348,9 @@ fn check_etag(key: &str, header: &version_file::Header, want: &str) -> Result<()
     if header.etag == want {
         Ok(())
     } else {
-        Err(ObjectError::PreconditionFailed(format!(
-            "{key:?} has etag {}, not {want}",
-            header.etag
-        )))
+        Err(ObjectError::PreconditionFailed(
+            format!("{key:?} has etag {}, not {want}", header.etag).into(),
+        ))
     }
 }
 

@@ -105,10 +105,9 @@ impl FsStore {
                 // was removed behind the store's back.
                 Some(id) => {
                     Some(VersionFile::open(&dir.join(id), key.key())?.ok_or_else(|| {
-                        ObjectError::Io(format!(
-                            "{} vanished under the arbiter",
-                            dir.join(id).display()
-                        ))
+                        ObjectError::Io(
+                            format!("{} vanished under the arbiter", dir.join(id).display()).into(),
+                        )
                     })?)
                 }
                 None => None,
@@ -123,10 +122,9 @@ impl FsStore {
             Some(id) => version_seq(id)
                 .and_then(|seq| seq.checked_add(1))
                 .ok_or_else(|| {
-                    ObjectError::Unsupported(format!(
-                        "{:?} has run out of version numbers",
-                        key.key()
-                    ))
+                    ObjectError::Unsupported(
+                        format!("{:?} has run out of version numbers", key.key()).into(),
+                    )
                 })?,
             None => 1,
         };
@@ -185,11 +183,14 @@ impl FsStore {
         // the block CRCs reads are checked against.
         let sums = checksums(body);
         if sums.whole != crc64 {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "{:?}: the body's CRC-64/NVME is {:016x}, the caller claimed {crc64:016x}",
-                key.key(),
-                sums.whole
-            )));
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "{:?}: the body's CRC-64/NVME is {:016x}, the caller claimed {crc64:016x}",
+                    key.key(),
+                    sums.whole
+                )
+                .into(),
+            ));
         }
         self.precheck(&key, condition)?;
         let header = self.new_header(&key, sums.len, crc64, metadata);
@@ -234,10 +235,13 @@ impl FsStore {
         })?;
         let sums = crcs.finish();
         if (sums.whole, sums.len) != (crc64, size) {
-            return Err(ObjectError::Corrupt(format!(
-                "{:?}: the copied bytes do not match the source's recorded CRC",
-                source.key()
-            )));
+            return Err(ObjectError::Corrupt(
+                format!(
+                    "{:?}: the copied bytes do not match the source's recorded CRC",
+                    source.key()
+                )
+                .into(),
+            ));
         }
         staged.write(&sums.trailer)?;
         self.publish_staged(&destination, &header, staged, condition)

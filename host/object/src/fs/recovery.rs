@@ -23,6 +23,7 @@
 //! unversioned store costs a walk of its tree; a versioned store needs no
 //! walk (nothing a crash leaves there is visible to reads).
 
+use custodian_base::detail::Detail;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -80,11 +81,14 @@ pub(super) fn prepare(layout: &Layout, versioned: bool) -> Result<(), ObjectErro
     match std::fs::read(&layout.format) {
         Ok(bytes) => {
             if bytes.len() as u64 > MAX_FORMAT_BYTES {
-                return Err(ObjectError::Corrupt(format!(
-                    "{} is {} bytes, not a format record",
-                    layout.format.display(),
-                    bytes.len()
-                )));
+                return Err(ObjectError::Corrupt(
+                    format!(
+                        "{} is {} bytes, not a format record",
+                        layout.format.display(),
+                        bytes.len()
+                    )
+                    .into(),
+                ));
             }
             check_format(layout, &bytes, versioned)
         }
@@ -119,7 +123,10 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
     match std::fs::read(&layout.format) {
         Ok(bytes) => {
             let record: Format = serde_json::from_slice(&bytes).map_err(|e| {
-                ObjectError::Corrupt(format!("format record {}: {e}", layout.format.display()))
+                ObjectError::Corrupt(Detail::caused_by(
+                    format!("format record {}", layout.format.display()),
+                    e,
+                ))
             })?;
             Ok(Some(record.versioned))
         }
@@ -130,23 +137,32 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
 
 fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<(), ObjectError> {
     let record: Format = serde_json::from_slice(bytes).map_err(|e| {
-        ObjectError::Corrupt(format!("format record {}: {e}", layout.format.display()))
+        ObjectError::Corrupt(Detail::caused_by(
+            format!("format record {}", layout.format.display()),
+            e,
+        ))
     })?;
     if record.format != FORMAT {
-        return Err(ObjectError::Unsupported(format!(
-            "{} is a format {} store; this build reads format {FORMAT}",
-            layout.root.display(),
-            record.format
-        )));
+        return Err(ObjectError::Unsupported(
+            format!(
+                "{} is a format {} store; this build reads format {FORMAT}",
+                layout.root.display(),
+                record.format
+            )
+            .into(),
+        ));
     }
     if record.versioned != versioned {
-        return Err(ObjectError::InvalidArgument(format!(
-            "the store at {} was created {}; opening it {} is refused (a store keeps its \
+        return Err(ObjectError::InvalidArgument(
+            format!(
+                "the store at {} was created {}; opening it {} is refused (a store keeps its \
              versioning mode for life)",
-            layout.root.display(),
-            mode(record.versioned),
-            mode(versioned)
-        )));
+                layout.root.display(),
+                mode(record.versioned),
+                mode(versioned)
+            )
+            .into(),
+        ));
     }
     Ok(())
 }

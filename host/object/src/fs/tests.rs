@@ -847,3 +847,21 @@ fn a_segment_longer_than_a_file_name_is_stored_in_chunks() {
         &PutCondition::Unconditional
     )));
 }
+
+#[test]
+fn an_io_failure_keeps_the_operating_systems_error_as_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(FixedClock::new(0));
+    let error = FsStore::open(&file.join("store"), clock, true).unwrap_err();
+    assert!(matches!(error, ObjectError::Io(_)), "{error:?}");
+    let source = std::error::Error::source(&error).expect("the OS error is kept");
+    assert!(
+        source.downcast_ref::<std::io::Error>().is_some(),
+        "{source:?}"
+    );
+    // The message says what was being done; the cause is not repeated in it.
+    assert!(!error.to_string().contains(&source.to_string()), "{error}");
+    assert!(error.clone().into_message().ends_with(&source.to_string()));
+}

@@ -75,7 +75,7 @@ fn part_number(name: &str) -> Option<u32> {
 }
 
 fn no_such_upload(key: &str, upload_id: &str) -> ObjectError {
-    ObjectError::NoSuchUpload(format!("{upload_id:?} for {key:?}"))
+    ObjectError::NoSuchUpload(format!("{upload_id:?} for {key:?}").into())
 }
 
 /// Reads an upload's `meta`; `None` if it has none (aborted, completed, or
@@ -122,8 +122,9 @@ impl Part {
             }
             Err(e) => return Err(io_error("opening", &path, e)),
         };
-        let corrupt =
-            |what: &str| ObjectError::Corrupt(format!("part file {}: {what}", path.display()));
+        let corrupt = |what: &str| {
+            ObjectError::Corrupt(format!("part file {}: {what}", path.display()).into())
+        };
         let total = file
             .metadata()
             .map_err(|e| io_error("inspecting", &path, e))?
@@ -244,7 +245,7 @@ impl FsStore {
         if actual != crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
                 "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
-            )));
+            ).into()));
         }
         // Fail before writing anything for an upload that is gone.
         self.upload_dir(key, upload_id)?;
@@ -273,12 +274,15 @@ impl FsStore {
         super::check_etag(source.key(), file.header(), source_if_match)?;
         let size = file.header().size;
         if range.end > size || range.is_empty() {
-            return Err(ObjectError::InvalidArgument(format!(
-                "copy range {}..{} is outside {:?} ({size} bytes)",
-                range.start,
-                range.end,
-                source.key()
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!(
+                    "copy range {}..{} is outside {:?} ({size} bytes)",
+                    range.start,
+                    range.end,
+                    source.key()
+                )
+                .into(),
+            ));
         }
         self.upload_dir(key, upload_id)?;
         let mut staged = Staged::create(&self.layout, &self.ids)?;
@@ -309,9 +313,10 @@ impl FsStore {
         let (dir, upload) = self.upload(key, upload_id)?;
         let present = self.part_numbers(&dir)?;
         if parts == 0 || present.iter().copied().ne(1..=parts) {
-            return Err(ObjectError::InvalidArgument(format!(
-                "upload {upload_id:?} holds parts {present:?}, not exactly 1..={parts}"
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!("upload {upload_id:?} holds parts {present:?}, not exactly 1..={parts}")
+                    .into(),
+            ));
         }
         // Parts are opened one at a time (an upload may hold 10 000): a
         // first pass for the sizes the header needs, a second to copy.
@@ -319,10 +324,13 @@ impl FsStore {
         for &number in &present {
             let part = Part::open(&dir, number, key, upload_id)?;
             if number < parts && part.len < MIN_PART_SIZE {
-                return Err(ObjectError::InvalidArgument(format!(
-                    "part {number} is {} bytes, under the minimum part of {MIN_PART_SIZE}",
-                    part.len
-                )));
+                return Err(ObjectError::InvalidArgument(
+                    format!(
+                        "part {number} is {} bytes, under the minimum part of {MIN_PART_SIZE}",
+                        part.len
+                    )
+                    .into(),
+                ));
             }
             sizes.push(part.len);
         }
@@ -348,9 +356,10 @@ impl FsStore {
         for (&number, &len) in present.iter().zip(&sizes) {
             let part = Part::open(&dir, number, key, upload_id)?;
             if part.len != len {
-                return Err(ObjectError::Conflict(format!(
-                    "part {number} of upload {upload_id:?} was replaced while completing"
-                )));
+                return Err(ObjectError::Conflict(
+                    format!("part {number} of upload {upload_id:?} was replaced while completing")
+                        .into(),
+                ));
             }
             copy_part_body(&part, &mut buffer, |piece| {
                 crcs.update(piece);
@@ -359,10 +368,13 @@ impl FsStore {
         }
         let sums = crcs.finish();
         if sums.whole != crc64 {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "{key:?}: the assembled object's CRC-64/NVME is {:016x}, not {crc64:016x}",
-                sums.whole
-            )));
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "{key:?}: the assembled object's CRC-64/NVME is {:016x}, not {crc64:016x}",
+                    sums.whole
+                )
+                .into(),
+            ));
         }
         staged.write(&sums.trailer)?;
         let sealed = staged.seal()?;
@@ -449,10 +461,9 @@ fn copy_part_body(
         offset += want as u64;
     }
     if crc.finalize() != part.crc64 {
-        return Err(ObjectError::Corrupt(format!(
-            "part file {} does not match its CRC",
-            part.path.display()
-        )));
+        return Err(ObjectError::Corrupt(
+            format!("part file {} does not match its CRC", part.path.display()).into(),
+        ));
     }
     Ok(())
 }

@@ -219,7 +219,7 @@ pub(super) struct VersionFile {
 }
 
 fn corrupt(path: &Path, what: impl std::fmt::Display) -> ObjectError {
-    ObjectError::Corrupt(format!("version file {}: {what}", path.display()))
+    ObjectError::Corrupt(format!("version file {}: {what}", path.display()).into())
 }
 
 impl VersionFile {
@@ -311,7 +311,7 @@ impl VersionFile {
 
     fn buffer(&self, len: u64) -> Result<Vec<u8>, ObjectError> {
         let len = usize::try_from(len).map_err(|_| {
-            ObjectError::InvalidArgument(format!("{len} bytes do not fit in memory"))
+            ObjectError::InvalidArgument(format!("{len} bytes do not fit in memory").into())
         })?;
         Ok(vec![0u8; len])
     }

@@ -46,7 +46,7 @@ pub(super) fn version_ids(dir: &Path) -> Result<Vec<String>, ObjectError> {
 }
 
 fn not_found(key: &str) -> ObjectError {
-    ObjectError::NotFound(format!("no current object at {key:?}"))
+    ObjectError::NotFound(format!("no current object at {key:?}").into())
 }
 
 impl FsStore {
@@ -65,10 +65,13 @@ impl FsStore {
                 return Ok(Some((id, file)));
             }
         }
-        Err(ObjectError::Conflict(format!(
-            "{:?} changed {READ_ATTEMPTS} times while being read",
-            key.key()
-        )))
+        Err(ObjectError::Conflict(
+            format!(
+                "{:?} changed {READ_ATTEMPTS} times while being read",
+                key.key()
+            )
+            .into(),
+        ))
     }
 
     /// The current object: the newest version unless that is a marker.
@@ -86,8 +89,9 @@ impl FsStore {
         key: &KeyPath,
         version_id: &str,
     ) -> Result<VersionFile, ObjectError> {
-        let missing =
-            || ObjectError::NotFound(format!("no version {version_id:?} of {:?}", key.key()));
+        let missing = || {
+            ObjectError::NotFound(format!("no version {version_id:?} of {:?}", key.key()).into())
+        };
         // Anything but a well-formed id names no file (and never a path
         // outside the key's directory).
         if version_seq(version_id).is_none() {
@@ -96,10 +100,13 @@ impl FsStore {
         let path = self.layout.versions_dir(key).join(version_id);
         let file = VersionFile::open(&path, key.key())?.ok_or_else(missing)?;
         if file.header().delete_marker {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "version {version_id:?} of {:?} is a delete marker and has no bytes",
-                key.key()
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!(
+                    "version {version_id:?} of {:?} is a delete marker and has no bytes",
+                    key.key()
+                )
+                .into(),
+            ));
         }
         Ok(file)
     }

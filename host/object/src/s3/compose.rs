@@ -11,6 +11,7 @@
 //! an error return leaves nothing pending, and so does a caller that
 //! drops the future midway (the abort is then spawned).
 
+use custodian_base::detail::Detail;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,9 +79,11 @@ fn bounds(part: &PartSource) -> (u64, u64) {
 async fn read_local(path: PathBuf, offset: u64, len: u64) -> Result<(Bytes, u64), ObjectError> {
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Seek, SeekFrom};
-        let io = |e: std::io::Error| ObjectError::Io(format!("reading {}: {e}", path.display()));
+        let io = |e: std::io::Error| {
+            ObjectError::Io(Detail::caused_by(format!("reading {}", path.display()), e))
+        };
         let size = usize::try_from(len)
-            .map_err(|_| ObjectError::InvalidArgument(format!("a part of {len} bytes")))?;
+            .map_err(|_| ObjectError::InvalidArgument(format!("a part of {len} bytes").into()))?;
         let mut file = std::fs::File::open(&path).map_err(io)?;
         file.seek(SeekFrom::Start(offset)).map_err(io)?;
         let mut buffer = vec![0; size];
@@ -89,7 +92,7 @@ async fn read_local(path: PathBuf, offset: u64, len: u64) -> Result<(Bytes, u64)
         Ok((Bytes::from(buffer), crc))
     })
     .await
-    .map_err(|e| ObjectError::Io(format!("a part reader failed: {e}")))?
+    .map_err(|e| ObjectError::Io(Detail::caused_by("a part reader failed", e)))?
 }
 
 /// The CRC of all of `path`'s first `len` bytes (only needed when the
@@ -99,14 +102,16 @@ async fn file_crc(path: &Path, len: u64) -> Result<u64, ObjectError> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         use std::io::Read;
-        let file = std::fs::File::open(&path)
-            .map_err(|e| ObjectError::Io(format!("opening {}: {e}", path.display())))?;
-        let found = checksum::crc64_nvme_read(file.take(len), 1, |_| {})
-            .map_err(|e| ObjectError::Io(format!("reading {}: {e}", path.display())))?;
+        let file = std::fs::File::open(&path).map_err(|e| {
+            ObjectError::Io(Detail::caused_by(format!("opening {}", path.display()), e))
+        })?;
+        let found = checksum::crc64_nvme_read(file.take(len), 1, |_| {}).map_err(|e| {
+            ObjectError::Io(Detail::caused_by(format!("reading {}", path.display()), e))
+        })?;
         Ok(found.crc)
     })
     .await
-    .map_err(|e| ObjectError::Io(format!("a reader failed: {e}")))?
+    .map_err(|e| ObjectError::Io(Detail::caused_by("a reader failed", e)))?
 }
 
 impl S3Store {
@@ -123,21 +128,31 @@ impl S3Store {
         if let Some(base_etag) = spec.base_etag {
             let base = self.head_full(base_key, &base_full).await?;
             if base.etag != base_etag {
-                return Err(ObjectError::PreconditionFailed(format!(
-                    "the base {base_key:?} is now {}, not {base_etag}",
-                    base.etag
-                )));
+                return Err(ObjectError::PreconditionFailed(
+                    format!(
+                        "the base {base_key:?} is now {}, not {base_etag}",
+                        base.etag
+                    )
+                    .into(),
+                ));
             }
             if !base.copy_source_allowed() {
-                return Err(ObjectError::InvalidArgument(format!(
-                    "the base {base_key:?} is in storage class {:?}; copying from it would pay \
+                return Err(ObjectError::InvalidArgument(
+                    format!(
+                        "the base {base_key:?} is in storage class {:?}; copying from it would pay \
                      retrieval on every clean byte",
-                    base.storage_class
-                )));
+                        base.storage_class
+                    )
+                    .into(),
+                ));
             }
         }
-        std::fs::File::open(spec.local_path)
-            .map_err(|e| ObjectError::Io(format!("opening {}: {e}", spec.local_path.display())))?;
+        std::fs::File::open(spec.local_path).map_err(|e| {
+            ObjectError::Io(Detail::caused_by(
+                format!("opening {}", spec.local_path.display()),
+                e,
+            ))
+        })?;
         let total: u64 = spec.parts.iter().map(|p| bounds(p).1).sum();
         let recorded = if self.crc_in_metadata() {
             Some(match spec.crc64 {
@@ -238,11 +253,14 @@ impl S3Store {
         });
         let crc64 = match spec.crc64 {
             Some(claimed) if claimed != folded => {
-                return Err(ObjectError::ChecksumMismatch(format!(
-                    "{:?}: the parts fold to CRC-64/NVME {folded:016x}, the caller claimed \
+                return Err(ObjectError::ChecksumMismatch(
+                    format!(
+                        "{:?}: the parts fold to CRC-64/NVME {folded:016x}, the caller claimed \
                      {claimed:016x}; nothing was published",
-                    spec.key
-                )));
+                        spec.key
+                    )
+                    .into(),
+                ));
             }
             Some(claimed) => claimed,
             None => folded,

@@ -93,9 +93,10 @@ impl S3Config {
     /// [`ObjectError::InvalidArgument`] naming what is wrong.
     pub fn from_url(url: &str) -> Result<Self, ObjectError> {
         let refuse = |why: &str| {
-            ObjectError::InvalidArgument(format!(
-                "store URL {url:?}: {why} (expected s3://bucket or s3://bucket/prefix)"
-            ))
+            ObjectError::InvalidArgument(
+                format!("store URL {url:?}: {why} (expected s3://bucket or s3://bucket/prefix)")
+                    .into(),
+            )
         };
         let rest = url
             .strip_prefix("s3://")
@@ -117,7 +118,7 @@ impl S3Config {
     /// # Errors
     /// [`ObjectError::InvalidArgument`] naming the field.
     pub fn validate(&self) -> Result<(), ObjectError> {
-        let refuse = |why: String| ObjectError::InvalidArgument(format!("S3 store: {why}"));
+        let refuse = |why: String| ObjectError::InvalidArgument(format!("S3 store: {why}").into());
         validate_bucket(&self.bucket).map_err(refuse)?;
         if normalize_prefix(&self.prefix).map_err(refuse)? != self.prefix {
             return Err(refuse(format!(

@@ -138,20 +138,21 @@ impl Failure {
             detail,
         } = self;
         match class {
-            Class::Precondition => ObjectError::PreconditionFailed(detail),
-            Class::Conflict => ObjectError::Conflict(detail),
+            Class::Precondition => ObjectError::PreconditionFailed(detail.into()),
+            Class::Conflict => ObjectError::Conflict(detail.into()),
             Class::Auth if code.as_deref() == Some("RequestTimeTooSkewed") => ObjectError::Auth(
-                format!("{detail} (this host's clock differs from the server's: fix the clock)"),
+                format!("{detail} (this host's clock differs from the server's: fix the clock)")
+                    .into(),
             ),
-            Class::Auth => ObjectError::Auth(detail),
-            Class::Checksum => ObjectError::ChecksumMismatch(detail),
-            Class::NotFound => ObjectError::NotFound(detail),
-            Class::NoSuchUpload => ObjectError::NoSuchUpload(detail),
-            Class::BadRange | Class::Invalid => ObjectError::InvalidArgument(detail),
+            Class::Auth => ObjectError::Auth(detail.into()),
+            Class::Checksum => ObjectError::ChecksumMismatch(detail.into()),
+            Class::NotFound => ObjectError::NotFound(detail.into()),
+            Class::NoSuchUpload => ObjectError::NoSuchUpload(detail.into()),
+            Class::BadRange | Class::Invalid => ObjectError::InvalidArgument(detail.into()),
             // Only version-scoped calls give 405 a meaning (a delete
             // marker); elsewhere the server refuses the call itself.
-            Class::MethodNotAllowed | Class::Unsupported => ObjectError::Unsupported(detail),
-            Class::Unavailable => ObjectError::Unavailable(detail),
+            Class::MethodNotAllowed | Class::Unsupported => ObjectError::Unsupported(detail.into()),
+            Class::Unavailable => ObjectError::Unavailable(detail.into()),
         }
     }
 }

@@ -42,7 +42,7 @@ impl Keys {
                 "{key:?} under the store prefix {:?} is {} bytes, past S3's {MAX_OBJECT_KEY_BYTES}",
                 self.prefix,
                 full.len()
-            )));
+            ).into()));
         }
         Ok(full)
     }

@@ -13,6 +13,7 @@ use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, ExpirationStatus, LifecycleRule,
     LifecycleRuleFilter, NoncurrentVersionExpiration, TransitionDefaultMinimumObjectSize,
 };
+use custodian_base::detail::Detail;
 
 use super::super::{LifecycleView, ObjectError, RetentionOutcome};
 use super::S3Store;
@@ -70,8 +71,8 @@ fn enabled(rule: &LifecycleRule) -> bool {
     rule.status() == &ExpirationStatus::Enabled
 }
 
-fn rule_error(e: impl std::fmt::Display) -> ObjectError {
-    ObjectError::InvalidArgument(format!("building a lifecycle rule: {e}"))
+fn rule_error(e: impl std::error::Error + Send + Sync + 'static) -> ObjectError {
+    ObjectError::InvalidArgument(Detail::caused_by("building a lifecycle rule", e))
 }
 
 impl S3Store {
@@ -107,10 +108,13 @@ impl S3Store {
     /// Writes `rules` back with `added` appended.
     async fn append_rule(&self, current: Rules, added: LifecycleRule) -> Result<(), ObjectError> {
         if current.rules.len() >= MAX_RULES {
-            return Err(ObjectError::InvalidArgument(format!(
-                "bucket {:?} already has S3's limit of {MAX_RULES} lifecycle rules",
-                self.bucket
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!(
+                    "bucket {:?} already has S3's limit of {MAX_RULES} lifecycle rules",
+                    self.bucket
+                )
+                .into(),
+            ));
         }
         let mut rules = current.rules;
         rules.push(added);
@@ -188,9 +192,10 @@ impl S3Store {
         days: u64,
     ) -> Result<RetentionOutcome, ObjectError> {
         if !(1..=MAX_RETENTION_DAYS).contains(&days) {
-            return Err(ObjectError::InvalidArgument(format!(
-                "noncurrent retention of {days} days is outside 1..={MAX_RETENTION_DAYS}"
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!("noncurrent retention of {days} days is outside 1..={MAX_RETENTION_DAYS}")
+                    .into(),
+            ));
         }
         let full = self.keys.unchecked(prefix)?;
         let current = self.bucket_rules().await?;

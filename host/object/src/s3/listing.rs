@@ -287,10 +287,13 @@ impl<'s> Scan<'s> {
             // A truncated page that does not move the marker would repeat
             // forever.
             Some(next) if self.marker.as_ref() == Some(&next) => {
-                return Err(ObjectError::Unavailable(format!(
-                    "listing {:?}: the server's continuation marker did not advance",
-                    self.prefix
-                )));
+                return Err(ObjectError::Unavailable(
+                    format!(
+                        "listing {:?}: the server's continuation marker did not advance",
+                        self.prefix
+                    )
+                    .into(),
+                ));
             }
             Some(next) => self.marker = Some(next),
             None => self.exhausted = true,
@@ -311,9 +314,9 @@ struct Cursor<'a> {
 
 fn parse_cursor(cursor: &str) -> Result<Cursor<'_>, ObjectError> {
     let malformed = || {
-        ObjectError::InvalidArgument(format!(
-            "{cursor:?} is not a version-listing cursor of this store"
-        ))
+        ObjectError::InvalidArgument(
+            format!("{cursor:?} is not a version-listing cursor of this store").into(),
+        )
     };
     let mut parts = cursor.split('\0');
     let (Some(key), Some(version_id), Some(next_version_id), None) =

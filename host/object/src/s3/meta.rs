@@ -2,6 +2,7 @@
 //! etag, the stored CRC-64/NVME and the user metadata without this
 //! backend's reserved keys.
 
+use custodian_base::detail::Detail;
 use std::collections::HashMap;
 
 use aws_sdk_s3::primitives::DateTime;
@@ -57,8 +58,9 @@ pub(super) fn stored_crc(
     metadata: Option<&HashMap<String, String>>,
 ) -> Result<Option<u64>, ObjectError> {
     let decode = |source: &str, wire: &str| {
-        checksum::from_wire(wire)
-            .map_err(|e| ObjectError::Corrupt(format!("{what}: the {source} CRC: {e}")))
+        checksum::from_wire(wire).map_err(|e| {
+            ObjectError::Corrupt(Detail::caused_by(format!("{what}: the {source} CRC"), e))
+        })
     };
     // A "-N" suffix marks a composite (per-part) checksum: not the
     // object's CRC, so not evidence either way.
@@ -73,7 +75,7 @@ pub(super) fn stored_crc(
     match (from_header, from_metadata) {
         (Some(stored), Some(recorded)) if stored != recorded => Err(ObjectError::Corrupt(format!(
             "{what}: the server stores CRC {stored:016x} but the publish recorded {recorded:016x}"
-        ))),
+        ).into())),
         (stored, recorded) => Ok(stored.or(recorded)),
     }
 }
@@ -98,16 +100,16 @@ pub(super) fn publish_metadata(
     crc64: Option<u64>,
 ) -> Result<HashMap<String, String>, ObjectError> {
     if metadata.contains_key(CRC_KEY) {
-        return Err(ObjectError::InvalidArgument(format!(
-            "metadata key {CRC_KEY:?} is reserved by the S3 backend"
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!("metadata key {CRC_KEY:?} is reserved by the S3 backend").into(),
+        ));
     }
     let entries = metadata.len() + usize::from(crc64.is_some());
     if entries > MAX_STORED_ENTRIES {
         return Err(ObjectError::InvalidArgument(format!(
             "{entries} metadata entries exceed the S3 backend's {MAX_STORED_ENTRIES} (each is a \
              response header, and the client reads at most 100)"
-        )));
+        ).into()));
     }
     let mut out: HashMap<String, String> = metadata
         .iter()
@@ -138,11 +140,13 @@ pub(super) fn object_meta(
 ) -> Result<ObjectMeta, ObjectError> {
     let e_tag = described
         .e_tag
-        .ok_or_else(|| ObjectError::Corrupt(format!("{key:?}: the server sent no etag")))?;
+        .ok_or_else(|| ObjectError::Corrupt(format!("{key:?}: the server sent no etag").into()))?;
     let size = described
         .size
         .and_then(|s| u64::try_from(s).ok())
-        .ok_or_else(|| ObjectError::Corrupt(format!("{key:?}: the server sent no length")))?;
+        .ok_or_else(|| {
+            ObjectError::Corrupt(format!("{key:?}: the server sent no length").into())
+        })?;
     let version_id = etag::real_version(described.version_id);
     Ok(ObjectMeta {
         key: key.to_owned(),

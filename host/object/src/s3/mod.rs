@@ -226,10 +226,9 @@ impl S3Store {
         if self.versioned {
             Ok(())
         } else {
-            Err(ObjectError::Unsupported(format!(
-                "{call}: bucket {:?} does not keep versions",
-                self.bucket
-            )))
+            Err(ObjectError::Unsupported(
+                format!("{call}: bucket {:?} does not keep versions", self.bucket).into(),
+            ))
         }
     }
 }
@@ -338,10 +337,13 @@ impl ObjectStore for S3Store {
                 if let Some(want) = if_match
                     && meta.etag != want
                 {
-                    return Err(ObjectError::PreconditionFailed(format!(
-                        "version {version_id:?} of {key:?} is {}, not {want}",
-                        meta.etag
-                    )));
+                    return Err(ObjectError::PreconditionFailed(
+                        format!(
+                            "version {version_id:?} of {key:?} is {}, not {want}",
+                            meta.etag
+                        )
+                        .into(),
+                    ));
                 }
                 (meta, body)
             }

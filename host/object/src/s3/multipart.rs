@@ -88,9 +88,9 @@ fn landed_part(
 /// upload in one.
 fn landed_from_raw(key: &str, body: &str) -> Result<Vec<Landed>, ObjectError> {
     if quirks::text(body, "IsTruncated").as_deref() == Some("true") {
-        return Err(ObjectError::Unsupported(format!(
-            "{key:?}: this server's part listing is unreadable past its first page"
-        )));
+        return Err(ObjectError::Unsupported(
+            format!("{key:?}: this server's part listing is unreadable past its first page").into(),
+        ));
     }
     quirks::elements(body, "Part")
         .into_iter()
@@ -142,9 +142,9 @@ impl S3Store {
             .await
             .map_err(|e| errors::object_error(&e, "CreateMultipartUpload", &quoted(key)))?;
         out.upload_id().map(str::to_owned).ok_or_else(|| {
-            ObjectError::Corrupt(format!(
-                "{key:?}: CreateMultipartUpload returned no upload id"
-            ))
+            ObjectError::Corrupt(
+                format!("{key:?}: CreateMultipartUpload returned no upload id").into(),
+            )
         })
     }
 
@@ -178,7 +178,7 @@ impl S3Store {
         if actual != crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
                 "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
-            )));
+            ).into()));
         }
         let len = body.len() as u64;
         let wire = checksum::to_wire(crc64);
@@ -206,10 +206,9 @@ impl S3Store {
                         Err(ObjectError::NoSuchUpload(_))
                     )
                 {
-                    return Err(ObjectError::NoSuchUpload(format!(
-                        "{upload_id:?} of {key:?} ({})",
-                        failure.detail
-                    )));
+                    return Err(ObjectError::NoSuchUpload(
+                        format!("{upload_id:?} of {key:?} ({})", failure.detail).into(),
+                    ));
                 }
                 return Err(failure.into_error());
             }
@@ -217,14 +216,17 @@ impl S3Store {
         if let Some(stored) = meta::stored_crc(key, out.checksum_crc64_nvme(), None)?
             && stored != crc64
         {
-            return Err(ObjectError::ChecksumMismatch(format!(
-                "part {part} of {key:?}: the server stored CRC {stored:016x}, not {crc64:016x}"
-            )));
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "part {part} of {key:?}: the server stored CRC {stored:016x}, not {crc64:016x}"
+                )
+                .into(),
+            ));
         }
         let e_tag = out.e_tag().ok_or_else(|| {
-            ObjectError::Corrupt(format!(
-                "part {part} of {key:?}: UploadPart returned no etag"
-            ))
+            ObjectError::Corrupt(
+                format!("part {part} of {key:?}: UploadPart returned no etag").into(),
+            )
         })?;
         Ok(Landed {
             crc64,
@@ -305,10 +307,13 @@ impl S3Store {
         validate_part_number(part)?;
         validate_range(&range)?;
         if range.is_empty() {
-            return Err(ObjectError::InvalidArgument(format!(
-                "part {part} of {key:?}: an empty copy range {}..{}",
-                range.start, range.end
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!(
+                    "part {part} of {key:?}: an empty copy range {}..{}",
+                    range.start, range.end
+                )
+                .into(),
+            ));
         }
         let guard = etag::guard(source_if_match);
         let out = self
@@ -336,24 +341,27 @@ impl S3Store {
             // only a byte-identical republish could slip through.
             let current = self.head_full(source, source_full).await?;
             if current.etag != source_if_match {
-                return Err(ObjectError::PreconditionFailed(format!(
-                    "the copy source {source:?} is now {}, not {source_if_match}",
-                    current.etag
-                )));
+                return Err(ObjectError::PreconditionFailed(
+                    format!(
+                        "the copy source {source:?} is now {}, not {source_if_match}",
+                        current.etag
+                    )
+                    .into(),
+                ));
             }
             source_version = current.version_id;
         }
         if !guard.holds_for(source_version.as_deref()) {
             return Err(ObjectError::PreconditionFailed(format!(
                 "the copy source {source:?} is now version {source_version:?}, not the one guarded"
-            )));
+            ).into()));
         }
         let source_version = source_version.as_deref();
         let result = out.copy_part_result();
         let e_tag = result.and_then(|r| r.e_tag()).ok_or_else(|| {
-            ObjectError::Corrupt(format!(
-                "part {part} of {key:?}: UploadPartCopy returned no etag"
-            ))
+            ObjectError::Corrupt(
+                format!("part {part} of {key:?}: UploadPartCopy returned no etag").into(),
+            )
         })?;
         let crc64 = match meta::stored_crc(key, result.and_then(|r| r.checksum_crc64_nvme()), None)?
         {
@@ -394,13 +402,16 @@ impl S3Store {
             .map_err(|e| errors::object_error(&e, "GetObject (part range)", &quoted(key)))?;
         let received = read::receive(out.body, false).await;
         if received.len != range.end - range.start {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {}..{} of {key:?}: {} bytes arrived{}",
-                range.start,
-                range.end,
-                received.len,
-                received.error.map(|e| format!(": {e}")).unwrap_or_default()
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {}..{} of {key:?}: {} bytes arrived{}",
+                    range.start,
+                    range.end,
+                    received.len,
+                    received.error.map(|e| format!(": {e}")).unwrap_or_default()
+                )
+                .into(),
+            ));
         }
         Ok(received.crc.finalize())
     }
@@ -427,9 +438,10 @@ impl S3Store {
                 .copied()
                 .ne(1..=i32::try_from(parts).unwrap_or(i32::MAX))
         {
-            return Err(ObjectError::InvalidArgument(format!(
-                "upload {upload_id:?} holds parts {numbers:?}, not exactly 1..={parts}"
-            )));
+            return Err(ObjectError::InvalidArgument(
+                format!("upload {upload_id:?} holds parts {numbers:?}, not exactly 1..={parts}")
+                    .into(),
+            ));
         }
         let upload = Upload {
             key,
@@ -482,9 +494,9 @@ impl S3Store {
                 _ => return Ok(landed),
             }
         }
-        Err(ObjectError::Unavailable(format!(
-            "listing the parts of {upload_id:?} did not end"
-        )))
+        Err(ObjectError::Unavailable(
+            format!("listing the parts of {upload_id:?} did not end").into(),
+        ))
     }
 
     /// Completes an upload of bucket key `full` from `landed` (in part
@@ -543,7 +555,9 @@ impl S3Store {
         })
         .await?;
         let e_tag = out.e_tag().ok_or_else(|| {
-            ObjectError::Corrupt(format!("{key:?}: CompleteMultipartUpload returned no etag"))
+            ObjectError::Corrupt(
+                format!("{key:?}: CompleteMultipartUpload returned no etag").into(),
+            )
         })?;
         Ok(ObjectMeta {
             key: key.to_owned(),
@@ -636,14 +650,18 @@ impl S3Store {
                 out.next_upload_id_marker().map(str::to_owned),
             );
             if markers.0.is_none() {
-                return Err(ObjectError::Unavailable(format!(
-                    "listing uploads under {prefix:?}: a truncated page without a marker"
-                )));
+                return Err(ObjectError::Unavailable(
+                    format!("listing uploads under {prefix:?}: a truncated page without a marker")
+                        .into(),
+                ));
             }
         }
-        Err(ObjectError::Unsupported(format!(
-            "more than {} pending uploads under {prefix:?}; list a narrower prefix",
-            MAX_UPLOAD_PAGES * 1000
-        )))
+        Err(ObjectError::Unsupported(
+            format!(
+                "more than {} pending uploads under {prefix:?}; list a narrower prefix",
+                MAX_UPLOAD_PAGES * 1000
+            )
+            .into(),
+        ))
     }
 }

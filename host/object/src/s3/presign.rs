@@ -2,6 +2,7 @@
 //! access key id (never the secret) and grants its one call to whoever
 //! holds it until it expires: callers must not log it.
 
+use custodian_base::detail::Detail;
 use std::time::Duration;
 
 use aws_sdk_s3::presigning::PresigningConfig;
@@ -16,12 +17,14 @@ pub const MAX_PRESIGN_TTL_SECS: u64 = 7 * 24 * 3600;
 
 fn presigning(ttl_secs: u64) -> Result<PresigningConfig, ObjectError> {
     if !(1..=MAX_PRESIGN_TTL_SECS).contains(&ttl_secs) {
-        return Err(ObjectError::InvalidArgument(format!(
-            "a presigned URL lives 1..={MAX_PRESIGN_TTL_SECS} seconds, not {ttl_secs}"
-        )));
+        return Err(ObjectError::InvalidArgument(
+            format!("a presigned URL lives 1..={MAX_PRESIGN_TTL_SECS} seconds, not {ttl_secs}")
+                .into(),
+        ));
     }
-    PresigningConfig::expires_in(Duration::from_secs(ttl_secs))
-        .map_err(|e| ObjectError::InvalidArgument(format!("presigning for {ttl_secs} s: {e}")))
+    PresigningConfig::expires_in(Duration::from_secs(ttl_secs)).map_err(|e| {
+        ObjectError::InvalidArgument(Detail::caused_by(format!("presigning for {ttl_secs} s"), e))
+    })
 }
 
 impl S3Store {

@@ -60,10 +60,9 @@ pub(super) struct Written<'a> {
 pub(super) fn guarded_failure(condition: &PutCondition, failure: errors::Failure) -> ObjectError {
     match (condition, failure.class, failure.code.as_deref()) {
         (PutCondition::IfMatch(etag), Class::NotFound, None | Some("NoSuchKey")) => {
-            ObjectError::PreconditionFailed(format!(
-                "no current object to match {etag} ({})",
-                failure.detail
-            ))
+            ObjectError::PreconditionFailed(
+                format!("no current object to match {etag} ({})", failure.detail).into(),
+            )
         }
         _ => failure.into_error(),
     }
@@ -89,7 +88,7 @@ impl S3Store {
         if actual != crc64 {
             return Err(ObjectError::ChecksumMismatch(format!(
                 "{key:?}: the body's CRC-64/NVME is {actual:016x}, the caller claimed {crc64:016x}"
-            )));
+            ).into()));
         }
         let sent = meta::publish_metadata(metadata, self.crc_record(crc64))?;
         self.check_condition(key, &full, condition, false).await?;
@@ -123,9 +122,9 @@ impl S3Store {
             returned: out.checksum_crc64_nvme(),
         })
         .await?;
-        let e_tag = out
-            .e_tag()
-            .ok_or_else(|| ObjectError::Corrupt(format!("{key:?}: PutObject returned no etag")))?;
+        let e_tag = out.e_tag().ok_or_else(|| {
+            ObjectError::Corrupt(format!("{key:?}: PutObject returned no etag").into())
+        })?;
         Ok(ObjectMeta {
             key: key.to_string(),
             version_id: self
@@ -183,7 +182,7 @@ impl S3Store {
             return Err(ObjectError::ChecksumMismatch(format!(
                 "{key:?}: the server stored CRC {stored:016x}, not {:016x}; the version was removed",
                 written.crc64
-            )));
+            ).into()));
         }
         if self.verifies_by_reading() {
             let read = match self
@@ -203,7 +202,7 @@ impl S3Store {
                     "{key:?}: read back, the bytes have CRC {read:016x}, not {:016x} (this server \
                      does not validate checksums); the version was removed",
                     written.crc64
-                )));
+                ).into()));
             }
         }
         Ok(())
@@ -232,11 +231,14 @@ impl S3Store {
         // and fails the stream at its end on a mismatch; with every byte
         // in hand, this backend's own comparison is the verdict.
         if expected != Some(received.len) {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {key:?} back: {} bytes of {expected:?}{}",
-                received.len,
-                received.error.map(|e| format!(": {e}")).unwrap_or_default()
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {key:?} back: {} bytes of {expected:?}{}",
+                    received.len,
+                    received.error.map(|e| format!(": {e}")).unwrap_or_default()
+                )
+                .into(),
+            ));
         }
         Ok(received.crc.finalize())
     }
@@ -282,10 +284,9 @@ impl S3Store {
         if let Some(want) = source_if_match
             && from.etag != want
         {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "the copy source {source:?} is {}, not {want}",
-                from.etag
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!("the copy source {source:?} is {}, not {want}", from.etag).into(),
+            ));
         }
         // Servers that ignore CopyObject's destination conditions get this
         // HEAD's (windowed) check; the others check the headers atomically.
@@ -318,16 +319,17 @@ impl S3Store {
         let result = out.copy_object_result();
         let returned = result.and_then(|r| r.checksum_crc64_nvme());
         let copied = meta::stored_crc(destination, returned, None)?;
-        let crc64 = match (from.crc64, copied) {
-            (Some(want), Some(got)) if want != got => {
-                self.retract(&full, version_id).await;
-                return Err(ObjectError::Corrupt(format!(
+        let crc64 =
+            match (from.crc64, copied) {
+                (Some(want), Some(got)) if want != got => {
+                    self.retract(&full, version_id).await;
+                    return Err(ObjectError::Corrupt(format!(
                     "copying {source:?}: the copy has CRC {got:016x}, the source was published \
                      with {want:016x}; the copy was removed"
-                )));
-            }
-            (want, got) => want.or(got),
-        };
+                ).into()));
+                }
+                (want, got) => want.or(got),
+            };
         if copied.is_none()
             && let Some(crc64) = crc64
             && self.verifies_by_reading()
@@ -338,11 +340,11 @@ impl S3Store {
                 return Err(ObjectError::Corrupt(format!(
                     "copying {source:?}: read back, the copy has CRC {read:016x}, not {crc64:016x}; \
                      the copy was removed"
-                )));
+                ).into()));
             }
         }
         let e_tag = result.and_then(|r| r.e_tag()).ok_or_else(|| {
-            ObjectError::Corrupt(format!("{destination:?}: CopyObject returned no etag"))
+            ObjectError::Corrupt(format!("{destination:?}: CopyObject returned no etag").into())
         })?;
         Ok(ObjectMeta {
             key: destination.to_string(),

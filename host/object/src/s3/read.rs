@@ -130,10 +130,13 @@ impl S3Store {
         if let Some(guard) = &guard
             && !guard.holds_for(etag::real_version(out.version_id()))
         {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "{key:?} is now version {:?}, not the one guarded",
-                out.version_id()
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!(
+                    "{key:?} is now version {:?}, not the one guarded",
+                    out.version_id()
+                )
+                .into(),
+            ));
         }
         self.whole_body(key, out).await
     }
@@ -154,20 +157,26 @@ impl S3Store {
                 return Err(ObjectError::Corrupt(format!(
                     "{key:?}: the bytes read have CRC {read:016x}, the object was published with \
                      {stored:016x}"
-                )));
+                ).into()));
             }
         }
         if let Some(error) = received.error {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {key:?} failed after {} of {} bytes: {error}",
-                received.len, meta.size
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {key:?} failed after {} of {} bytes: {error}",
+                    received.len, meta.size
+                )
+                .into(),
+            ));
         }
         if received.len != meta.size {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {key:?}: {} bytes arrived of {}",
-                received.len, meta.size
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {key:?}: {} bytes arrived of {}",
+                    received.len, meta.size
+                )
+                .into(),
+            ));
         }
         Ok((meta, received.frames))
     }
@@ -220,25 +229,34 @@ impl S3Store {
         if let Some(guard) = &guard
             && !guard.holds_for(etag::real_version(out.version_id()))
         {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "{key:?} is now version {:?}, not the one guarded",
-                out.version_id()
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!(
+                    "{key:?} is now version {:?}, not the one guarded",
+                    out.version_id()
+                )
+                .into(),
+            ));
         }
         let expected = out.content_length().and_then(|l| u64::try_from(l).ok());
         let meta = meta::object_meta(key, self.versioned, &described(&out))?;
         let received = receive(out.body, true).await;
         if let Some(error) = received.error {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {}..{} of {key:?} failed after {} bytes: {error}",
-                range.start, range.end, received.len
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {}..{} of {key:?} failed after {} bytes: {error}",
+                    range.start, range.end, received.len
+                )
+                .into(),
+            ));
         }
         if expected.is_some_and(|e| e != received.len) || received.len > range.end - range.start {
-            return Err(ObjectError::Unavailable(format!(
-                "reading {}..{} of {key:?}: {} bytes arrived, {expected:?} announced",
-                range.start, range.end, received.len
-            )));
+            return Err(ObjectError::Unavailable(
+                format!(
+                    "reading {}..{} of {key:?}: {} bytes arrived, {expected:?} announced",
+                    range.start, range.end, received.len
+                )
+                .into(),
+            ));
         }
         Ok((meta, received.frames))
     }
@@ -258,10 +276,9 @@ impl S3Store {
             None => self.head_full(key, full).await?,
         };
         match if_match {
-            Some(want) if head.etag != want => Err(ObjectError::PreconditionFailed(format!(
-                "{key:?} is {}, not {want}",
-                head.etag
-            ))),
+            Some(want) if head.etag != want => Err(ObjectError::PreconditionFailed(
+                format!("{key:?} is {}, not {want}", head.etag).into(),
+            )),
             _ => Ok(head),
         }
     }
@@ -278,7 +295,7 @@ impl S3Store {
         match failure.class {
             Class::NotFound => match self.head_exact(key, version_id).await {
                 Err(marker @ ObjectError::PreconditionFailed(_)) => marker,
-                _ => ObjectError::NotFound(failure.detail),
+                _ => ObjectError::NotFound(failure.detail.into()),
             },
             _ => self.version_failure(key, version_id, failure),
         }

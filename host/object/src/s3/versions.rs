@@ -22,9 +22,9 @@ pub(super) fn validate_version_id(version_id: &str) -> Result<(), ObjectError> {
         || version_id.len() > MAX_VERSION_ID_BYTES
         || version_id.chars().any(char::is_control)
     {
-        return Err(ObjectError::NotFound(format!(
-            "{version_id:?} is not a version id this store could have issued"
-        )));
+        return Err(ObjectError::NotFound(
+            format!("{version_id:?} is not a version id this store could have issued").into(),
+        ));
     }
     Ok(())
 }
@@ -38,15 +38,15 @@ impl S3Store {
         failure: Failure,
     ) -> ObjectError {
         match failure.class {
-            Class::MethodNotAllowed => ObjectError::PreconditionFailed(format!(
-                "version {version_id:?} of {key:?} is a delete marker and has no bytes"
-            )),
-            Class::NotFound => ObjectError::NotFound(failure.detail),
+            Class::MethodNotAllowed => ObjectError::PreconditionFailed(
+                format!("version {version_id:?} of {key:?} is a delete marker and has no bytes")
+                    .into(),
+            ),
+            Class::NotFound => ObjectError::NotFound(failure.detail.into()),
             Class::Invalid if failure.code.as_deref() == Some("InvalidArgument") => {
-                ObjectError::NotFound(format!(
-                    "no version {version_id:?} of {key:?} ({})",
-                    failure.detail
-                ))
+                ObjectError::NotFound(
+                    format!("no version {version_id:?} of {key:?} ({})", failure.detail).into(),
+                )
             }
             _ => failure.into_error(),
         }
@@ -74,9 +74,10 @@ impl S3Store {
                 self.version_failure(key, version_id, failure)
             })?;
         if out.delete_marker() == Some(true) {
-            return Err(ObjectError::PreconditionFailed(format!(
-                "version {version_id:?} of {key:?} is a delete marker and has no bytes"
-            )));
+            return Err(ObjectError::PreconditionFailed(
+                format!("version {version_id:?} of {key:?} is a delete marker and has no bytes")
+                    .into(),
+            ));
         }
         meta::object_meta(
             key,

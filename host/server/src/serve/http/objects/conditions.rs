@@ -90,10 +90,9 @@ pub(super) fn read_guard(headers: &HeaderMap) -> Result<Option<String>, ApiError
 /// 412 unless `meta` has the etag `guard` names.
 pub(super) fn check_guard(meta: &ObjectMeta, guard: Option<&str>) -> Result<(), ApiError> {
     match guard {
-        Some(want) if want != meta.etag => Err(ObjectError::PreconditionFailed(format!(
-            "{:?} has etag {}, not {want}",
-            meta.key, meta.etag
-        ))
+        Some(want) if want != meta.etag => Err(ObjectError::PreconditionFailed(
+            format!("{:?} has etag {}, not {want}", meta.key, meta.etag).into(),
+        )
         .into()),
         _ => Ok(()),
     }

@@ -207,12 +207,15 @@ async fn put_object(
     let body = read_body_inspecting(body, &headers, limit, |chunk| crc.update(chunk)).await?;
     let crc = crc.finalize();
     if let Some(claimed) = claimed.filter(|claimed| *claimed != crc) {
-        return Err(ObjectError::ChecksumMismatch(format!(
-            "{key:?}: the body's CRC-64/NVME is {} ({crc:016x}), {CHECKSUM} says {} \
+        return Err(ObjectError::ChecksumMismatch(
+            format!(
+                "{key:?}: the body's CRC-64/NVME is {} ({crc:016x}), {CHECKSUM} says {} \
              ({claimed:016x}); nothing was stored",
-            checksum::to_wire(crc),
-            checksum::to_wire(claimed),
-        ))
+                checksum::to_wire(crc),
+                checksum::to_wire(claimed),
+            )
+            .into(),
+        )
         .into());
     }
     let created = condition == PutCondition::IfNoneMatchAny;

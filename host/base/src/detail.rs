@@ -1,14 +1,14 @@
-//! [`Detail`]: what a [`crate::KvError`] variant carries — a message for a
-//! person and, when a backend raised it, the backend's own error as the
-//! source, so a caller can print or inspect the cause without the message
-//! having to repeat it.
+//! [`Detail`]: what each variant of a library error (the KV's, the object
+//! store's) carries — a message for a person and, when a backend raised
+//! it, the backend's own error as the source, so a caller can print or
+//! inspect the cause without the message having to repeat it.
 
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
-/// A KV error's message and the underlying error, if any (a redb error,
-/// an etcd status, an I/O or decoding error).
+/// An error's message and the underlying error, if any (a redb error, an
+/// etcd status, an S3 SDK error, an I/O or decoding error).
 ///
 /// Two details are equal when their messages are: the source says how the
 /// failure came about, not which failure it is, and most sources cannot be

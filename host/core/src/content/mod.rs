@@ -53,6 +53,7 @@ mod index_writer;
 pub mod manifest;
 pub mod pack;
 pub mod push;
+pub mod read;
 mod serving;
 #[cfg(test)]
 mod tests;
@@ -68,6 +69,7 @@ pub use index::{Entry, EntryPage, HolderPage, ObjectRow, entries, holders, objec
 pub use manifest::Manifest;
 pub use pack::{Pack, PackMember};
 pub use push::{PushProgress, push};
+pub use read::{File, open_file};
 
 /// The KV partition holding the content index, the object store holding
 /// content as users pushed it, the key prefix of content objects in it,
@@ -93,6 +95,9 @@ pub enum ContentError {
     /// content model accepts; nothing about it was stored.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No such entry (a path nothing was pushed to).
+    #[error("not found: {0}")]
+    NotFound(String),
     /// Stored bytes or index rows cannot be decoded, or disagree with
     /// their content address.
     #[error("corrupt content: {0}")]
@@ -126,6 +131,7 @@ impl ContentError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Self::NotFound(_) => ErrorKind::NotFound,
             Self::Corrupt(_) => ErrorKind::Corrupt,
             Self::Conflict(_) => ErrorKind::Conflict,
             Self::Read { .. } => ErrorKind::Unavailable,

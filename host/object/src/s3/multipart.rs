@@ -448,8 +448,21 @@ impl S3Store {
             full: &full,
             id: upload_id,
         };
-        self.complete_full(upload, landed, condition, &Metadata::new(), crc64)
-            .await
+        let mut meta = self
+            .complete_full(upload, landed, condition, &Metadata::new(), crc64)
+            .await?;
+        // S3 keeps the metadata the upload was created with but does not
+        // return it from Complete, and this store keeps no state of its
+        // own: read it back from the version just published (or, without
+        // versions, from the current object while it is still that one).
+        let published = match &meta.version_id {
+            Some(version) => self.head_exact(key, version).await?,
+            None => self.head_full(key, &full).await?,
+        };
+        if published.etag == meta.etag {
+            meta.metadata = published.metadata;
+        }
+        Ok(meta)
     }
 
     /// Every part of an upload, in order (ListParts, paged).

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `PUT /v1/repos/{ns}/{name}/files/{path…}` | the file's bytes | 200 `<entry>` |
 //! | `GET /v1/repos/{ns}/{name}/files?cursor=&limit=` | | 200 `{"entries": [<entry>…], "next_cursor"}` |
+//! | `GET`/`HEAD /v1/repos/{ns}/{name}/files/{path…}` | | 200 the file's bytes (see [`files`](super::files)) |
 //! | `POST /v1/takedowns` | `{"repository", "objects": [hex…]}` or `{"repository", "pack": hex}` | 201 `{"id", "href"}` |
 //! | `GET /v1/takedowns/{id}` | | 200 `<status>` |
 //! | `PUT /v1/takedowns/{id}/hold` | `{"enabled": bool}` | 200 `<status>` |
@@ -79,8 +80,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ApiError;
 use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
+use super::{ApiError, files};
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
@@ -97,7 +98,10 @@ pub(super) fn routes() -> Router<Arc<Host>> {
     Router::new()
         // Bodies are bounded in the handlers: a PUT's by the host's
         // `max_object_bytes`, a JSON body's by `REQUEST_LIMIT`.
-        .route("/v1/repos/{ns}/{name}/files/{*path}", put(push_file))
+        .route(
+            "/v1/repos/{ns}/{name}/files/{*path}",
+            put(push_file).get(files::read_file),
+        )
         .route("/v1/repos/{ns}/{name}/files", get(list_files))
         .route("/v1/takedowns", post(create_takedown))
         .route("/v1/takedowns/{id}", get(show_takedown))
@@ -109,7 +113,7 @@ pub(super) fn routes() -> Router<Arc<Host>> {
 
 /// A content error as the API reports it: by its kind (see
 /// [`ApiError::of_kind`]); the index and the store name themselves.
-fn content_error(error: ContentError) -> ApiError {
+pub(super) fn content_error(error: ContentError) -> ApiError {
     let kind = error.kind();
     match error {
         ContentError::Index(kv) => ApiError::of_kv(&kv, "the content index"),

@@ -23,9 +23,11 @@
 
 mod audit;
 pub mod auth;
+mod byte_range;
 mod content;
 mod error;
 mod extract;
+mod files;
 mod health;
 mod jobs;
 mod objects;

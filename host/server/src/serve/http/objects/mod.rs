@@ -71,6 +71,7 @@ use axum::routing::{get, put};
 use serde::{Deserialize, Serialize};
 
 use super::ApiError;
+use super::byte_range::{parse_range, unsatisfiable};
 use super::extract::{BodyLimit, path, query, read_body_inspecting};
 use crate::serve::Host;
 use conditions::{check_guard, put_condition, read_guard};
@@ -80,7 +81,7 @@ use custodian_object::{
     ListedObject, ListedVersion, MAX_LIST_PAGE, Metadata, ObjectError, ObjectMeta, PutCondition,
 };
 use headers::{CHECKSUM, claimed_crc, header_text, meta_headers, read_headers, user_metadata};
-use range::{parse_range, read_range, unsatisfiable};
+use range::read_range;
 
 /// The objects routes.
 pub(super) fn routes() -> Router<Arc<Host>> {

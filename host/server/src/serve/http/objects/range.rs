@@ -1,11 +1,9 @@
-//! Range reads of the object routes: one byte range, as `bytes=a-b`,
-//! `bytes=a-` or `bytes=-n`, answered 206 with `Content-Range`, or 416
-//! `range_not_satisfiable` (with `Content-Range: bytes */<size>` when the
-//! size is known). A range read pins the generation it measured, so its
-//! bytes all come from one publish.
+//! Range reads of the object routes (the `Range` header itself is
+//! [`byte_range`](crate::serve::http::byte_range)'s): answered 206 with
+//! `Content-Range`, or 416. A range read pins the generation it measured,
+//! so its bytes all come from one publish.
 
 use std::convert::Infallible;
-use std::ops::Range;
 
 use axum::body::Body;
 use axum::http::header::{CONTENT_LENGTH, CONTENT_RANGE};
@@ -15,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use super::conditions::check_guard;
 use super::headers::{read_headers, value};
 use crate::serve::http::ApiError;
+use crate::serve::http::byte_range::{ByteRange, unsatisfiable};
 use custodian_object::ObjectStoreExt;
 use custodian_object::{GetOptions, ObjectError, ObjectKey, ObjectStore};
 
@@ -23,83 +22,6 @@ use custodian_object::{GetOptions, ObjectError, ObjectKey, ObjectStore};
 /// key continuously could otherwise keep a reader looping; after this many
 /// tries the reader gets the 412 and decides.
 const RANGE_READ_ATTEMPTS: usize = 3;
-
-/// One byte range, as the `Range` header says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ByteRange {
-    /// `bytes=a-b` (inclusive) or `bytes=a-` (to the end).
-    From(u64, Option<u64>),
-    /// `bytes=-n`: the last `n` bytes.
-    Suffix(u64),
-}
-
-/// Parses a `Range` header: one range of bytes. Several ranges would need
-/// a multipart response, which nothing here needs; they are refused
-/// rather than answered with the whole object, which may be large.
-pub(super) fn parse_range(value: &str) -> Result<ByteRange, String> {
-    let malformed = || format!("Range {value:?} is not bytes=a-b, bytes=a- or bytes=-n");
-    let (unit, spec) = value.split_once('=').ok_or_else(malformed)?;
-    if !unit.trim().eq_ignore_ascii_case("bytes") {
-        return Err(format!("Range unit {unit:?} is not `bytes`"));
-    }
-    if spec.contains(',') {
-        return Err(format!("Range {value:?} asks for several ranges; send one"));
-    }
-    let number = |text: &str| -> Result<u64, String> {
-        // `u64::from_str` takes a leading `+`, which HTTP does not.
-        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(malformed());
-        }
-        text.parse().map_err(|_| malformed())
-    };
-    let (first, last) = spec.trim().split_once('-').ok_or_else(malformed)?;
-    match (first, last) {
-        ("", suffix) => Ok(ByteRange::Suffix(number(suffix)?)),
-        (first, "") => Ok(ByteRange::From(number(first)?, None)),
-        (first, last) => {
-            let (first, last) = (number(first)?, number(last)?);
-            if last < first {
-                return Err(format!("Range {value:?} ends before it starts"));
-            }
-            Ok(ByteRange::From(first, Some(last)))
-        }
-    }
-}
-
-impl ByteRange {
-    /// The bytes this range selects of an object of `size` bytes, or
-    /// `None` when it selects none (RFC 9110's unsatisfiable range).
-    fn resolve(self, size: u64) -> Option<Range<u64>> {
-        match self {
-            ByteRange::From(first, _) if first >= size => None,
-            ByteRange::From(first, last) => {
-                let end = last.map_or(size, |last| last.saturating_add(1).min(size));
-                Some(first..end)
-            }
-            ByteRange::Suffix(0) => None,
-            ByteRange::Suffix(_) if size == 0 => None,
-            ByteRange::Suffix(n) => Some(size - n.min(size)..size),
-        }
-    }
-}
-
-/// 416, with the object's size when it is known so the client can ask
-/// again.
-pub(super) fn unsatisfiable(message: String, size: Option<u64>) -> Response {
-    let mut response = ApiError::new(
-        StatusCode::RANGE_NOT_SATISFIABLE,
-        "range_not_satisfiable",
-        message,
-    )
-    .into_response();
-    if let Some(size) = size {
-        response.headers_mut().insert(
-            CONTENT_RANGE,
-            HeaderValue::from_str(&format!("bytes */{size}")).expect("digits are a header value"),
-        );
-    }
-    response
-}
 
 /// Measures the object (or version), resolves `range` against its size,
 /// and reads that span of that same generation: 206 with the span, or 416
@@ -265,17 +187,5 @@ mod tests {
         let read = get(&app, uri, &[("range", "bytes=0-1")]).await;
         assert_eq!(read.status, StatusCode::PRECONDITION_FAILED);
         assert_eq!(reads.load(Ordering::SeqCst), RANGE_READ_ATTEMPTS);
-    }
-
-    #[test]
-    fn a_range_resolves_against_the_size_or_selects_nothing() {
-        assert_eq!(ByteRange::From(0, Some(0)).resolve(1), Some(0..1));
-        assert_eq!(ByteRange::From(0, None).resolve(0), None);
-        assert_eq!(ByteRange::Suffix(5).resolve(0), None);
-        assert_eq!(ByteRange::From(3, Some(u64::MAX)).resolve(5), Some(3..5));
-        assert_eq!(parse_range("bytes=0-0"), Ok(ByteRange::From(0, Some(0))));
-        assert_eq!(parse_range("BYTES=-7"), Ok(ByteRange::Suffix(7)));
-        assert!(parse_range("bytes=-").is_err());
-        assert!(parse_range("bytes=1").is_err());
     }
 }

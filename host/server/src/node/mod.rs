@@ -2,7 +2,7 @@
 //! redb file in the directory, or an etcd cluster, with the lock that then
 //! keeps a second process out of the directory), the node's name, its
 //! fence settings and its named object stores; and assembled one way
-//! ([`plugins`]): the runtime, the plugin set and its guarded timer
+//! ([`Node::assemble`]): the runtime, the plugin set and its guarded timer
 //! handlers.
 //!
 //! `custodian serve` and every command that opens a data directory open

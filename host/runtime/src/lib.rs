@@ -1,7 +1,8 @@
 //! The WebAssembly runtime: one engine, plugins loaded from paths, a fresh
 //! store per call; the host-side drivers of each policy world
-//! ([`policy`]) and the plugins bundled as defaults ([`bundled`]). This is
-//! the only crate that links wasmtime.
+//! ([`policy`]), the plugins bundled as defaults ([`bundled`]), and the
+//! plugin set every host sharing a KV runs, with its hot swap
+//! ([`plugin_set`]). This is the only crate that links wasmtime.
 //!
 //! Rules it keeps (README, "The runtime's rules"):
 //! - calls are synchronous (`concurrency_support(false)`); a call blocks
@@ -25,6 +26,7 @@ pub(crate) mod host;
 mod json;
 mod limits;
 mod load;
+pub mod plugin_set;
 pub mod policy;
 
 use std::path::{Path, PathBuf};

@@ -1,9 +1,9 @@
 //! Custodian's server: what runs a node. [`node`] opens one (the data
-//! directory, its KV and stores) the one way `serve` and every command
-//! open it; [`serve`] holds the HTTP API,
-//! the workers, jobs and the plugin set shared by every host on a KV;
-//! [`config`] the configuration file; [`data_dir`] the embedded default's
-//! on-disk layout.
+//! directory, its KV and stores) and assembles its plugins (the runtime,
+//! the plugin set, the guarded timer handlers) the one way `serve` and
+//! every command open it; [`serve`] holds the HTTP API, the workers, jobs
+//! and metrics; [`config`] the configuration file; [`data_dir`] the
+//! embedded default's on-disk layout.
 
 pub mod config;
 pub mod data_dir;

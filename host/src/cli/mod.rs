@@ -3,6 +3,7 @@
 //! [`options`], errors printed as `error:` with their causes.
 
 mod args;
+mod assembly;
 mod audit;
 mod crc64;
 mod object;
@@ -134,6 +135,11 @@ fn init_logging(verbose: u8, format: options::LogFormat, server: bool) {
 
 /// The runtime the global options describe.
 fn runtime(global: &Global) -> Result<Runtime, Failure> {
+    Runtime::new(&runtime_config(global)).map_err(|e| Failure::Failed(e.into()))
+}
+
+/// The runtime settings the global options describe, for a command.
+fn runtime_config(global: &Global) -> RuntimeConfig {
     // One command makes one call at a time; a small pool reserves less.
     let mut config = RuntimeConfig {
         concurrent_calls: 4,
@@ -144,7 +150,7 @@ fn runtime(global: &Global) -> Result<Runtime, Failure> {
     } else if let Some(dir) = &global.cache_dir {
         config.cache_dir = Some(dir.clone());
     }
-    Runtime::new(&config).map_err(|e| Failure::Failed(e.into()))
+    config
 }
 
 /// The data directory and its KV (the embedded default's), read with

@@ -71,9 +71,12 @@ pub struct StoreArgs {
 /// The retention policy a takedown asks, and the deployer's settings.
 #[derive(Debug, Args)]
 pub struct RetentionArgs {
-    /// The retention plugin: a `.wasm` file or `builtin:retention`.
-    #[arg(long, default_value = "builtin:retention", value_name = "PATH")]
-    pub retention_plugin: String,
+    /// The retention plugin: a `.wasm` file or `builtin:retention`
+    /// [default: builtin:retention; on a data directory, the plugin its
+    /// shared plugin set names, else the configured one]. A command that
+    /// changes a data directory refuses a plugin its set does not name.
+    #[arg(long, value_name = "PATH")]
+    pub retention_plugin: Option<String>,
     /// How long preserved content is kept after its request was filed.
     #[arg(long, default_value_t = 30 * 24 * 3_600_000, value_name = "MS")]
     pub retention_ms: u64,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Subcommand;
 use custodian::bundled;
+use custodian::plugin_set::Source;
 use custodian::runtime::{Plugin, Runtime, World};
 use serde_json::json;
 
@@ -97,6 +98,27 @@ pub(super) fn load(runtime: &Runtime, spec: &str) -> Result<Plugin, Failure> {
         None => runtime.load_file(Path::new(spec)),
     };
     loaded.map_err(|e| Failure::Usage(e.into()))
+}
+
+/// Where the plugin `spec` (a `.wasm` file or `builtin:WORLD`) comes from,
+/// as `world`'s plugin.
+///
+/// # Errors
+/// [`Failure::Usage`] for a `builtin:` of an unknown or another world.
+pub(super) fn source(spec: &str, world: World) -> Result<Source, Failure> {
+    match spec.strip_prefix("builtin:") {
+        Some(name) => {
+            let named: World = name
+                .parse()
+                .map_err(|e: String| Failure::Usage(anyhow!(e)))?;
+            if named == world {
+                Ok(Source::Bundled)
+            } else {
+                Err(Failure::Usage(anyhow!("{spec} is not a {world} plugin")))
+            }
+        }
+        None => Ok(Source::File(spec.into())),
+    }
 }
 
 pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {

@@ -231,7 +231,10 @@ impl Policies {
                 anyhow!(e).context(format!("cannot use {purge_spec} as the purge plugin")),
             )
         })?;
-        let spec = &retention.retention_plugin;
+        let spec = retention
+            .retention_plugin
+            .as_deref()
+            .unwrap_or("builtin:retention");
         let policy =
             RetentionPolicy::new(Arc::new(super::plugin::load(&runtime, spec)?)).map_err(|e| {
                 Failure::Usage(

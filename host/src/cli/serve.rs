@@ -1,6 +1,5 @@
 //! `custodian serve` (the long-running host) and `custodian config`.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,20 +9,13 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::{Clock, SystemClock};
 use custodian::config::{Config, DEFAULT_LISTEN};
-use custodian::fence::Coordinator;
-use custodian::node::Node;
-use custodian::object::ObjectStore;
-use custodian::policy::retention::Settings;
-use custodian::policy::takedown;
-use custodian::runtime::{Limits, Runtime, RuntimeConfig, World};
+use custodian::node::{AssemblyError, AssemblyOptions, Entry, Node, PluginPlan};
+use custodian::plugin_set::{PluginSet, SwapError};
+use custodian::runtime::{Limits, RuntimeConfig, World};
 use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
-use custodian::serve::plugins::{
-    PluginSet, PluginSetParts, Source, SwapError, WorldSettings, default_grants,
-};
 use custodian::serve::workers::{WorkerParts, WorkerSettings, Workers};
-use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http, metered};
-use custodian::timers::Handlers;
+use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::options::Global;
@@ -179,36 +171,6 @@ fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Where each world's plugin comes from, and how each runs.
-type PluginPlan = (BTreeMap<World, Source>, BTreeMap<World, WorldSettings>);
-
-/// Where each world's plugin comes from, and how it runs.
-fn plugin_plan(config: &Config) -> Result<PluginPlan, Failure> {
-    let mut sources = BTreeMap::new();
-    let mut settings = BTreeMap::new();
-    for world in World::ALL {
-        let section = config
-            .plugins
-            .get(world.name())
-            .cloned()
-            .unwrap_or_default();
-        sources.insert(
-            world,
-            section.path.clone().map_or(Source::Bundled, Source::File),
-        );
-        settings.insert(
-            world,
-            WorldSettings {
-                limits: section.limits().map_err(|e| usage(anyhow!(e)))?,
-                grants: section
-                    .grants(default_grants(world))
-                    .map_err(|e| usage(anyhow!(e)))?,
-            },
-        );
-    }
-    Ok((sources, settings))
-}
-
 pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
     let plan = plan(global, args)?;
     let io = tokio::runtime::Builder::new_multi_thread()
@@ -246,38 +208,19 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     let node = Node::open(&plan.data, plan.config.clone(), clock.clone())
         .await
         .map_err(node_failure)?;
-    let kv = metered::metered_kv(node.kv().clone(), metrics.clone());
     let node_name = node.name().map_err(node_failure)?;
     let token = token(&plan.config, &plan.data)?;
-    let mut names: Vec<String> = plan.config.stores.keys().cloned().collect();
-    for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_owned());
-        }
-    }
-    let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
-    for name in names {
-        let store = node.store(&name).await.map_err(node_failure)?;
-        stores.insert(
-            name.clone(),
-            metered::metered(&name, store, metrics.clone()),
-        );
-    }
-
-    let mut runtime_config = RuntimeConfig::default();
+    let mut runtime = RuntimeConfig::default();
     if global.no_cache {
-        runtime_config.cache_dir = None;
+        runtime.cache_dir = None;
     } else if let Some(dir) = &global.cache_dir {
-        runtime_config.cache_dir = Some(dir.clone());
+        runtime.cache_dir = Some(dir.clone());
     }
-    let runtime = Arc::new(Runtime::new(&runtime_config).map_err(failed)?);
-    let coordinator =
-        Arc::new(Coordinator::new(kv.clone(), clock.clone(), node.fence_config()).map_err(failed)?);
-    let handlers = Arc::new(Handlers::new());
-    let (sources, settings) = plugin_plan(&plan.config)?;
+    let plugin_plan = PluginPlan::configured(&plan.config).map_err(node_failure)?;
     // A step may run as long as its plugin's time limit; a claim outlives
     // that by a margin for the step's commit.
-    let step_claim = settings
+    let step_claim = plugin_plan
+        .settings
         .get(&World::Takedown)
         .map_or(Limits::default().timeout, |s| s.limits.timeout)
         + STEP_CLAIM_MARGIN;
@@ -287,42 +230,33 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         .get(World::Takedown.name())
         .and_then(|p| p.step_store_calls)
         .unwrap_or(256);
-    let plugins = PluginSet::load(
-        PluginSetParts {
+    let assembly = node
+        .assemble(AssemblyOptions {
             runtime,
-            kv: kv.clone(),
-            clock: clock.clone(),
-            stores: stores.clone(),
-            io: tokio::runtime::Handle::current(),
-            handlers: handlers.clone(),
-            coordinator: coordinator.clone(),
-            metrics: metrics.clone(),
-            retention: Settings {
-                retention_ms: plan.config.retention.retention_ms,
-                noncurrent_retention_ms: plan.config.retention.noncurrent_retention_ms,
-            },
-            settings,
-            node: node_name.clone(),
-        },
-        &sources,
-    )
-    .await
-    .map_err(|e: SwapError| match e {
-        // The configured plugin was refused: the message is the reason.
-        SwapError::Refused(_) => Failure::of_kind(e.kind(), e.into()),
-        _ => Failure::of_kind(
-            e.kind(),
-            anyhow!(e).context("cannot join the shared plugin set"),
-        ),
-    })?;
+            plan: plugin_plan,
+            entry: Entry::Join,
+            metrics: Some(metrics.clone()),
+        })
+        .await
+        .map_err(|e| match e {
+            // The configured plugin was refused: the message is the reason.
+            AssemblyError::Plugins(SwapError::Refused(_)) | AssemblyError::Node(_) => {
+                Failure::of_kind(e.kind(), e.into())
+            }
+            AssemblyError::Plugins(_) => Failure::of_kind(
+                e.kind(),
+                anyhow!(e).context("cannot join the shared plugin set"),
+            ),
+        })?;
+    let (kv, stores, plugins) = (assembly.kv, assembly.stores, assembly.plugins);
     tokio::spawn(follow_shared_set(plugins.clone()));
 
     let workers = Workers::start(
         WorkerParts {
             kv: kv.clone(),
             clock: clock.clone(),
-            handlers,
-            coordinator,
+            handlers: assembly.handlers,
+            coordinator: assembly.coordinator,
             metrics: metrics.clone(),
         },
         &WorkerSettings {
@@ -454,11 +388,13 @@ async fn reload(host: &Host, config_path: Option<&Path>) {
             return;
         }
     };
-    let sources = match plugin_plan(&config) {
-        Ok((sources, _)) => sources,
-        Err(failure) => {
-            let (Failure::Usage(e) | Failure::Failed(e) | Failure::Busy(e)) = failure;
-            tracing::error!("SIGHUP: the plugin settings are not valid; nothing changed: {e:#}");
+    let sources = match PluginPlan::configured(&config) {
+        Ok(plan) => plan.sources,
+        Err(e) => {
+            tracing::error!(
+                "SIGHUP: the plugin settings are not valid; nothing changed: {:#}",
+                anyhow!(e)
+            );
             return;
         }
     };

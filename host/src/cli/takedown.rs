@@ -1,27 +1,25 @@
-//! `custodian takedown …`, and the policy environment every takedown
-//! command (and `tick`) runs in: the plugins, the stores, the grants.
+//! `custodian takedown …`: file a takedown, read its status, set its
+//! hold, with the node's plugins assembled as `serve` assembles them
+//! ([`super::assembly`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
-use custodian::kv::{Kv, Precondition};
-use custodian::node::Node;
+use custodian::kv::Precondition;
 use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, Action, RequestError};
-use custodian::policy::retention::{RetentionPolicy, RetentionRoute, Settings};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
-use custodian::runtime::{CallContext, Limits, Plugin, Runtime, Services, World};
-use custodian::serve::plugins::shared;
+use custodian::runtime::World;
 use custodian::timers;
 use serde_json::json;
 
+use super::assembly::{self, Assembled};
 use super::options::{DataArgs, Global, RetentionArgs};
-use super::plugin::load;
-use super::{Failure, Outcome, io_runtime, node_failure, runtime};
+use super::plugin::source;
+use super::{Failure, Outcome};
 
 /// The takedown policy and the data directory a takedown command uses.
 #[derive(Debug, Args)]
@@ -112,179 +110,41 @@ pub enum TakedownCommand {
     },
 }
 
-/// A data directory opened for policy calls: the KV, the stores, the
-/// retention route, and the runtime that must outlive every call.
-pub(super) struct Environment {
-    pub runtime: Runtime,
-    /// The node opened, held (with any lock on the directory) for as long
-    /// as the command runs; dropped before `io`, which drives its KV.
-    pub node: Node,
-    pub io: tokio::runtime::Runtime,
-    pub kv: Arc<dyn Kv>,
-    pub services: Arc<Services>,
+impl TakedownPolicyArgs {
+    /// Opens the data directory with `clock` and assembles its plugins
+    /// for a command that `changes` state or only reads.
+    fn open(
+        &self,
+        global: &Global,
+        clock: Arc<dyn Clock>,
+        changes: bool,
+    ) -> Result<Assembled, Failure> {
+        let takedown = self
+            .plugin
+            .as_deref()
+            .map(|spec| source(spec, World::Takedown))
+            .transpose()?;
+        let request = assembly::Request {
+            retention: &self.retention,
+            takedown,
+            changes,
+        };
+        assembly::open(global, &self.data, clock, request, |_| {})
+    }
 }
 
-impl Environment {
-    /// Opens `data` with `clock`; retention questions go to the plugin
-    /// `retention` names (loaded before the directory is opened, so a bad
-    /// plugin never holds it).
-    pub(super) fn open(
-        global: &Global,
-        data: &DataArgs,
-        retention: &RetentionArgs,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, Failure> {
-        let runtime = runtime(global)?;
-        let retention_policy = Arc::new(
-            RetentionPolicy::new(Arc::new(load(&runtime, &retention.retention_plugin)?))
-                .map_err(|e| Failure::Usage(e.into()))?,
-        );
-        let settings = Settings {
-            retention_ms: retention.retention_ms,
-            noncurrent_retention_ms: retention.noncurrent_retention_ms,
-        };
-        if settings.retention_ms == 0 {
-            return Err(Failure::Usage(anyhow!("--retention-ms must be positive")));
-        }
-        let mut environment = Self::open_stores(global, runtime, data, clock)?;
-        let route = RetentionRoute::new(
-            retention_policy,
-            settings,
-            environment.services.clone(),
-            Limits::default(),
-        );
-        let services = &environment.services;
-        environment.services = Arc::new(Services {
-            kv: services.kv.clone(),
-            stores: services.stores.clone(),
-            clock: services.clock.clone(),
-            io: services.io.clone(),
-            retention: Some(Arc::new(route)),
-        });
-        Ok(environment)
-    }
-
-    /// The KV, the stores and the services without a retention route.
-    fn open_stores(
-        global: &Global,
-        runtime: Runtime,
-        data: &DataArgs,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, Failure> {
-        let config = super::config(global)?.unwrap_or_default();
-        let io = io_runtime()?;
-        // The node the server on this directory would open: its KV (the
-        // redb file, or the configured etcd cluster) and its stores.
-        let node = io
-            .block_on(Node::open(&data.data, config, clock.clone()))
-            .map_err(node_failure)?;
-        let mut stores = BTreeMap::new();
-        for name in [takedown::SERVING_STORE, takedown::PRESERVED_STORE] {
-            let store = io.block_on(node.store(name)).map_err(node_failure)?;
-            stores.insert(name.to_owned(), store);
-        }
-        let kv = node.kv().clone();
-        let services = Arc::new(Services {
-            kv: kv.clone(),
-            stores,
-            clock,
-            io: io.handle().clone(),
-            retention: None,
-        });
-        Ok(Self {
-            runtime,
-            node,
-            io,
-            kv,
-            services,
+/// The current takedown policy and the guards an action it plans must
+/// commit under (the authority epoch and the shared plugin set).
+fn for_action(opened: &Assembled) -> Result<(Arc<TakedownPolicy>, Vec<Precondition>), Failure> {
+    opened
+        .io
+        .block_on(opened.assembly.plugins.takedown_for_action())
+        .map_err(|e| {
+            Failure::of_kind(
+                e.kind(),
+                anyhow!(e).context("cannot read the authority epoch"),
+            )
         })
-    }
-
-    /// A call context for `policy` with the takedown grants.
-    pub(super) fn call(&self, policy: &TakedownPolicy, limits: &Limits) -> Arc<CallContext> {
-        Arc::new(CallContext {
-            services: self.services.clone(),
-            grants: takedown::grants(),
-            limits: limits.clone(),
-            actor: policy.plugin().info().actor(),
-        })
-    }
-
-    /// The takedown policy `spec` names and the guards its commits carry
-    /// (see [`Environment::plugin`]).
-    pub(super) fn takedown_policy(
-        &self,
-        spec: Option<&str>,
-        changes: bool,
-    ) -> Result<(TakedownPolicy, Vec<Precondition>), Failure> {
-        let (plugin, guards) = self.plugin(spec, changes)?;
-        let policy = TakedownPolicy::new(Arc::new(plugin)).map_err(|e| Failure::Usage(e.into()))?;
-        Ok((policy, guards))
-    }
-
-    /// The plugin a command runs: `spec` when given, else the takedown
-    /// plugin the data directory's shared set names (what a server on it
-    /// last ran: swaps outlive it), else the bundled one; and the guards
-    /// every commit it plans carries, as a server's do: `Equals` on the
-    /// set row that names it ([`shared::guard`]), so a swap published by a
-    /// server sharing the KV while the command runs keeps its plans from
-    /// committing. A command that `changes` state refuses a takedown
-    /// plugin the set does not name, since it would commit a policy a swap
-    /// replaced.
-    pub(super) fn plugin(
-        &self,
-        spec: Option<&str>,
-        changes: bool,
-    ) -> Result<(Plugin, Vec<Precondition>), Failure> {
-        let row = self
-            .io
-            .block_on(shared::read(self.kv.as_ref()))
-            .context("cannot read the shared plugin set")
-            .map_err(Failure::Failed)?;
-        let member = row.and_then(|row| Some((row.set.member(World::Takedown)?.clone(), row)));
-        let plugin = match (spec, &member) {
-            (Some(spec), _) => load(&self.runtime, spec)?,
-            (None, Some((member, _))) => {
-                let bytes = self
-                    .io
-                    .block_on(shared::plugin_bytes(
-                        self.kv.as_ref(),
-                        World::Takedown,
-                        member,
-                    ))
-                    .context("cannot load the shared set's takedown plugin")
-                    .map_err(Failure::Failed)?;
-                self.runtime
-                    .load_bytes(&bytes, &member.source)
-                    .map_err(|e| Failure::Failed(e.into()))?
-            }
-            (None, None) => load(&self.runtime, "builtin:takedown")?,
-        };
-        let takedown = plugin.info().worlds.first() == Some(&World::Takedown);
-        if let Some((member, row)) = &member
-            && changes
-            && takedown
-            && plugin.info().hash != member.hash
-        {
-            return Err(Failure::Usage(anyhow!(
-                "{} is not the takedown plugin this data directory's shared plugin set names \
-                 ({}, hash {}, set by {}): a server swapped it in, and a step of another \
-                 plugin would commit a policy the swap replaced; leave --plugin out to run \
-                 the set's plugin, or swap this one in through the server",
-                spec.unwrap_or("builtin:takedown"),
-                member.source,
-                &member.hash[..12],
-                row.set.by
-            )));
-        }
-        let guards = match &member {
-            Some((member, row)) if takedown && plugin.info().hash == member.hash => {
-                vec![shared::guard(row)]
-            }
-            _ => Vec::new(),
-        };
-        Ok((plugin, guards))
-    }
 }
 
 /// An id given on the command line: 64 hex digits. Request ids are
@@ -308,7 +168,6 @@ fn request_failure(error: RequestError) -> Failure {
 }
 
 pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
-    let limits = Limits::default();
     match command {
         TakedownCommand::Create {
             policy,
@@ -327,15 +186,14 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 .map(|p| parse_id(p, "pack id"))
                 .transpose()?;
             let clock = clock(now);
-            let environment =
-                Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let (plugin, guards) = environment.takedown_policy(policy.plugin.as_deref(), true)?;
+            let opened = policy.open(global, clock.clone(), true)?;
+            let (plugin, guards) = for_action(&opened)?;
             let request = Request::new(repository, clock.now_ms(), objects, pack);
             requests::create(
                 &plugin,
-                environment.call(&plugin, &limits),
-                environment.io.handle(),
-                environment.kv.as_ref(),
+                opened.assembly.plugins.takedown_call(&plugin),
+                opened.io.handle(),
+                opened.assembly.kv.as_ref(),
                 &request,
                 Action {
                     operator: &policy.operator,
@@ -354,11 +212,11 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
         }
         TakedownCommand::Status { policy, id, json } => {
             let id = parse_id(&id, "request id")?;
-            let clock = clock(None);
-            let environment = Environment::open(global, &policy.data, &policy.retention, clock)?;
-            let (plugin, _) = environment.takedown_policy(policy.plugin.as_deref(), false)?;
+            let opened = policy.open(global, clock(None), false)?;
+            let plugins = &opened.assembly.plugins;
+            let plugin = plugins.takedown();
             let mut status = plugin
-                .status(environment.call(&plugin, &limits), &id)
+                .status(plugins.takedown_call(&plugin), &id)
                 // The host builds the plugin's input: a refused one is not
                 // the user's fault.
                 .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?
@@ -372,9 +230,13 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                         anyhow!(other).context("the takedown policy failed"),
                     ),
                 })?;
-            let timer = environment
+            let timer = opened
                 .io
-                .block_on(timers::get(environment.kv.as_ref(), takedown::KIND, &id))
+                .block_on(timers::get(
+                    opened.assembly.kv.as_ref(),
+                    takedown::KIND,
+                    &id,
+                ))
                 .context("cannot read the request's timer")
                 .map_err(Failure::Failed)?;
             if let Some(error) = timer.as_ref().and_then(|t| t.state.last_error.clone()) {
@@ -399,15 +261,14 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
         } => {
             let id = parse_id(&id, "request id")?;
             let clock = clock(now);
-            let environment =
-                Environment::open(global, &policy.data, &policy.retention, clock.clone())?;
-            let (plugin, guards) = environment.takedown_policy(policy.plugin.as_deref(), true)?;
+            let opened = policy.open(global, clock.clone(), true)?;
+            let (plugin, guards) = for_action(&opened)?;
             let enabled = state == "on";
             requests::hold(
                 &plugin,
-                || environment.call(&plugin, &limits),
-                environment.io.handle(),
-                environment.kv.as_ref(),
+                || opened.assembly.plugins.takedown_call(&plugin),
+                opened.io.handle(),
+                opened.assembly.kv.as_ref(),
                 &id,
                 enabled,
                 Action {
@@ -469,7 +330,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use custodian::clock::SystemClock;
-    use custodian::serve::plugins::shared::{self, Member, SharedSet};
+    use custodian::node::Node;
+    use custodian::plugin_set::shared::{self, Member, SharedSet};
 
     use super::*;
     use crate::cli::options::LogFormat;
@@ -484,21 +346,31 @@ mod tests {
         }
     }
 
-    fn environment(data: &std::path::Path) -> Environment {
-        let retention = RetentionArgs {
-            retention_plugin: "builtin:retention".into(),
-            retention_ms: 1,
-            noncurrent_retention_ms: 0,
-        };
-        let data = DataArgs {
-            data: data.to_owned(),
-        };
-        Environment::open(&global(), &data, &retention, Arc::new(SystemClock))
+    /// The arguments of a takedown command on `data` naming `plugin`.
+    fn args(data: &std::path::Path, plugin: Option<&str>) -> TakedownPolicyArgs {
+        TakedownPolicyArgs {
+            data: DataArgs {
+                data: data.to_owned(),
+            },
+            plugin: plugin.map(str::to_owned),
+            operator: "test".into(),
+            retention: RetentionArgs {
+                retention_plugin: None,
+                retention_ms: 1,
+                noncurrent_retention_ms: 0,
+            },
+        }
+    }
+
+    fn open(data: &std::path::Path, plugin: Option<&str>, changes: bool) -> Assembled {
+        args(data, plugin)
+            .open(&global(), Arc::new(SystemClock), changes)
             .unwrap_or_else(|f| panic!("{}", f.error()))
     }
 
-    /// Publishes a set naming `hash` as the takedown plugin.
-    fn publish(environment: &Environment, hash: &str) -> shared::SetRow {
+    /// Publishes, as a server would have, a set naming `hash` as the
+    /// takedown plugin.
+    fn publish(data: &std::path::Path, hash: &str) -> shared::SetRow {
         let set = SharedSet {
             worlds: BTreeMap::from([(
                 World::Takedown.name().to_owned(),
@@ -511,40 +383,58 @@ mod tests {
             by: "test".into(),
             at_ms: 1,
         };
-        environment
-            .io
-            .block_on(shared::publish(environment.kv.as_ref(), None, set))
+        let io = crate::cli::io_runtime().unwrap();
+        let node = Node::open_local(data, Arc::new(SystemClock)).unwrap();
+        io.block_on(shared::publish(node.kv().as_ref(), None, set))
             .unwrap()
             .expect("the first set is published")
     }
 
+    fn takedown_hash(opened: &Assembled) -> String {
+        let current = opened.assembly.plugins.current(World::Takedown);
+        current.plugin().info().hash.clone()
+    }
+
     #[test]
-    fn on_a_directory_no_server_ran_on_the_commits_carry_no_set_guard() {
+    fn on_a_directory_no_server_ran_on_the_commits_are_guarded_on_there_being_no_set() {
         let data = tempfile::tempdir().unwrap();
-        let environment = environment(data.path());
-        let (_, guards) = environment.plugin(None, true).unwrap();
-        assert!(guards.is_empty(), "{guards:?}");
+        let opened = open(data.path(), None, true);
+        let (_, guards) = for_action(&opened).unwrap();
+        assert!(guards.contains(&shared::guard(None)), "{guards:?}");
+        let handler = opened.assembly.handlers.get(takedown::KIND).unwrap();
+        assert_eq!(handler.guards().to_vec(), vec![shared::guard(None)]);
     }
 
     #[test]
     fn the_sets_plugin_commits_guarded_on_the_set_row_as_a_servers_steps_do() {
         let data = tempfile::tempdir().unwrap();
-        let environment = environment(data.path());
         let bundled = custodian::bundled::plugin(World::Takedown).unwrap();
-        let row = publish(&environment, &custodian::runtime::content_hash(bundled));
-        let (plugin, guards) = environment.plugin(Some("builtin:takedown"), true).unwrap();
-        assert_eq!(plugin.info().worlds, vec![World::Takedown]);
-        assert_eq!(guards, vec![shared::guard(&row)]);
+        let hash = custodian::runtime::content_hash(bundled);
+        let row = publish(data.path(), &hash);
+        let opened = open(data.path(), Some("builtin:takedown"), true);
+        assert_eq!(takedown_hash(&opened), hash);
+        let (_, guards) = for_action(&opened).unwrap();
+        assert!(guards.contains(&shared::guard(Some(&row))), "{guards:?}");
+        let handler = opened.assembly.handlers.get(takedown::KIND).unwrap();
+        assert_eq!(handler.guards().to_vec(), vec![shared::guard(Some(&row))]);
     }
 
     #[test]
     fn a_plugin_the_set_does_not_name_may_read_but_not_change_state() {
         let data = tempfile::tempdir().unwrap();
-        let environment = environment(data.path());
-        publish(&environment, &"0".repeat(64));
-        let refused = environment.plugin(Some("builtin:takedown"), true);
+        publish(data.path(), &"0".repeat(64));
+        let refused = args(data.path(), Some("builtin:takedown")).open(
+            &global(),
+            Arc::new(SystemClock),
+            true,
+        );
         assert!(matches!(refused, Err(Failure::Usage(_))));
-        let (_, guards) = environment.plugin(Some("builtin:takedown"), false).unwrap();
-        assert!(guards.is_empty(), "a read commits nothing: {guards:?}");
+        let opened = open(data.path(), Some("builtin:takedown"), false);
+        let bundled = custodian::bundled::plugin(World::Takedown).unwrap();
+        assert_eq!(
+            takedown_hash(&opened),
+            custodian::runtime::content_hash(bundled),
+            "a read runs the plugin it names"
+        );
     }
 }

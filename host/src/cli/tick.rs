@@ -6,14 +6,14 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Args;
 use custodian::clock::{Clock, FixedClock, SystemClock};
-use custodian::fence::{Coordinator, Namespace, ShardId};
-use custodian::policy::takedown::{self, TakedownHandler, TakedownPolicy};
+use custodian::fence::{Namespace, ShardId};
 use custodian::runtime::{Limits, World};
 use custodian::timers::{self, FireOutcome, FiredTimer, TickReport, Worker, WorkerConfig};
 use serde_json::json;
 
+use super::assembly;
 use super::options::{DataArgs, Global, RetentionArgs};
-use super::takedown::Environment;
+use super::plugin::source;
 use super::{Failure, Outcome, node_failure};
 
 #[derive(Debug, Args)]
@@ -60,10 +60,35 @@ fn usage(error: impl Into<anyhow::Error>) -> Failure {
     Failure::Usage(error.into())
 }
 
+/// The takedown plugin `specs` name, if any: the last, since one plugin
+/// handles a kind of timer.
+///
+/// # Errors
+/// A plugin of a world without timer steps.
+fn takedown_source(specs: &[String]) -> Result<Option<custodian::plugin_set::Source>, Failure> {
+    let mut named = None;
+    for spec in specs {
+        if let Some(world) = spec
+            .strip_prefix("builtin:")
+            .and_then(|name| name.parse::<World>().ok())
+            .filter(|world| *world != World::Takedown)
+        {
+            return Err(usage(anyhow!(
+                "{spec} implements the {world} world, which has no timer steps; \
+                 only takedown-world plugins handle timers"
+            )));
+        }
+        named = Some(source(spec, World::Takedown)?);
+    }
+    Ok(named)
+}
+
 pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let memory_bytes = args.memory_mib.saturating_mul(1 << 20);
     let limits = Limits {
-        timeout: Duration::from_millis(args.timeout_ms),
-        memory_bytes: args.memory_mib.saturating_mul(1 << 20),
+        timeout,
+        memory_bytes,
         ..Limits::default()
     };
     limits.validate().map_err(|e| usage(anyhow!(e)))?;
@@ -75,72 +100,40 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         Some(fixed) => fixed.clone(),
         None => Arc::new(SystemClock),
     };
-    // The retention plugin loads before the data directory is opened; the
-    // takedown plugin after, since by default it comes from the directory's
-    // shared plugin set.
-    let environment = Environment::open(global, &args.data, &args.retention, clock.clone())?;
-    let specs: Vec<Option<&str>> = if args.plugins.is_empty() {
-        vec![None]
-    } else {
-        args.plugins
-            .iter()
-            .map(|spec| Some(spec.as_str()))
-            .collect()
+    let request = assembly::Request {
+        retention: &args.retention,
+        takedown: takedown_source(&args.plugins)?,
+        changes: true,
     };
-    let mut policies = Vec::new();
-    for spec in specs {
-        let (plugin, guards) = environment.plugin(spec, true)?;
-        let plugin = Arc::new(plugin);
-        let spec = spec.unwrap_or("the shared set's takedown plugin");
-        match plugin.info().worlds.first() {
-            Some(World::Takedown) => {
-                let policy = Arc::new(TakedownPolicy::new(plugin).map_err(usage)?);
-                policies.push((policy, guards));
-            }
-            Some(world) => {
-                return Err(usage(anyhow!(
-                    "{spec} implements the {world} world, which has no timer steps; \
-                     only takedown-world plugins handle timers"
-                )));
-            }
-            None => return Err(usage(anyhow!("{spec} implements no policy world"))),
+    // The step limits on the command line replace the configured ones.
+    let opened = assembly::open(global, &args.data, clock.clone(), request, |plan| {
+        if let Some(takedown) = plan.settings.get_mut(&World::Takedown) {
+            takedown.limits.timeout = timeout;
+            takedown.limits.memory_bytes = memory_bytes;
         }
-    }
-
-    let kv = environment.kv.clone();
-    // The fence's settings and the shard's name below are the host's own:
-    // a refused one is not bad usage.
-    let coordinator = Coordinator::new(kv.clone(), clock.clone(), environment.node.fence_config())
-        .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?;
-    let mut worker = Worker::new(
+    })?;
+    let kv = opened.assembly.kv.clone();
+    let mut worker = Worker::sharing(
         kv.clone(),
         clock,
         WorkerConfig {
             step_store_calls: args.step_calls,
             ..WorkerConfig::default()
         },
+        opened.assembly.handlers.clone(),
     );
     // One process at a time holds a data directory, so every `tick` run
     // on it is the same shard, named after the node (hosts sharing an etcd
     // KV each have their own): the lease row is renewed, never multiplied.
-    let node = environment.node.name().map_err(node_failure)?;
+    let node = opened.node.name().map_err(node_failure)?;
     worker.fence(
-        Arc::new(coordinator),
+        opened.assembly.coordinator.clone(),
         Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
+        // The shard's name is the host's own: a refused one is not bad
+        // usage.
         ShardId::new(format!("{node}.tick"))
             .map_err(|e| Failure::of_kind(e.kind().host_built(), e.into()))?,
     );
-    for (policy, guards) in policies {
-        worker.register(Arc::new(
-            TakedownHandler::new(
-                policy,
-                environment.services.clone(),
-                takedown::grants(),
-                limits.clone(),
-            )
-            .guarded(guards),
-        ));
-    }
 
     // Text goes out tick by tick, so a long run shows its progress; JSON is
     // one object at the end.
@@ -151,7 +144,7 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         }
         summary.add(report);
     };
-    environment
+    opened
         .io
         .block_on(async {
             let Some(limit) = args.fast_forward_to else {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use axum::http::{Method, StatusCode};
 
 use custodian_core::timers::{FireOutcome, FiredTimer};
+use custodian_runtime::plugin_set::SetEvents;
 
 /// Histogram bucket bounds, in seconds: from a cached read to a step at
 /// its time limit.
@@ -182,17 +183,6 @@ impl Metrics {
                     .or_default() += 1;
             }
         });
-    }
-
-    /// One plugin swap of `world`: `completed`, `refused`, or `adopted`
-    /// (made on another host, followed here).
-    pub fn swap(&self, world: &str, result: &'static str) {
-        self.with(|f| *f.swaps.entry((world.to_owned(), result)).or_default() += 1);
-    }
-
-    /// Whether this host now runs exactly the shared plugin set.
-    pub fn in_sync(&self, in_sync: bool) {
-        self.with(|f| f.in_sync = u64::from(in_sync));
     }
 
     /// One KV call, by operation, and whether it failed.
@@ -406,6 +396,17 @@ impl Metrics {
     }
 }
 
+/// The plugin set's events, counted for `/metrics`.
+impl SetEvents for Metrics {
+    fn in_sync(&self, in_sync: bool) {
+        self.with(|f| f.in_sync = u64::from(in_sync));
+    }
+
+    fn swap(&self, world: &str, outcome: &'static str) {
+        self.with(|f| *f.swaps.entry((world.to_owned(), outcome)).or_default() += 1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,6 +425,29 @@ mod tests {
             actor: "plugin:takedown@abc".into(),
             step_us: 2_000,
         }
+    }
+
+    #[test]
+    fn the_plugin_sets_events_are_counted() {
+        let metrics = Metrics::new();
+        let events: &dyn SetEvents = &metrics;
+        events.swap("takedown", "completed");
+        events.swap("purge", "refused");
+        events.in_sync(false);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "custodian_plugin_swaps_total{world=\"takedown\",result=\"completed\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("custodian_plugin_swaps_total{world=\"purge\",result=\"refused\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("custodian_plugin_set_in_sync 0"), "{text}");
+        events.in_sync(true);
+        assert!(metrics.render().contains("custodian_plugin_set_in_sync 1"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! One process holds the data directory's KV and the named object stores,
 //! runs the timer workers, serves the HTTP API ([`http`]) and lets an
-//! operator replace a policy plugin while it runs ([`plugins`]).
+//! operator replace a policy plugin while it runs (the plugin set,
+//! [`custodian_runtime::plugin_set`], assembled by [`crate::node`]).
 //!
 //! # Shutdown
 //!
@@ -17,11 +18,6 @@ pub mod http;
 pub mod jobs;
 pub mod metered;
 pub mod metrics;
-pub mod plugins;
-// The plugin set's tests run on a whole test host, which sits above the
-// plugin set, so they live beside it rather than inside it.
-#[cfg(test)]
-mod plugin_set_tests;
 #[cfg(test)]
 mod test_host;
 pub mod workers;
@@ -33,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use custodian_base::clock::Clock;
 use custodian_kv::Kv;
 use custodian_object::ObjectStore;
+use custodian_runtime::plugin_set::PluginSet;
 
 pub use http::auth::{ReadAccess, Token};
 
@@ -75,7 +72,7 @@ pub struct Host {
     /// configuration names), each counted by [`metrics`].
     pub stores: BTreeMap<String, Arc<dyn ObjectStore>>,
     /// The loaded policy plugins, swappable.
-    pub plugins: Arc<plugins::PluginSet>,
+    pub plugins: Arc<PluginSet>,
     /// Counters and histograms for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// Purge and verification jobs.

@@ -7,7 +7,6 @@ use std::sync::{Arc, OnceLock};
 
 use super::jobs::{Board, JobLimits, Jobs};
 use super::metrics::Metrics;
-use super::plugins::{PluginSet, PluginSetParts, Source};
 use super::{Auth, Host, ReadAccess, Readiness, RequestLimits, Token};
 use custodian_base::clock::{Clock, SystemClock};
 use custodian_core::fence::{Coordinator, FenceConfig};
@@ -16,8 +15,9 @@ use custodian_kv::Kv;
 use custodian_kv::memory::MemoryKv;
 use custodian_object::ObjectStore;
 use custodian_object::memory::MemoryStore;
+use custodian_runtime::plugin_set::{PluginSet, PluginSetParts};
 use custodian_runtime::policy::retention::Settings;
-use custodian_runtime::{Runtime, RuntimeConfig, World};
+use custodian_runtime::{Runtime, RuntimeConfig};
 
 /// The bearer token of every test host.
 pub(crate) const TOKEN: &str = "0123456789abcdef0123";
@@ -69,20 +69,8 @@ pub(crate) async fn test_host() -> Arc<Host> {
 /// background (no timer workers: a test steps timers itself if it needs
 /// to). Must be called inside a tokio runtime: plugin calls block on it.
 pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits) -> Arc<Host> {
-    let kv = Arc::new(MemoryKv::new(clock.clone()));
-    test_host_on(kv, "test", &BTreeMap::new(), clock, limits).await
-}
-
-/// A host as [`test_host_with`] builds it, named `node`, configured with
-/// `sources`, on `kv`: hosts built on one KV share it as hosts sharing
-/// etcd do (its plugin set, its timers and fences).
-pub(crate) async fn test_host_on(
-    kv: Arc<dyn Kv>,
-    node: &str,
-    sources: &BTreeMap<World, Source>,
-    clock: Arc<dyn Clock>,
-    limits: RequestLimits,
-) -> Arc<Host> {
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let node = "test";
     let stores: BTreeMap<String, Arc<dyn ObjectStore>> = ["serving", "preserved"]
         .into_iter()
         .map(|name| {
@@ -103,7 +91,7 @@ pub(crate) async fn test_host_on(
         io: tokio::runtime::Handle::current(),
         handlers: Arc::new(Handlers::new()),
         coordinator,
-        metrics: metrics.clone(),
+        events: metrics.clone(),
         retention: Settings {
             retention_ms: RETENTION_MS,
             noncurrent_retention_ms: 0,
@@ -111,7 +99,7 @@ pub(crate) async fn test_host_on(
         settings: BTreeMap::new(),
         node: node.to_owned(),
     };
-    let plugins = PluginSet::load(parts, sources)
+    let plugins = PluginSet::load(parts, &BTreeMap::new())
         .await
         .unwrap_or_else(|e| panic!("the bundled plugins load: {e}"));
     let jobs = Arc::new(Jobs::shared(

@@ -16,8 +16,8 @@ use super::ApiError;
 use super::error::one_line;
 use super::extract::{BodyLimit, operator, path, read_body};
 use crate::serve::Host;
-use crate::serve::plugins::SwapError;
 use custodian_runtime::World;
+use custodian_runtime::plugin_set::SwapError;
 
 pub(super) fn routes() -> Router<Arc<Host>> {
     Router::new()

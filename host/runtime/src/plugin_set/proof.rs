@@ -6,19 +6,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Loaded, Policy, Source, SwapError, WorldSettings};
+use crate::policy::archive::ArchivePolicy;
+use crate::policy::purge::PurgePolicy;
+use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
+use crate::policy::takedown::{self, TakedownPolicy};
+use crate::{CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World};
 use custodian_base::clock::Clock;
 use custodian_core::decisions::purge::{Candidate, Governance};
 use custodian_core::versions::hops::VersionRef;
 use custodian_kv::memory::MemoryKv;
 use custodian_object::ObjectStore;
 use custodian_object::memory::MemoryStore;
-use custodian_runtime::policy::archive::ArchivePolicy;
-use custodian_runtime::policy::purge::PurgePolicy;
-use custodian_runtime::policy::retention::{self, Item, RetentionPolicy, Stage};
-use custodian_runtime::policy::takedown::{self, TakedownPolicy};
-use custodian_runtime::{
-    CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World,
-};
 
 /// The bytes and name of `source`.
 ///
@@ -27,10 +25,10 @@ use custodian_runtime::{
 pub fn read_source(world: World, source: &Source) -> Result<(Vec<u8>, String), SwapError> {
     match source {
         Source::Bundled => {
-            let bytes = custodian_runtime::bundled::plugin(world).ok_or_else(|| {
+            let bytes = crate::bundled::plugin(world).ok_or_else(|| {
                 SwapError::Refused(format!("no plugin is bundled for the {world} world"))
             })?;
-            Ok((bytes.to_vec(), custodian_runtime::bundled::name(world)))
+            Ok((bytes.to_vec(), crate::bundled::name(world)))
         }
         Source::File(path) => std::fs::read(path)
             .map(|bytes| (bytes, path.display().to_string()))

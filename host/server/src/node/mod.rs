@@ -1,11 +1,18 @@
 //! One node, opened one way: the data directory, the configured KV (the
 //! redb file in the directory, or an etcd cluster, with the lock that then
 //! keeps a second process out of the directory), the node's name, its
-//! fence settings and its named object stores.
+//! fence settings and its named object stores; and assembled one way
+//! ([`Node::assemble`]): the runtime, the plugin set and its guarded timer
+//! handlers.
 //!
 //! `custodian serve` and every command that opens a data directory open
 //! it here, so a command run on a server's directory reads and writes the
-//! same KV and stores the server does, under the same rules.
+//! same KV and stores the server does, under the same rules, and commits
+//! under the same plugin-set guard.
+
+mod plugins;
+
+pub use plugins::{Assembly, AssemblyError, AssemblyOptions, Entry, PluginPlan};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,4 +1,7 @@
-//! The loaded policy plugins, one per world, and their hot swap.
+//! The plugin set: the loaded policy plugins, one per world, and their
+//! hot swap. `serve` and every command that opens a data directory
+//! assemble it the one way the server's node module does, so each
+//! commits under the same set guard.
 //!
 //! # One plugin set per KV
 //! Hosts sharing a KV run one plugin set, kept in that KV ([`shared`]):
@@ -37,6 +40,14 @@
 //! [`PluginSet::takedown_for_action`]): a plugin newer than its guard is
 //! harmless, an older one would not be.
 //!
+//! # Commands
+//! A one-shot command that opens a data directory runs the set as it finds
+//! it ([`PluginSet::attach`]) and writes nothing to it: each world's plugin
+//! is the set's, or the one the command names (refused, when the command
+//! changes state, unless it is the set's); where no host published a set,
+//! the configured or bundled ones. Its commits carry the same guard as a
+//! server's: the set row it found, or that row's absence.
+//!
 //! # At start
 //! A host proves its configured plugins, then joins the shared set: the
 //! first host publishes its own; a world whose configured plugin changed
@@ -44,9 +55,13 @@
 //! `host:NODE`); any other difference follows the set, so a restart with
 //! an old configuration does not undo a swap.
 
+mod events;
 mod proof;
 pub mod shared;
+#[cfg(test)]
+mod tests;
 
+pub use events::{NoEvents, SetEvents};
 use proof::read_source;
 
 use std::collections::BTreeMap;
@@ -55,7 +70,16 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::metrics::Metrics;
+use crate::policy::PolicyError;
+use crate::policy::archive::ArchivePolicy;
+use crate::policy::purge::PurgePolicy;
+use crate::policy::retention::{
+    Assessment, Item, RetentionOracle, RetentionPolicy, RetentionRoute, Settings,
+};
+use crate::policy::takedown::{self, TakedownHandler, TakedownPolicy};
+use crate::{
+    CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World, content_hash,
+};
 use custodian_base::clock::Clock;
 use custodian_base::error::ErrorKind;
 use custodian_core::audit::{self, Record};
@@ -63,16 +87,6 @@ use custodian_core::fence::{Coordinator, FenceError, FenceKind, Namespace};
 use custodian_core::timers::{self, Handlers};
 use custodian_kv::{Kv, KvError, Precondition};
 use custodian_object::ObjectStore;
-use custodian_runtime::policy::PolicyError;
-use custodian_runtime::policy::archive::ArchivePolicy;
-use custodian_runtime::policy::purge::PurgePolicy;
-use custodian_runtime::policy::retention::{
-    Assessment, Item, RetentionOracle, RetentionPolicy, RetentionRoute, Settings,
-};
-use custodian_runtime::policy::takedown::{self, TakedownHandler, TakedownPolicy};
-use custodian_runtime::{
-    CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World, content_hash,
-};
 use proof::prove;
 use shared::{Member, SetRow, SharedError, SharedSet};
 
@@ -110,8 +124,8 @@ pub struct PluginSetParts {
     pub handlers: Arc<Handlers>,
     /// The fence coordinator over `kv`.
     pub coordinator: Arc<Coordinator>,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
+    /// Told when the set is followed and swapped (the server's metrics).
+    pub events: Arc<dyn SetEvents>,
     /// The deployer's retention settings.
     pub retention: Settings,
     /// Limits and grants by world.
@@ -221,6 +235,31 @@ pub struct SharedView {
     pub last_error: Option<String>,
 }
 
+/// How a one-shot command runs the shared set ([`PluginSet::attach`]).
+#[derive(Debug, Clone, Default)]
+pub struct Attach {
+    /// The plugins the command names, by world: they run instead of the
+    /// set's, which a command that changes state allows only when they
+    /// are the set's (else it would commit a policy a swap replaced).
+    pub named: BTreeMap<World, Source>,
+    /// Whether the command changes state.
+    pub changes: bool,
+}
+
+/// Why a command may not change state with `loaded` as `world`'s plugin.
+fn not_the_sets(loaded: &Loaded, world: World, member: &Member, row: &SetRow) -> String {
+    format!(
+        "{} is not the {world} plugin this data directory's shared plugin set names \
+         ({}, hash {}, set by {}): a server swapped it in, and a step of another plugin \
+         would commit a policy the swap replaced; leave --plugin out to run the set's \
+         plugin, or swap this one in through the server",
+        loaded.plugin.info().source,
+        member.source,
+        &member.hash[..12.min(member.hash.len())],
+        row.set.by
+    )
+}
+
 impl Loaded {
     /// The plugin.
     pub fn plugin(&self) -> &Arc<Plugin> {
@@ -303,7 +342,7 @@ pub struct PluginSet {
     clock: Arc<dyn Clock>,
     handlers: Arc<Handlers>,
     coordinator: Arc<Coordinator>,
-    metrics: Arc<Metrics>,
+    events: Arc<dyn SetEvents>,
     settings: BTreeMap<World, WorldSettings>,
     node: String,
     /// What takedown steps and operator calls run with: the real KV and
@@ -315,7 +354,8 @@ pub struct PluginSet {
     slots: BTreeMap<World, Arc<Slot>>,
     /// The shared set row the slots hold the plugins of: the guard of
     /// every commit planned with them. Replaced only after the slots.
-    installed: RwLock<Arc<SetRow>>,
+    /// `None` only for a command attached to a KV without a set.
+    installed: RwLock<Arc<Option<SetRow>>>,
     /// How the last attempt to follow the set went.
     sync: std::sync::Mutex<SharedView>,
     /// One swap or follow at a time: two concurrent swaps of a world would
@@ -534,7 +574,8 @@ impl PluginSet {
 
     /// Loads every world's plugin from `sources` (bundled when missing),
     /// smoke-tests each, joins the shared plugin set (see the module
-    /// documentation), and registers the takedown handler.
+    /// documentation), and registers the takedown handler: how a host
+    /// that serves enters the set.
     ///
     /// # Errors
     /// The first plugin that cannot serve, with the reason, or a shared
@@ -559,6 +600,71 @@ impl PluginSet {
         }
         let (serving, installed) =
             join(&prover, parts.kv.as_ref(), &parts.node, configured).await?;
+        Ok(Self::assemble(parts, isolated, serving, Some(installed)))
+    }
+
+    /// The plugin set a one-shot command runs (see the module
+    /// documentation, "Commands"): the shared set's plugins, except the
+    /// worlds `attach` names; where no host published a set, the plugins
+    /// of `sources` (bundled when missing). Writes nothing to the KV.
+    ///
+    /// # Errors
+    /// [`SwapError::Refused`] for a plugin that cannot serve, or, when the
+    /// command changes state, a named plugin the set does not name;
+    /// [`SwapError::Shared`] when the set or a plugin it names cannot be
+    /// read.
+    pub async fn attach(
+        parts: PluginSetParts,
+        sources: &BTreeMap<World, Source>,
+        attach: &Attach,
+    ) -> Result<Arc<Self>, SwapError> {
+        let isolated = Services::isolated(parts.clock.clone(), parts.io.clone());
+        let prover = Prover {
+            runtime: &parts.runtime,
+            isolated: &isolated,
+            clock: &parts.clock,
+            settings: &parts.settings,
+        };
+        let row = shared::read(parts.kv.as_ref()).await?;
+        let mut serving = BTreeMap::new();
+        for world in World::ALL {
+            let member = row.as_ref().and_then(|row| row.set.member(world));
+            let loaded = match (attach.named.get(&world), member) {
+                (Some(source), member) => {
+                    let (bytes, name) = read_source(world, source)?;
+                    let loaded = prover.prove(world, bytes, name).await?;
+                    if let (Some(member), Some(row)) = (member, &row)
+                        && attach.changes
+                        && loaded.plugin.info().hash != member.hash
+                    {
+                        return Err(SwapError::Refused(not_the_sets(
+                            &loaded, world, member, row,
+                        )));
+                    }
+                    loaded
+                }
+                (None, Some(member)) => {
+                    prover.load_member(parts.kv.as_ref(), world, member).await?
+                }
+                (None, None) => {
+                    let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
+                    let (bytes, name) = read_source(world, &source)?;
+                    prover.prove(world, bytes, name).await?
+                }
+            };
+            serving.insert(world, loaded);
+        }
+        Ok(Self::assemble(parts, isolated, serving, row))
+    }
+
+    /// The set serving `serving`, installed under `installed`, with the
+    /// takedown handler registered under its guard.
+    fn assemble(
+        parts: PluginSetParts,
+        isolated: Arc<Services>,
+        serving: BTreeMap<World, Loaded>,
+        installed: Option<SetRow>,
+    ) -> Arc<Self> {
         let slots: BTreeMap<World, Arc<Slot>> = serving
             .into_iter()
             .map(|(world, loaded)| (world, Arc::new(Slot(RwLock::new(Arc::new(loaded))))))
@@ -587,7 +693,7 @@ impl PluginSet {
             clock: parts.clock,
             handlers: parts.handlers,
             coordinator: parts.coordinator,
-            metrics: parts.metrics,
+            events: parts.events,
             settings: parts.settings,
             node: parts.node,
             services,
@@ -602,8 +708,8 @@ impl PluginSet {
             swapping: tokio::sync::Mutex::new(SwapState::default()),
         });
         set.register_handler();
-        set.metrics.in_sync(true);
-        Ok(set)
+        set.events.in_sync(true);
+        set
     }
 
     fn prover(&self) -> Prover<'_> {
@@ -624,11 +730,17 @@ impl PluginSet {
     }
 
     /// The set row the slots' plugins were installed under.
-    fn installed(&self) -> Arc<SetRow> {
+    fn installed(&self) -> Arc<Option<SetRow>> {
         self.installed
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The guard of a commit planned with the slots' plugins: the set row
+    /// they were installed under (or its absence) is still the set.
+    fn set_guard(&self) -> Precondition {
+        shared::guard(self.installed().as_ref().as_ref())
     }
 
     /// Marks the slots as holding `row`'s plugins (after replacing them)
@@ -637,7 +749,7 @@ impl PluginSet {
         *self
             .installed
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(row);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(Some(row));
         self.register_handler();
     }
 
@@ -645,7 +757,7 @@ impl PluginSet {
     /// row as it is installed now (read before the plugin, so the handler
     /// never carries a newer guard than its plugin).
     fn register_handler(&self) {
-        let guard = shared::guard(&self.installed());
+        let guard = self.set_guard();
         if let Policy::Takedown(policy) = &self.slot(World::Takedown).get().policy {
             let settings = self.settings(World::Takedown);
             self.handlers.register(Arc::new(
@@ -657,6 +769,18 @@ impl PluginSet {
                 )
                 .guarded(vec![guard]),
             ));
+        }
+    }
+
+    /// A set naming every world's current plugin.
+    fn running(&self) -> SharedSet {
+        SharedSet {
+            worlds: World::ALL
+                .into_iter()
+                .map(|world| (world.name().to_owned(), member_of(&self.slot(world).get())))
+                .collect(),
+            by: format!("host:{}", self.node),
+            at_ms: self.clock.now_ms(),
         }
     }
 
@@ -704,7 +828,7 @@ impl PluginSet {
             .coordinator
             .epoch_guard(&fence_namespace(), FenceKind::Authority)
             .await?;
-        let set = shared::guard(&self.installed());
+        let set = self.set_guard();
         Ok((self.takedown(), vec![epoch, set]))
     }
 
@@ -770,7 +894,7 @@ impl PluginSet {
 
     async fn follow_locked(&self) -> Result<Vec<World>, SwapError> {
         let followed = self.catch_up().await;
-        self.metrics.in_sync(followed.is_ok());
+        self.events.in_sync(followed.is_ok());
         let mut sync = self
             .sync
             .lock()
@@ -794,12 +918,12 @@ impl PluginSet {
 
     async fn catch_up(&self) -> Result<Vec<World>, SwapError> {
         let installed = self.installed();
-        let row = match shared::read(self.kv.as_ref()).await? {
-            Some(row) if row.bytes == installed.bytes => return Ok(Vec::new()),
-            Some(row) => row,
+        let row = match (shared::read(self.kv.as_ref()).await?, installed.as_ref()) {
+            (Some(row), Some(installed)) if row.bytes == installed.bytes => return Ok(Vec::new()),
+            (Some(row), _) => row,
             // The set row is gone (a KV restored from an old backup):
             // publish what this host runs.
-            None => {
+            (None, Some(installed)) => {
                 if shared::publish(self.kv.as_ref(), None, installed.set.clone())
                     .await?
                     .is_some()
@@ -808,6 +932,8 @@ impl PluginSet {
                 }
                 return Ok(Vec::new());
             }
+            // Attached where no host published a set: nothing to follow.
+            (None, None) => return Ok(Vec::new()),
         };
         let prover = self.prover();
         let mut adopted = Vec::new();
@@ -831,7 +957,7 @@ impl PluginSet {
         let now = self.clock.now_ms();
         for (world, previous, _, member) in &adopted {
             let from = &previous.plugin.info().hash;
-            self.metrics.swap(world.name(), "adopted");
+            self.events.swap(world.name(), "adopted");
             tracing::info!(%world, %from, to = %member.hash, "plugin adopted from the shared set");
             let record = adopt_record(&self.node, *world, from, member, now);
             audit::append(self.kv.as_ref(), &record).await?;
@@ -860,7 +986,7 @@ impl PluginSet {
         let loaded = match proven {
             Ok(loaded) => Arc::new(loaded),
             Err(error) => {
-                self.metrics.swap(world.name(), "refused");
+                self.events.swap(world.name(), "refused");
                 tracing::warn!(%world, "plugin swap refused: {error}");
                 return Err(error);
             }
@@ -881,12 +1007,18 @@ impl PluginSet {
             // 1. The set names the new plugin: the old one's commits fail.
             shared::store_blob(self.kv.as_ref(), &new_member.hash, &bytes).await?;
             let installed = self.installed();
-            let mut set = installed.set.clone();
+            let mut set = match installed.as_ref() {
+                Some(row) => row.set.clone(),
+                // No host published a set yet: this one names what runs here.
+                None => self.running(),
+            };
             set.worlds
                 .insert(world.name().to_owned(), new_member.clone());
             set.by = format!("operator:{operator}");
             set.at_ms = self.clock.now_ms();
-            let Some(row) = shared::publish(self.kv.as_ref(), Some(&installed), set).await? else {
+            let Some(row) =
+                shared::publish(self.kv.as_ref(), installed.as_ref().as_ref(), set).await?
+            else {
                 // Another host swapped first: catch up and try again.
                 continue;
             };
@@ -937,7 +1069,7 @@ impl PluginSet {
             )),
         };
         audit::append(self.kv.as_ref(), &record).await?;
-        self.metrics.swap(world.name(), "completed");
+        self.events.swap(world.name(), "completed");
         tracing::info!(
             %world,
             from = %old.hash,

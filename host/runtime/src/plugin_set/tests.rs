@@ -1,23 +1,153 @@
 //! The shared plugin set on whole test hosts: swaps, following, guards.
 
-use super::plugins::shared;
-use super::plugins::*;
-use crate::serve::test_host::test_host;
-use custodian_base::clock::Clock;
+use super::shared;
+use super::*;
+use crate::policy::retention::Item;
+use crate::policy::retention::Stage;
+use crate::policy::takedown::{self, TakedownPolicy};
+use crate::{RuntimeConfig, World};
+use custodian_base::clock::{Clock, SystemClock};
 use custodian_core::audit::{self, Record};
+use custodian_core::fence::FenceConfig;
 use custodian_kv::memory::MemoryKv;
 use custodian_kv::{Kv, Precondition};
-use custodian_runtime::World;
-use custodian_runtime::policy::retention::Item;
-use custodian_runtime::policy::retention::Stage;
-use custodian_runtime::policy::takedown::{self, TakedownPolicy};
+use custodian_object::memory::MemoryStore;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The retention the test hosts' takedown requests are kept for: 30 days,
+/// the CLI's default.
+const RETENTION_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// What a test host's plugin set told it, as the server's metrics count.
+#[derive(Default)]
+struct Counted {
+    in_sync: Mutex<Option<bool>>,
+    swaps: Mutex<BTreeMap<(String, &'static str), u64>>,
+}
+
+impl SetEvents for Counted {
+    fn in_sync(&self, in_sync: bool) {
+        *self.in_sync.lock().unwrap() = Some(in_sync);
+    }
+
+    fn swap(&self, world: &str, outcome: &'static str) {
+        *self
+            .swaps
+            .lock()
+            .unwrap()
+            .entry((world.to_owned(), outcome))
+            .or_default() += 1;
+    }
+}
+
+impl Counted {
+    fn swaps(&self, world: &str, outcome: &'static str) -> u64 {
+        let swaps = self.swaps.lock().unwrap();
+        swaps
+            .get(&(world.to_owned(), outcome))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn in_sync(&self) -> Option<bool> {
+        *self.in_sync.lock().unwrap()
+    }
+}
+
+/// What the tests reach of a host: its KV, clock, stores and plugin set.
+struct TestHost {
+    kv: Arc<dyn Kv>,
+    clock: Arc<dyn Clock>,
+    stores: BTreeMap<String, Arc<dyn ObjectStore>>,
+    plugins: Arc<PluginSet>,
+    events: Arc<Counted>,
+}
+
+/// One runtime for every test host of the process, so the bundled plugins
+/// are compiled once per test binary (and, with the cache beside the test
+/// binaries, once per change of a plugin or the engine).
+fn shared_runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            // The test binary is `target/<profile>/deps/<name>`.
+            let cache_dir = std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.parent()?.join("custodian-test-components")));
+            Arc::new(
+                Runtime::new(&RuntimeConfig {
+                    cache_dir,
+                    // Tests run in parallel on one runtime, and a takedown
+                    // call holds a retention instance too: room for both.
+                    concurrent_calls: 64,
+                })
+                .expect("a WebAssembly runtime"),
+            )
+        })
+        .clone()
+}
+
+/// A host on the system clock and an in-memory KV of its own.
+async fn test_host() -> Arc<TestHost> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let kv = Arc::new(MemoryKv::new(clock.clone()));
+    test_host_on(kv, "test", &BTreeMap::new(), clock).await
+}
+
+/// A host named `node`, configured with `sources`, on `kv`, with the
+/// bundled plugins and versioned in-memory `serving` and `preserved`
+/// stores: hosts built on one KV share it as hosts sharing etcd do.
+async fn test_host_on(
+    kv: Arc<dyn Kv>,
+    node: &str,
+    sources: &BTreeMap<World, Source>,
+    clock: Arc<dyn Clock>,
+) -> Arc<TestHost> {
+    let stores: BTreeMap<String, Arc<dyn ObjectStore>> = ["serving", "preserved"]
+        .into_iter()
+        .map(|name| {
+            let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::versioned(clock.clone()));
+            (name.to_owned(), store)
+        })
+        .collect();
+    let events = Arc::new(Counted::default());
+    let coordinator = Arc::new(
+        Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default())
+            .expect("the default fence configuration is valid"),
+    );
+    let parts = PluginSetParts {
+        runtime: shared_runtime(),
+        kv: kv.clone(),
+        clock: clock.clone(),
+        stores: stores.clone(),
+        io: tokio::runtime::Handle::current(),
+        handlers: Arc::new(Handlers::new()),
+        coordinator,
+        events: events.clone(),
+        retention: Settings {
+            retention_ms: RETENTION_MS,
+            noncurrent_retention_ms: 0,
+        },
+        settings: BTreeMap::new(),
+        node: node.to_owned(),
+    };
+    let plugins = PluginSet::load(parts, sources)
+        .await
+        .unwrap_or_else(|e| panic!("the bundled plugins load: {e}"));
+    Arc::new(TestHost {
+        kv,
+        clock,
+        stores,
+        plugins,
+        events,
+    })
+}
 
 /// The bundled takedown plugin with a custom section appended: another
 /// build of the same policy, with its own hash.
 fn rebuilt(world: World) -> Vec<u8> {
-    let mut bytes = custodian_runtime::bundled::plugin(world).unwrap().to_vec();
+    let mut bytes = crate::bundled::plugin(world).unwrap().to_vec();
     let name = b"custodian-test-build";
     bytes.extend_from_slice(&[0, name.len() as u8 + 1, name.len() as u8]);
     bytes.extend_from_slice(name);
@@ -25,7 +155,7 @@ fn rebuilt(world: World) -> Vec<u8> {
 }
 
 /// Swaps `host`'s takedown plugin for [`rebuilt`]'s, as operator alice.
-async fn swap_in_rebuilt(host: &crate::serve::Host) -> SwapReport {
+async fn swap_in_rebuilt(host: &TestHost) -> SwapReport {
     host.plugins
         .swap(
             World::Takedown,
@@ -73,19 +203,13 @@ async fn a_swap_serves_the_new_plugin_raises_the_authority_and_audits_both_hashe
     assert_eq!(events[0].actor, "operator:alice");
     assert!(events[0].targets.contains(&format!("from:{old}")));
     assert!(events[0].targets.contains(&format!("to:{new}")));
-    assert!(
-        host.metrics
-            .render()
-            .contains("custodian_plugin_swaps_total{world=\"takedown\",result=\"completed\"} 1")
-    );
+    assert!(host.events.swaps("takedown", "completed") == 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swapping_in_the_same_bytes_changes_nothing_and_leaves_the_fence_alone() {
     let host = test_host().await;
-    let bytes = custodian_runtime::bundled::plugin(World::Retention)
-        .unwrap()
-        .to_vec();
+    let bytes = crate::bundled::plugin(World::Retention).unwrap().to_vec();
     let report = host
         .plugins
         .swap(World::Retention, bytes, "test".into(), "alice")
@@ -106,9 +230,7 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
         .info()
         .hash
         .clone();
-    let wrong = custodian_runtime::bundled::plugin(World::Archive)
-        .unwrap()
-        .to_vec();
+    let wrong = crate::bundled::plugin(World::Archive).unwrap().to_vec();
     let error = host
         .plugins
         .swap(World::Purge, wrong, "archive.wasm".into(), "alice")
@@ -120,11 +242,7 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
     assert!(reason.contains("is not a purge plugin"), "{reason}");
     assert_eq!(host.plugins.current(World::Purge).plugin().info().hash, old);
     assert!(swap_events(host.kv.as_ref()).await.is_empty());
-    assert!(
-        host.metrics
-            .render()
-            .contains("custodian_plugin_swaps_total{world=\"purge\",result=\"refused\"} 1")
-    );
+    assert!(host.events.swaps("purge", "refused") == 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,19 +269,16 @@ async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
     // as the old one did (it is the same policy).
     let after = tokio::task::block_in_place(|| oracle.assess(item, 2_000)).unwrap();
     assert_eq!(before, after);
-    assert_eq!(
-        before.retain_until_ms,
-        1_000 + crate::serve::test_host::RETENTION_MS
-    );
+    assert_eq!(before.retain_until_ms, 1_000 + RETENTION_MS);
 }
 
 /// Files `request` as an operator action planned by `policy` under `guard`.
 async fn file(
-    host: &crate::serve::Host,
+    host: &TestHost,
     (policy, guard): (Arc<TakedownPolicy>, Vec<Precondition>),
-    request: custodian_runtime::policy::takedown::Request,
-) -> Result<(), custodian_runtime::policy::requests::RequestError> {
-    use custodian_runtime::policy::requests::{self, Action};
+    request: crate::policy::takedown::Request,
+) -> Result<(), crate::policy::requests::RequestError> {
+    use crate::policy::requests::{self, Action};
     let call = host.plugins.takedown_call(&policy);
     let io = host.plugins.services().io.clone();
     let kv = host.kv.clone();
@@ -182,10 +297,10 @@ async fn file(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
+    use crate::policy::requests::RequestError;
+    use crate::policy::takedown::Request;
     use custodian_core::content::RepoName;
     use custodian_core::content::push::push_bytes;
-    use custodian_runtime::policy::requests::RequestError;
-    use custodian_runtime::policy::takedown::Request;
 
     let host = test_host().await;
     let repo = RepoName::parse("acme/site").unwrap();
@@ -224,55 +339,21 @@ async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
 
 /// Two hosts, `alpha` and `beta`, sharing one KV, both configured with the
 /// bundled plugins.
-async fn two_hosts() -> (
-    Arc<dyn Kv>,
-    Arc<crate::serve::Host>,
-    Arc<crate::serve::Host>,
-) {
-    use crate::serve::RequestLimits;
-    use crate::serve::test_host::test_host_on;
-    use custodian_base::clock::SystemClock;
+async fn two_hosts() -> (Arc<dyn Kv>, Arc<TestHost>, Arc<TestHost>) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
     let bundled = BTreeMap::new();
-    let alpha = test_host_on(
-        kv.clone(),
-        "alpha",
-        &bundled,
-        clock.clone(),
-        RequestLimits::default(),
-    )
-    .await;
-    let beta = test_host_on(
-        kv.clone(),
-        "beta",
-        &bundled,
-        clock,
-        RequestLimits::default(),
-    )
-    .await;
+    let alpha = test_host_on(kv.clone(), "alpha", &bundled, clock.clone()).await;
+    let beta = test_host_on(kv.clone(), "beta", &bundled, clock).await;
     (kv, alpha, beta)
 }
 
 /// Another start of node `node` on `kv`, configured with `sources`.
-async fn restart(
-    kv: &Arc<dyn Kv>,
-    node: &str,
-    sources: &BTreeMap<World, Source>,
-) -> Arc<crate::serve::Host> {
-    use crate::serve::RequestLimits;
-    use custodian_base::clock::SystemClock;
-    crate::serve::test_host::test_host_on(
-        kv.clone(),
-        node,
-        sources,
-        Arc::new(SystemClock),
-        RequestLimits::default(),
-    )
-    .await
+async fn restart(kv: &Arc<dyn Kv>, node: &str, sources: &BTreeMap<World, Source>) -> Arc<TestHost> {
+    test_host_on(kv.clone(), node, sources, Arc::new(SystemClock)).await
 }
 
-fn takedown_hash(host: &crate::serve::Host) -> String {
+fn takedown_hash(host: &TestHost) -> String {
     host.plugins
         .current(World::Takedown)
         .plugin()
@@ -324,10 +405,10 @@ async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_action_planned_on_a_host_cannot_commit_after_another_host_swaps() {
+    use crate::policy::requests::RequestError;
+    use crate::policy::takedown::Request;
     use custodian_core::content::RepoName;
     use custodian_core::content::push::push_bytes;
-    use custodian_runtime::policy::requests::RequestError;
-    use custodian_runtime::policy::takedown::Request;
 
     let (_kv, alpha, beta) = two_hosts().await;
     let repo = RepoName::parse("acme/site").unwrap();
@@ -473,7 +554,7 @@ async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_takedown_handler_carries_the_guard_of_the_set_its_plugin_belongs_to() {
     let (kv, alpha, beta) = two_hosts().await;
-    let guards = |host: &crate::serve::Host| {
+    let guards = |host: &TestHost| {
         host.plugins
             .handlers()
             .get(takedown::KIND)
@@ -482,19 +563,19 @@ async fn the_takedown_handler_carries_the_guard_of_the_set_its_plugin_belongs_to
             .to_vec()
     };
     let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
-    assert_eq!(guards(&beta), vec![shared::guard(&row)]);
+    assert_eq!(guards(&beta), vec![shared::guard(Some(&row))]);
 
     swap_in_rebuilt(&alpha).await;
     let swapped = shared::read(kv.as_ref()).await.unwrap().unwrap();
     assert_ne!(swapped, row);
-    assert_eq!(guards(&alpha), vec![shared::guard(&swapped)]);
+    assert_eq!(guards(&alpha), vec![shared::guard(Some(&swapped))]);
     assert_eq!(
         guards(&beta),
-        vec![shared::guard(&row)],
+        vec![shared::guard(Some(&row))],
         "beta's handler still runs the old plugin: its guard is the old set's"
     );
     beta.plugins.follow().await.unwrap();
-    assert_eq!(guards(&beta), vec![shared::guard(&swapped)]);
+    assert_eq!(guards(&beta), vec![shared::guard(Some(&swapped))]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -523,21 +604,12 @@ async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
     let view = beta.plugins.shared_view();
     assert!(!view.in_sync);
     assert!(view.last_error.unwrap().contains("missing"));
-    assert!(
-        beta.metrics
-            .render()
-            .contains("custodian_plugin_set_in_sync 0")
-    );
+    assert_eq!(beta.events.in_sync(), Some(false));
     // Its plans fail their set guard until it follows.
     let (_, guards) = beta.plugins.takedown_for_action().await.unwrap();
     assert!(
-        guards.contains(&shared::guard(&row)),
+        guards.contains(&shared::guard(Some(&row))),
         "beta still plans under the set it installed"
     );
-    assert!(
-        alpha
-            .metrics
-            .render()
-            .contains("custodian_plugin_set_in_sync 1")
-    );
+    assert_eq!(alpha.events.in_sync(), Some(true));
 }

@@ -27,14 +27,16 @@
 //! Every step commit and operator action carries an `Equals` guard on the
 //! `set` row as its host installed it ([`guard`]), taken before the
 //! plugin it runs: once a swap has written a new set, nothing planned by a
-//! plugin of the old set commits, on any host.
+//! plugin of the old set commits, on any host. A command on a KV where no
+//! host published a set guards on its absence instead, so a set published
+//! meanwhile stops its commits too.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{World, content_hash};
 use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
-use custodian_runtime::{World, content_hash};
 
 /// The partition the shared plugin set lives in.
 pub const PARTITION: &str = "custodian.plugins";
@@ -123,12 +125,19 @@ fn chunk_count(size: u64) -> usize {
         .max(1)
 }
 
-/// The guard a commit carries to hold only while `row` is the set.
-pub fn guard(row: &SetRow) -> Precondition {
-    Precondition::Equals {
-        partition: partition(),
-        key: SET_KEY.to_vec(),
-        value: row.bytes.clone(),
+/// The guard a commit carries to hold only while `row` is the set, or,
+/// for `None`, only while no host has published one.
+pub fn guard(row: Option<&SetRow>) -> Precondition {
+    match row {
+        Some(row) => Precondition::Equals {
+            partition: partition(),
+            key: SET_KEY.to_vec(),
+            value: row.bytes.clone(),
+        },
+        None => Precondition::Absent {
+            partition: partition(),
+            key: SET_KEY.to_vec(),
+        },
     }
 }
 
@@ -157,15 +166,8 @@ pub async fn publish(
     set: SharedSet,
 ) -> Result<Option<SetRow>, SharedError> {
     let bytes = serde_json::to_vec(&set).expect("a set serializes");
-    let precondition = match expected {
-        Some(row) => guard(row),
-        None => Precondition::Absent {
-            partition: partition(),
-            key: SET_KEY.to_vec(),
-        },
-    };
     let batch = Batch {
-        preconditions: vec![precondition],
+        preconditions: vec![guard(expected)],
         writes: vec![Write::Put {
             partition: partition(),
             key: SET_KEY.to_vec(),
@@ -260,7 +262,7 @@ pub async fn collect_garbage(kv: &dyn Kv, row: &SetRow) -> Result<usize, SharedE
         // Bounded batches: a large plugin has hundreds of chunks.
         for group in keys.chunks(64) {
             let batch = Batch {
-                preconditions: vec![guard(row)],
+                preconditions: vec![guard(Some(row))],
                 writes: group
                     .iter()
                     .map(|key| Write::Delete {
@@ -288,9 +290,7 @@ pub async fn plugin_bytes(
     world: World,
     member: &Member,
 ) -> Result<Vec<u8>, SharedError> {
-    match custodian_runtime::bundled::plugin(world)
-        .filter(|bytes| content_hash(bytes) == member.hash)
-    {
+    match crate::bundled::plugin(world).filter(|bytes| content_hash(bytes) == member.hash) {
         Some(bytes) => Ok(bytes.to_vec()),
         None => load_blob(kv, member).await,
     }

@@ -170,3 +170,83 @@ fn repo_commands_refuse_a_bad_repository_name_with_exit_2() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("missing"), "{stderr}");
 }
+
+#[test]
+fn repo_get_writes_a_pushed_file_back_byte_for_byte_and_refuses_what_is_not_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("docs")).unwrap();
+    std::fs::write(tree.join("docs/a.txt"), "a small file").unwrap();
+    // Over two chunks: read back from a manifest, in order.
+    let big: Vec<u8> = (0..(8 << 20) + 77).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(tree.join("big.bin"), &big).unwrap();
+    let pushed = run(&[
+        "repo",
+        "push",
+        "acme/site",
+        path(&tree.join("docs")),
+        path(&tree.join("big.bin")),
+        "--data",
+        path(&data),
+    ]);
+    assert_eq!(outcome(&pushed).0, 0, "{}", outcome(&pushed).2);
+
+    let out = dir.path().join("out/big.bin");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let (code, _, stderr) = outcome(&run(&[
+        "repo",
+        "get",
+        "acme/site",
+        "big.bin",
+        "-o",
+        path(&out),
+        "--data",
+        path(&data),
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        std::fs::read(&out).unwrap() == big,
+        "the file read back differs"
+    );
+
+    let (code, stdout, stderr) = outcome(&run(&[
+        "repo",
+        "get",
+        "acme/site",
+        "docs/a.txt",
+        "--data",
+        path(&data),
+    ]));
+    assert_eq!((code, stdout.as_str()), (0, "a small file"), "{stderr}");
+
+    // No such file: exit 1 and nothing written; a directory: exit 2.
+    let missing = dir.path().join("out/missing");
+    let (code, _, stderr) = outcome(&run(&[
+        "repo",
+        "get",
+        "acme/site",
+        "docs/none.txt",
+        "-o",
+        path(&missing),
+        "--data",
+        path(&data),
+    ]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no file at \"docs/none.txt\""), "{stderr}");
+    assert!(!missing.exists());
+    assert_eq!(
+        std::fs::read_dir(out.parent().unwrap()).unwrap().count(),
+        1,
+        "no temporary file is left behind"
+    );
+    let (code, _, stderr) = outcome(&run(&[
+        "repo",
+        "get",
+        "acme/site",
+        "docs/",
+        "--data",
+        path(&data),
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+}

@@ -13,6 +13,7 @@ mod purge;
 mod repo;
 mod run;
 mod serve;
+mod sink;
 mod stores;
 mod takedown;
 mod tick;

@@ -1,7 +1,7 @@
 //! `custodian object …`: every object store is scriptable from the shell.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
@@ -19,6 +19,7 @@ use custodian::object::{
 use serde_json::{Value, json};
 
 use super::options::{Global, StoreArgs};
+use super::sink::Sink;
 use super::{Failure, Outcome};
 
 /// The condition a publish must meet; exactly one is required.
@@ -561,19 +562,7 @@ async fn get(
         ),
         None => (0, meta.size),
     };
-    let mut sink = if file == "-" {
-        Sink::Stdout(std::io::stdout().lock())
-    } else {
-        let target = PathBuf::from(file);
-        let dir = target
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let temp = tempfile::NamedTempFile::new_in(dir)
-            .with_context(|| format!("cannot write into {}", dir.display()))
-            .map_err(failed)?;
-        Sink::File(temp, target)
-    };
+    let mut sink = Sink::open(file).map_err(failed)?;
     let mut offset = start;
     while offset < end {
         let next = (offset + READ_CHUNK).min(end);
@@ -587,32 +576,9 @@ async fn get(
             )),
             other => store_error(what())(other),
         })?;
-        match &mut sink {
-            Sink::Stdout(out) => out.write_all(&chunk),
-            Sink::File(temp, _) => temp.write_all(&chunk),
-        }
-        .context("cannot write the object out")
-        .map_err(failed)?;
+        sink.write_all(&chunk).map_err(failed)?;
         offset = next;
     }
-    match sink {
-        Sink::File(temp, target) => {
-            temp.as_file()
-                .sync_all()
-                .context("cannot flush the output")
-                .map_err(failed)?;
-            temp.persist(&target)
-                .with_context(|| format!("cannot write {}", target.display()))
-                .map_err(failed)?;
-        }
-        Sink::Stdout(mut out) => out.flush().context("cannot write stdout").map_err(failed)?,
-    }
+    sink.finish().map_err(failed)?;
     Ok(())
-}
-
-/// Where `get` writes.
-enum Sink {
-    Stdout(std::io::StdoutLock<'static>),
-    /// A temporary file beside the target, renamed onto it when complete.
-    File(tempfile::NamedTempFile, PathBuf),
 }

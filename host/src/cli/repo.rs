@@ -1,5 +1,5 @@
 //! `custodian repo …`: push local files and directories into a
-//! repository's content, and list its entries.
+//! repository's content, list its entries, and read a file back.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Subcommand;
+use custodian::checksum::Crc64Nvme;
 use custodian::clock::{Clock, SystemClock};
-use custodian::content::{self, ContentError, Entry, PushProgress, RepoName};
+use custodian::content::{self, ContentError, Entry, PushProgress, RepoName, read};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::options::{DataArgs, Global};
+use super::sink::Sink;
 use super::{Failure, Outcome, io_runtime, open_data};
 
 /// Pushes at least this large show a progress bar (on a terminal).
@@ -84,6 +86,31 @@ pub enum RepoCommand {
         /// Print one JSON object a line.
         #[arg(long)]
         json: bool,
+    },
+    /// Write a repository's file to OUTPUT (stdout by default, or `-`).
+    ///
+    /// The file is read from the serving store as it was pushed — a blob
+    /// as itself, a larger file's chunks in order — a span at a time, so
+    /// memory stays bounded whatever its size. Its CRC-64/NVME is checked
+    /// as it is written; a file is written under a temporary name and
+    /// renamed into place only when complete and checked, so a failed read
+    /// leaves nothing behind.
+    ///
+    /// Exit 0 when the file is written, 1 when it cannot be read (no such
+    /// path, the store failed, the bytes do not match their checksum), 2
+    /// for a bad repository name or path or a path that names a
+    /// directory, 3 when another process holds the data directory.
+    #[command(verbatim_doc_comment)]
+    Get {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The repository, `namespace/name`.
+        repository: String,
+        /// The file's path in the repository.
+        path: String,
+        /// Where to write it; `-` is stdout.
+        #[arg(short, long, value_name = "OUTPUT", default_value = "-")]
+        output: String,
     },
 }
 
@@ -179,6 +206,57 @@ pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
                     None => return Ok(()),
                 }
             }
+        }
+        RepoCommand::Get {
+            data,
+            repository: name,
+            path,
+            output,
+        } => {
+            let repo = repository(&name)?;
+            content::index::validate_path(&path).map_err(|e| Failure::Usage(e.into()))?;
+            let config = super::config(global)?;
+            let io = io_runtime()?;
+            let kv = open_data(&data, clock.clone())?;
+            let serving = io.block_on(super::stores::open_named(
+                config.as_ref(),
+                &data.data,
+                content::SERVING_STORE,
+                clock,
+            ))?;
+            let what = || format!("cannot read {path:?} of {repo}");
+            let file = io
+                .block_on(content::open_file(
+                    kv.as_ref(),
+                    serving.as_ref(),
+                    &repo,
+                    &path,
+                ))
+                .map_err(content_error(what()))?;
+            let mut sink = Sink::open(&output).map_err(Failure::Failed)?;
+            let mut crc = Crc64Nvme::new();
+            for (piece, span) in file.spans(0..file.len()) {
+                let segments = io
+                    .block_on(read::read_span(serving.as_ref(), &piece, span))
+                    .map_err(content_error(what()))?;
+                for segment in &segments {
+                    crc.update(segment);
+                    sink.write_all(segment).map_err(Failure::Failed)?;
+                }
+            }
+            let read = crc.finalize();
+            if read != file.crc64 {
+                // Dropping the sink removes a file's temporary copy; what
+                // already went to stdout cannot be taken back, but the exit
+                // status says it is wrong.
+                return Err(Failure::Failed(anyhow!(
+                    "{}: the bytes read have CRC-64/NVME {read:016x}, the file was pushed with \
+                     {:016x}; nothing was written",
+                    what(),
+                    file.crc64
+                )));
+            }
+            sink.finish().map_err(Failure::Failed)
         }
     }
 }

@@ -2,7 +2,9 @@
 //! tests instantiate the suite with [`object_conformance_tests!`], handing
 //! it a factory that builds an empty store and saying whether that store
 //! keeps versions; the common checks run on both kinds, and each kind adds
-//! its own group.
+//! its own group. A store reached through the plugin interface (the SDK's
+//! native host) runs the `guest` form: the same checks less the few the
+//! WIT `objects` interface cannot express, listed in the macro.
 //!
 //! Every check starts from an empty store and asserts only what the
 //! contract promises: etags and version ids are compared for equality and

@@ -22,11 +22,12 @@ fn check_key(key: &str) -> Result<(), Error> {
         .map_err(|why| Error::InvalidArgument(format!("object key {key:?}: {why}")))
 }
 
-/// Metadata as the host takes it: the WIT list becomes a map (so a key
-/// named twice is refused, as the host's conversion does), then the
-/// contract's rule. Returned sorted by key, the order in which the host
-/// hands a map's entries back.
-fn check_metadata(pairs: &[(String, String)]) -> Result<Vec<(String, String)>, Error> {
+/// Metadata as the host takes it from the WIT list: a map, so a key named
+/// twice is refused (as the runtime's conversion refuses it, before the
+/// key is checked), and sorted by key, the order in which the host hands a
+/// map's entries back. The contract's rule comes later
+/// ([`check_metadata_rule`]).
+fn as_map(pairs: &[(String, String)]) -> Result<Vec<(String, String)>, Error> {
     let mut sorted = pairs.to_vec();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     if sorted.windows(2).any(|w| w[0].0 == w[1].0) {
@@ -171,7 +172,7 @@ pub fn put(
             body.len()
         )));
     }
-    let metadata = check_metadata(metadata)?;
+    let metadata = as_map(metadata)?;
     check_key(key)?;
     check_metadata_rule(&metadata)?;
     let actual = super::checksum::crc64_nvme(body);
@@ -195,7 +196,7 @@ pub fn copy(
     condition: &PutCondition,
     metadata: &[(String, String)],
 ) -> Result<ObjectMeta, Error> {
-    let metadata = check_metadata(metadata)?;
+    let metadata = as_map(metadata)?;
     check_key(source)?;
     check_key(destination)?;
     check_metadata_rule(&metadata)?;

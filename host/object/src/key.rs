@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::Deref;
 
-use super::{MAX_OBJECT_KEY_BYTES, ObjectError};
+use super::ObjectError;
 
 /// An object key that passed [`ObjectKey::new`]'s rules. Every
 /// [`ObjectStore`](super::ObjectStore) operation takes one, so a backend
@@ -21,38 +21,25 @@ impl fmt::Debug for ObjectKey {
 }
 
 impl ObjectKey {
-    /// Checks `key`: 1..=1024 bytes of UTF-8 (S3's limit); no NUL or other
-    /// control characters (NUL separates key from version in cursors;
-    /// control characters break logs and paths); `/`-separated segments,
-    /// none empty and none `.` or `..` (keys are paths on the filesystem
-    /// backend, and a key must never name anything outside its store).
+    /// Checks `key` by the contract's object-key rule
+    /// ([`custodian_contract::object_key::check`]), which the SDK's native
+    /// host checks too: 1..=1024 bytes of UTF-8 (S3's limit); no NUL or
+    /// other control characters (NUL separates key from version in
+    /// cursors; control characters break logs and paths); `/`-separated
+    /// segments, none empty and none `.` or `..` (keys are paths on the
+    /// filesystem backend, and a key must never name anything outside its
+    /// store).
     ///
     /// # Errors
     /// [`ObjectError::InvalidArgument`] naming what is wrong.
     pub fn new(key: impl Into<String>) -> Result<Self, ObjectError> {
         let key = key.into();
-        let refuse = |why: &str| {
-            Err(ObjectError::InvalidArgument(
+        match custodian_contract::object_key::check(&key) {
+            Ok(()) => Ok(Self(key)),
+            Err(why) => Err(ObjectError::InvalidArgument(
                 format!("object key {key:?}: {why}").into(),
-            ))
-        };
-        if key.is_empty() || key.len() > MAX_OBJECT_KEY_BYTES {
-            return refuse(&format!(
-                "must be 1..={MAX_OBJECT_KEY_BYTES} bytes, not {}",
-                key.len()
-            ));
+            )),
         }
-        if key.chars().any(char::is_control) {
-            return refuse("contains a control character");
-        }
-        for segment in key.split('/') {
-            match segment {
-                "" => return refuse("has an empty segment (a leading, trailing or doubled '/')"),
-                "." | ".." => return refuse("has a '.' or '..' segment"),
-                _ => {}
-            }
-        }
-        Ok(Self(key))
     }
 
     /// The key as text.
@@ -133,5 +120,22 @@ mod tests {
         ] {
             assert!(ObjectKey::new(bad.clone()).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_refused_key_is_an_invalid_argument_quoting_the_key_and_the_reason() {
+        let got = ObjectKey::new("a//b").unwrap_err();
+        assert_eq!(
+            got,
+            crate::ObjectError::InvalidArgument(
+                "object key \"a//b\": has an empty segment (a leading, trailing or doubled '/')"
+                    .into()
+            )
+        );
+        let got = ObjectKey::new("").unwrap_err().to_string();
+        assert_eq!(
+            got,
+            "invalid argument: object key \"\": must be 1..=1024 bytes, not 0"
+        );
     }
 }

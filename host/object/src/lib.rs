@@ -66,21 +66,16 @@ pub use options::{
     PutOptions, UploadOptions,
 };
 
-/// Longest object key, in bytes (S3's limit).
-pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
-/// Most bytes of user metadata on one object, keys and values together:
-/// S3's limit, so a publish that passes here also passes on S3.
-pub const MAX_METADATA_BYTES: usize = 2048;
-/// Most items in one listing page: bounds one call's memory and matches
-/// S3's page size.
-pub const MAX_LIST_PAGE: u32 = 1000;
+/// Longest object key, most user-metadata bytes and entries on one object
+/// (S3's limits, and why, are written once in the contract crate, which
+/// the SDK's native host shares).
+pub use custodian_contract::limits::{
+    MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, MAX_OBJECT_KEY_BYTES,
+};
 
-/// Most user metadata entries on one object. On S3 every entry comes back
-/// as a response header, and the SDK's HTTP client refuses a response with
-/// more than 100 headers (a limit it does not let us raise) of which S3
-/// uses up to ~36 itself: an object with more entries could be written but
-/// never read. One more is kept for the S3 backend's own CRC record.
-pub const MAX_METADATA_ENTRIES: usize = 63;
+/// Most items in one listing page: bounds one call's memory and matches
+/// S3's page size (the contract's page bound).
+pub const MAX_LIST_PAGE: u32 = custodian_contract::limits::MAX_PAGE_ENTRIES;
 
 /// User metadata, keys without any backend prefix.
 pub type Metadata = BTreeMap<String, String>;
@@ -535,43 +530,19 @@ pub trait ObjectAdmin: Send + Sync {
     }
 }
 
-/// Checks user metadata the way S3 will: at most [`MAX_METADATA_BYTES`]
-/// in total, keys of lowercase `[a-z0-9_-]` (S3 lowercases header names, so
-/// `A` and `a` would collide), values of printable ASCII (S3 re-encodes
-/// anything else).
+/// Checks user metadata the way S3 will, by the contract's rule
+/// ([`custodian_contract::object_metadata::check`], which the SDK's native
+/// host applies too): at most [`MAX_METADATA_ENTRIES`] entries and
+/// [`MAX_METADATA_BYTES`] in total, keys of lowercase `[a-z0-9_-]` (S3
+/// lowercases header names, so `A` and `a` would collide), values of
+/// printable ASCII (S3 re-encodes anything else).
 ///
 /// # Errors
 /// [`ObjectError::InvalidArgument`] naming the offending pair or the total.
 pub fn validate_metadata(metadata: &Metadata) -> Result<(), ObjectError> {
-    if metadata.len() > MAX_METADATA_ENTRIES {
-        return Err(ObjectError::InvalidArgument(
-            format!(
-                "{} metadata entries exceed {MAX_METADATA_ENTRIES}",
-                metadata.len()
-            )
-            .into(),
-        ));
-    }
-    let total: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if total > MAX_METADATA_BYTES {
-        return Err(ObjectError::InvalidArgument(
-            format!("{total} bytes of metadata exceed {MAX_METADATA_BYTES}").into(),
-        ));
-    }
-    for (key, value) in metadata {
-        let key_ok = !key.is_empty()
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        let value_ok = value.bytes().all(|b| (b' '..=b'~').contains(&b));
-        if !key_ok || !value_ok {
-            return Err(ObjectError::InvalidArgument(
-                format!("metadata {key:?}: keys are lowercase [a-z0-9_-], values printable ASCII")
-                    .into(),
-            ));
-        }
-    }
-    Ok(())
+    let pairs = metadata.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    custodian_contract::object_metadata::check(pairs)
+        .map_err(|why| ObjectError::InvalidArgument(why.to_string().into()))
 }
 
 /// Refuses an inverted range before anything is looked up, so the answer

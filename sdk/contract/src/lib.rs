@@ -7,6 +7,8 @@
 //!   plugin versions link;
 //! - [`limits`]: the bounds of every guest-controlled size;
 //! - [`name`]: the alphabet of names that become key segments;
+//! - [`object_key`] and [`object_metadata`]: which object keys and which
+//!   user metadata a publish may carry;
 //! - [`content`]: the content model's byte layouts (manifests, packs, the
 //!   content index's keys and rows), which the host writes and a takedown
 //!   plugin reads.
@@ -20,4 +22,6 @@ extern crate alloc;
 pub mod content;
 pub mod limits;
 pub mod name;
+pub mod object_key;
+pub mod object_metadata;
 pub mod version;

@@ -26,3 +26,15 @@ pub const HOST_PARTITION_PREFIX: &str = "custodian.";
 /// crosses the component boundary whole, so this bounds the memory one
 /// call pins on both sides.
 pub const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest object key, in bytes (S3's limit); see
+/// [`object_key`](crate::object_key) for the rest of the key rule.
+pub const MAX_OBJECT_KEY_BYTES: usize = 1024;
+/// Most bytes of user metadata on one object, keys and values together:
+/// S3's limit, so a publish that passes on one backend passes on S3.
+pub const MAX_METADATA_BYTES: usize = 2048;
+/// Most user metadata entries on one object. On S3 every entry comes back
+/// as a response header, and the AWS SDK's HTTP client refuses a response
+/// with more than 100 headers, of which S3 uses up to ~36 itself: an
+/// object with more entries could be written but never read. One more is
+/// kept for the S3 backend's own CRC record.
+pub const MAX_METADATA_ENTRIES: usize = 63;

@@ -5,7 +5,8 @@
 //! conditions and CRCs, bounds are the host's — and grants every partition
 //! and store, since a unit test is its own deployer (but not the host's
 //! reserved `custodian.` partitions, which no deployer can grant). The KV
-//! runs the host's KV conformance suite (`tests/kv_conformance.rs`), so its
+//! and the object stores run the host's conformance suites
+//! (`tests/kv_conformance.rs`, `tests/object_conformance.rs`), so their
 //! semantics are the host backends'. One host per thread,
 //! so parallel tests do not see each other; [`crate::testing`] resets and
 //! inspects it.

@@ -80,8 +80,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::ApiError;
 use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
-use super::{ApiError, files};
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
@@ -93,15 +93,12 @@ use custodian_runtime::policy::PolicyError;
 use custodian_runtime::policy::requests::{self, Action, RequestError};
 use custodian_runtime::policy::takedown::{self, Request};
 
-/// The content and takedown routes.
+/// The content and takedown routes (a file's own route, `PUT` here and
+/// `GET` in [`files`](super::files), is registered there).
 pub(super) fn routes() -> Router<Arc<Host>> {
     Router::new()
         // Bodies are bounded in the handlers: a PUT's by the host's
         // `max_object_bytes`, a JSON body's by `REQUEST_LIMIT`.
-        .route(
-            "/v1/repos/{ns}/{name}/files/{*path}",
-            put(push_file).get(files::read_file),
-        )
         .route("/v1/repos/{ns}/{name}/files", get(list_files))
         .route("/v1/takedowns", post(create_takedown))
         .route("/v1/takedowns/{id}", get(show_takedown))
@@ -237,7 +234,7 @@ fn entry_json(entry: &Entry) -> Value {
 }
 
 /// `PUT /v1/repos/{ns}/{name}/files/{path…}`: push one file.
-async fn push_file(
+pub(super) async fn push_file(
     State(host): State<Arc<Host>>,
     params: Result<Path<(String, String, String)>, PathRejection>,
     headers: HeaderMap,

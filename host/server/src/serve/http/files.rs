@@ -25,6 +25,7 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -33,11 +34,12 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::put;
 use futures::{StreamExt, TryStreamExt};
 
 use super::ApiError;
 use super::byte_range::{parse_range, unsatisfiable};
-use super::content::content_error;
+use super::content::{content_error, push_file};
 use super::extract::path;
 use crate::serve::Host;
 use custodian_base::checksum;
@@ -49,8 +51,18 @@ const CHECKSUM: HeaderName = HeaderName::from_static("x-amz-checksum-crc64nvme")
 /// The content model's kind of the object the path names.
 const KIND: HeaderName = HeaderName::from_static("x-custodian-object-kind");
 
+/// A file's route: pushed (`PUT`, see [`push_file`]) and read here.
+pub(super) fn routes() -> Router<Arc<Host>> {
+    // Bodies are bounded in the handlers: a PUT's by the host's
+    // `max_object_bytes`.
+    Router::new().route(
+        "/v1/repos/{ns}/{name}/files/{*path}",
+        put(push_file).get(read_file),
+    )
+}
+
 /// `GET`/`HEAD /v1/repos/{ns}/{name}/files/{path…}`.
-pub(super) async fn read_file(
+async fn read_file(
     State(host): State<Arc<Host>>,
     params: Result<Path<(String, String, String)>, PathRejection>,
     request: HeaderMap,

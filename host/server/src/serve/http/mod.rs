@@ -54,6 +54,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .merge(health::routes())
         .merge(objects::routes())
         .merge(content::routes())
+        .merge(files::routes())
         .merge(jobs::routes())
         .merge(plugins::routes())
         .merge(audit::routes())

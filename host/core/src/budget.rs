@@ -1,5 +1,5 @@
-//! Per-step budgets of store calls, and the budgeted wrappers that enforce
-//! them around the KV and the object stores a plugin reaches.
+//! Per-step budgets of store calls, and the hooks that enforce them on the
+//! KV's and the object store's one decorator around what a plugin reaches.
 //!
 //! A timer step is one bounded checkpoint: whatever the policy does, it
 //! makes at most a fixed number of store calls, so one step cannot hold a
@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use async_trait::async_trait;
 
-use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition};
+use custodian_kv::intercept::{Call as KvCall, Hook, Intercepted};
+use custodian_kv::{Kv, KvError};
 use custodian_object::observed::{Call, Observed, Observer};
 use custodian_object::{ObjectError, ObjectStore};
 
@@ -116,56 +117,25 @@ impl SliceBudget {
     }
 }
 
-/// A [`Kv`] that charges every call to a budget before making it.
-pub struct BudgetedKv {
-    inner: Arc<dyn Kv>,
-    budget: SliceBudget,
+/// `inner`, with every call charged to `budget` before it is made: the
+/// KV's one decorator ([`Intercepted`]) with a charging hook. A refused
+/// call never reaches the store.
+pub fn budgeted_kv(inner: Arc<dyn Kv>, budget: SliceBudget) -> Arc<dyn Kv> {
+    Arc::new(Intercepted {
+        inner,
+        hook: KvCharge(budget),
+    })
 }
 
-impl BudgetedKv {
-    /// Wraps `inner`, charging `budget`.
-    pub fn new(inner: Arc<dyn Kv>, budget: SliceBudget) -> Self {
-        Self { inner, budget }
-    }
-
-    fn charge(&self) -> Result<(), KvError> {
-        self.budget
-            .charge()
-            .map_err(|e| KvError::BudgetExhausted(e.to_string().into()))
-    }
-}
+/// Charges a budget for each KV call.
+struct KvCharge(SliceBudget);
 
 #[async_trait]
-impl Kv for BudgetedKv {
-    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.charge()?;
-        self.inner.get(partition, key).await
-    }
-
-    async fn get_many(
-        &self,
-        partition: &Partition,
-        keys: &[Vec<u8>],
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.charge()?;
-        self.inner.get_many(partition, keys).await
-    }
-
-    async fn scan(
-        &self,
-        partition: &Partition,
-        start: &[u8],
-        end: Option<&[u8]>,
-        cursor: Option<&[u8]>,
-        limit: u32,
-    ) -> Result<Page, KvError> {
-        self.charge()?;
-        self.inner.scan(partition, start, end, cursor, limit).await
-    }
-
-    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
-        self.charge()?;
-        self.inner.apply(batch).await
+impl Hook for KvCharge {
+    async fn before(&self, _inner: &dyn Kv, _call: KvCall<'_>) -> Result<(), KvError> {
+        self.0
+            .charge()
+            .map_err(|e| KvError::BudgetExhausted(e.to_string().into()))
     }
 }
 
@@ -204,6 +174,7 @@ mod tests {
     use bytes::Bytes;
     use custodian_base::clock::FixedClock;
     use custodian_kv::memory::MemoryKv;
+    use custodian_kv::{Batch, Partition};
     use custodian_object::memory::MemoryStore;
     use custodian_object::{Metadata, ObjectStoreExt, PutCondition};
 
@@ -239,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn a_budgeted_kv_refuses_calls_past_the_budget_without_touching_the_store() {
         let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(Arc::new(FixedClock::new(0))));
-        let budgeted = BudgetedKv::new(kv.clone(), SliceBudget::new(1));
+        let budgeted = budgeted_kv(kv.clone(), SliceBudget::new(1));
         let put = Batch {
             preconditions: vec![],
             writes: vec![custodian_kv::Write::Put {

@@ -1,6 +1,9 @@
-//! A KV for tests that shows each call to a [`Hook`] before the real store
-//! answers it: to count calls, move a clock, let other writers commit in
-//! between, or fail as a dying process would.
+//! The KV's one decorator: a store that shows each call to a [`Hook`]
+//! before the real store answers it, and its outcome after. The core's
+//! per-step budgets charge with it, the server's metrics count with it,
+//! and tests count calls, move a clock, let other writers commit in
+//! between, or fail as a dying process would; nothing else forwards the
+//! trait by hand.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -27,7 +30,20 @@ pub enum Call<'a> {
     Apply(&'a Batch),
 }
 
-/// What a test does around the calls of an [`Intercepted`] store.
+impl Call<'_> {
+    /// The [`Kv`] method's name (`"get"`, `"get_many"`, `"scan"`,
+    /// `"apply"`): a fixed set, so it is safe as a metric label.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Call::Get { .. } => "get",
+            Call::GetMany => "get_many",
+            Call::Scan { .. } => "scan",
+            Call::Apply(_) => "apply",
+        }
+    }
+}
+
+/// What is done around the calls of an [`Intercepted`] store.
 #[async_trait]
 pub trait Hook: Send + Sync {
     /// Runs before `call` reaches `inner` (and may use `inner` itself, as
@@ -37,13 +53,17 @@ pub trait Hook: Send + Sync {
 
     /// Sees the outcome of each batch `inner` applied.
     fn applied(&self, _batch: &Batch, _outcome: &Outcome) {}
+
+    /// Runs when a call that [`Hook::before`] let through has returned,
+    /// with whether it failed.
+    fn after(&self, _operation: &'static str, _failed: bool) {}
 }
 
 /// `inner`, with every call shown to `hook` first.
 pub struct Intercepted<H> {
     /// The store that answers.
     pub inner: Arc<dyn Kv>,
-    /// What the test does around each call.
+    /// What is done around each call.
     pub hook: H,
 }
 
@@ -60,7 +80,9 @@ impl<H: Hook> Kv for Intercepted<H> {
     async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         let call = Call::Get { key };
         self.hook.before(self.inner.as_ref(), call).await?;
-        self.inner.get(partition, key).await
+        let result = self.inner.get(partition, key).await;
+        self.hook.after("get", result.is_err());
+        result
     }
 
     async fn get_many(
@@ -69,7 +91,9 @@ impl<H: Hook> Kv for Intercepted<H> {
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         self.hook.before(self.inner.as_ref(), Call::GetMany).await?;
-        self.inner.get_many(partition, keys).await
+        let result = self.inner.get_many(partition, keys).await;
+        self.hook.after("get_many", result.is_err());
+        result
     }
 
     async fn scan(
@@ -82,14 +106,18 @@ impl<H: Hook> Kv for Intercepted<H> {
     ) -> Result<Page, KvError> {
         let call = Call::Scan { cursor };
         self.hook.before(self.inner.as_ref(), call).await?;
-        self.inner.scan(partition, start, end, cursor, limit).await
+        let result = self.inner.scan(partition, start, end, cursor, limit).await;
+        self.hook.after("scan", result.is_err());
+        result
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
         self.hook
             .before(self.inner.as_ref(), Call::Apply(batch))
             .await?;
-        let outcome = self.inner.apply(batch).await?;
+        let result = self.inner.apply(batch).await;
+        self.hook.after("apply", result.is_err());
+        let outcome = result?;
         self.hook.applied(batch, &outcome);
         Ok(outcome)
     }

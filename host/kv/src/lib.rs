@@ -45,7 +45,6 @@ pub mod redb;
 /// party's backend can run it too, with the `conformance` feature).
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
-#[cfg(any(test, feature = "conformance"))]
 pub mod intercept;
 
 use async_trait::async_trait;

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use super::*;
-use crate::budget::{BudgetedKv, SliceBudget};
+use crate::budget::{SliceBudget, budgeted_kv};
 use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
 use custodian_base::clock::{Clock, FixedClock};
 use custodian_kv::intercept::{Call, Hook, Intercepted};
@@ -746,7 +746,7 @@ impl TimerHandler for Greedy {
         _: u64,
         budget: &SliceBudget,
     ) -> Result<Fired, StepFailure> {
-        let kv = BudgetedKv::new(
+        let kv = budgeted_kv(
             Arc::new(MemoryKv::new(Arc::new(FixedClock::new(0)))),
             budget.clone(),
         );

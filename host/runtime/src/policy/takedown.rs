@@ -22,7 +22,7 @@ use crate::host::kv::convert_batch;
 use crate::{
     CallContext, CallError, Grants, LimitExceeded, Limits, LoadError, Plugin, Services, World,
 };
-use custodian_core::budget::{BudgetedKv, SliceBudget, budgeted_store};
+use custodian_core::budget::{SliceBudget, budgeted_kv, budgeted_store};
 use custodian_core::timers::{
     AuditEntry, DueTimer, FailureCause, Fired, StepCommit, StepFailure, TimerHandler,
 };
@@ -477,7 +477,7 @@ impl TakedownHandler {
             .map(|(name, store)| (name.clone(), budgeted_store(store.clone(), budget.clone())))
             .collect();
         Arc::new(Services {
-            kv: Arc::new(BudgetedKv::new(self.services.kv.clone(), budget.clone())),
+            kv: budgeted_kv(self.services.kv.clone(), budget.clone()),
             stores,
             clock: self.services.clock.clone(),
             io: self.services.io.clone(),

@@ -2,35 +2,44 @@
 //! store and operation, the failed ones beside them, and the size of every
 //! KV batch (against the backend's limits, which etcd makes real).
 //!
-//! The counting lives here, not in `object` or `kv`, because those modules
-//! know nothing about the server; `object` only offers [`Observed`] to
-//! hang an observer on.
+//! The counting lives here, not in `object` or `kv`, because those crates
+//! know nothing about the server; each offers its one decorator
+//! ([`Observed`], [`Intercepted`]) to hang a counting hook on.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use super::metrics::Metrics;
-use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Write};
+use custodian_kv::intercept::{Call as KvCall, Hook, Intercepted};
+use custodian_kv::{Batch, Kv, KvError, Partition, Precondition, Write};
 use custodian_object::ObjectStore;
 use custodian_object::observed::{Call, Observed, Observer};
 
 /// `kv`, with every call counted in `metrics`, and every batch's
-/// operations and bytes.
+/// operations and bytes: a counting hook on the KV's one decorator.
 pub fn metered_kv(kv: Arc<dyn Kv>, metrics: Arc<Metrics>) -> Arc<dyn Kv> {
-    Arc::new(MeteredKv { inner: kv, metrics })
+    Arc::new(Intercepted {
+        inner: kv,
+        hook: KvMetrics(metrics),
+    })
 }
 
-/// The KV, counted.
-struct MeteredKv {
-    inner: Arc<dyn Kv>,
-    metrics: Arc<Metrics>,
-}
+/// Counts the KV's calls and batches.
+struct KvMetrics(Arc<Metrics>);
 
-impl MeteredKv {
-    fn count<T>(&self, operation: &'static str, result: Result<T, KvError>) -> Result<T, KvError> {
-        self.metrics.kv_call(operation, result.is_err());
-        result
+#[async_trait]
+impl Hook for KvMetrics {
+    async fn before(&self, _inner: &dyn Kv, call: KvCall<'_>) -> Result<(), KvError> {
+        if let KvCall::Apply(batch) = call {
+            let (ops, bytes) = batch_size(batch);
+            self.0.kv_batch(ops, bytes);
+        }
+        Ok(())
+    }
+
+    fn after(&self, operation: &'static str, failed: bool) {
+        self.0.kv_call(operation, failed);
     }
 }
 
@@ -60,39 +69,6 @@ fn batch_size(batch: &Batch) -> (u64, u64) {
     });
     let ops = (batch.preconditions.len() + batch.writes.len()) as u64;
     (ops, guards.chain(writes).sum())
-}
-
-#[async_trait]
-impl Kv for MeteredKv {
-    async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.count("get", self.inner.get(partition, key).await)
-    }
-
-    async fn get_many(
-        &self,
-        partition: &Partition,
-        keys: &[Vec<u8>],
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.count("get_many", self.inner.get_many(partition, keys).await)
-    }
-
-    async fn scan(
-        &self,
-        partition: &Partition,
-        start: &[u8],
-        end: Option<&[u8]>,
-        cursor: Option<&[u8]>,
-        limit: u32,
-    ) -> Result<Page, KvError> {
-        let result = self.inner.scan(partition, start, end, cursor, limit).await;
-        self.count("scan", result)
-    }
-
-    async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
-        let (ops, bytes) = batch_size(batch);
-        self.metrics.kv_batch(ops, bytes);
-        self.count("apply", self.inner.apply(batch).await)
-    }
 }
 
 /// `store`, with every call counted in `metrics` under the store's `name`.
@@ -128,6 +104,7 @@ impl Observer for StoreMetrics {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
+    use custodian_kv::Outcome;
     use custodian_kv::memory::MemoryKv;
     use custodian_object::ObjectStoreExt;
 

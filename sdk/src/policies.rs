@@ -7,7 +7,7 @@ pub mod steps {
     };
 }
 
-/// The retention world: [`RetentionRules`] decides what may be deleted and
+/// The retention world: [`RetentionRules`](retention::RetentionRules) decides what may be deleted and
 /// when to look again.
 pub mod retention {
     pub use crate::bindings::retention::exports::custodian::policy::retention_rules::{
@@ -15,21 +15,21 @@ pub mod retention {
     };
 }
 
-/// The takedown world: [`TakedownSteps`] is the preservation state machine.
+/// The takedown world: [`TakedownSteps`](takedown::TakedownSteps) is the preservation state machine.
 pub mod takedown {
     pub use crate::bindings::takedown::exports::custodian::policy::takedown_steps::{
         Counts, Guest as TakedownSteps, Request, RequestStatus,
     };
 }
 
-/// The purge world: [`PurgeRules`] judges which exact versions may go.
+/// The purge world: [`PurgeRules`](purge::PurgeRules) judges which exact versions may go.
 pub mod purge {
     pub use crate::bindings::purge::exports::custodian::policy::purge_rules::{
         Candidate, Governance, Guest as PurgeRules, Mapping, Verdict,
     };
 }
 
-/// The archive world: [`ArchiveMap`] chooses the next hop of a moved
+/// The archive world: [`ArchiveMap`](archive::ArchiveMap) chooses the next hop of a moved
 /// version.
 pub mod archive {
     pub use crate::bindings::archive::exports::custodian::policy::archive_map::{

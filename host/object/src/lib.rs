@@ -324,7 +324,7 @@ pub struct LifecycleView {
     pub expired_delete_marker: bool,
 }
 
-/// What [`ObjectStore::ensure_noncurrent_retention`] found or did.
+/// What [`ObjectAdmin::ensure_noncurrent_retention`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionOutcome {
     /// The rule that now provides the retention.
@@ -336,7 +336,7 @@ pub struct RetentionOutcome {
     pub created: bool,
 }
 
-/// What [`ObjectStore::bootstrap`] found. Errors mean the store must not
+/// What [`ObjectAdmin::bootstrap`] found. Errors mean the store must not
 /// be used; warnings are loud degradations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BootstrapReport {

@@ -13,7 +13,7 @@ pub mod retention;
 use custodian_base::error::ErrorKind;
 
 /// A policy's own error answer (the WIT `error` it returned), as opposed to
-/// a failure of the call itself ([`crate::CallError`]).
+/// a failure of the call itself (the runtime's `CallError`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     /// See the WIT `error` type.

@@ -29,7 +29,7 @@ use custodian_base::checksum::{self, crc64_nvme};
 const PROBE_BODY: &[u8] = b"custodian bootstrap probe: safe to delete";
 
 impl S3Store {
-    /// See [`super::super::ObjectStore::bootstrap`].
+    /// See [`super::super::ObjectAdmin::bootstrap`].
     pub(super) async fn check_posture(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
         let mut report = BootstrapReport::default();
         report.notes.push(format!(

@@ -115,7 +115,7 @@ async fn file_crc(path: &Path, len: u64) -> Result<u64, ObjectError> {
 }
 
 impl S3Store {
-    /// See [`super::super::ObjectStore::compose_generation`] and the module
+    /// See [`super::super::ObjectStore::compose`] and the module
     /// documentation.
     pub(super) async fn compose_concurrently(
         &self,

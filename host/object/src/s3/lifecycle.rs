@@ -148,7 +148,7 @@ impl S3Store {
             .unwrap_or_else(|| base.to_owned())
     }
 
-    /// See [`super::super::ObjectStore::lifecycle_rules`]: the rules that
+    /// See [`super::super::ObjectAdmin::lifecycle_rules`]: the rules that
     /// reach into this store, prefixes relative to it (`""` for a rule
     /// covering all of it). Rules for other parts of the bucket are left
     /// out.
@@ -182,7 +182,7 @@ impl S3Store {
             .collect())
     }
 
-    /// See [`super::super::ObjectStore::ensure_noncurrent_retention`]: an
+    /// See [`super::super::ObjectAdmin::ensure_noncurrent_retention`]: an
     /// enabled rule on exactly `prefix` (and nothing narrower) keeping
     /// noncurrent versions at least `days` satisfies it; otherwise one is
     /// appended.

@@ -36,7 +36,7 @@
 //!
 //! S3 fixes an object's metadata when its multipart upload is created, so
 //! [`ObjectStore::complete_upload`] takes metadata only as it was declared
-//! then: [`ObjectStore::compose_generation`] (overridden here: parts go up
+//! then: [`ObjectStore::compose`] (overridden here: parts go up
 //! concurrently) declares it at creation; the bare `create_upload` declares
 //! none, and completing such an upload with metadata is `Unsupported`.
 

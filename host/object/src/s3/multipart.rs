@@ -256,7 +256,7 @@ impl S3Store {
             })
     }
 
-    /// See [`super::super::ObjectStore::upload_part_copy`].
+    /// See [`super::super::ObjectStore::upload_part`].
     pub(super) async fn copy_part(
         &self,
         key: &ObjectKey,

@@ -28,7 +28,7 @@ fn presigning(ttl_secs: u64) -> Result<PresigningConfig, ObjectError> {
 }
 
 impl S3Store {
-    /// See [`super::super::ObjectStore::presign_get`].
+    /// See [`super::super::ObjectAdmin::presign_get`].
     pub(super) async fn presigned_get(
         &self,
         key: &ObjectKey,
@@ -46,7 +46,7 @@ impl S3Store {
         Ok(request.uri().to_owned())
     }
 
-    /// See [`super::super::ObjectStore::presign_put`].
+    /// See [`super::super::ObjectAdmin::presign_put`].
     pub(super) async fn presigned_put(
         &self,
         key: &ObjectKey,

@@ -69,7 +69,7 @@ pub(super) fn guarded_failure(condition: &PutCondition, failure: errors::Failure
 }
 
 impl S3Store {
-    /// See [`super::super::ObjectStore::put_whole`].
+    /// See [`super::super::ObjectStore::put_opts`].
     pub(super) async fn publish_whole(
         &self,
         key: &ObjectKey,
@@ -265,7 +265,7 @@ impl S3Store {
         }
     }
 
-    /// See [`super::super::ObjectStore::copy_object`]: a server-side copy
+    /// See [`super::super::ObjectStore::copy_opts`]: a server-side copy
     /// of the exact version the source guard was checked against, with
     /// exactly the caller's metadata.
     pub(super) async fn copy(
@@ -361,7 +361,7 @@ impl S3Store {
         })
     }
 
-    /// See [`super::super::ObjectStore::delete`].
+    /// See [`super::super::ObjectStore::delete_opts`].
     pub(super) async fn delete_current(&self, key: &ObjectKey) -> Result<(), ObjectError> {
         let full = self.keys.full(key)?;
         match self

@@ -77,7 +77,7 @@ pub(super) async fn receive(mut body: ByteStream, keep: bool) -> Received {
 }
 
 impl S3Store {
-    /// See [`super::super::ObjectStore::head`].
+    /// See [`super::super::ObjectStore::head_opts`].
     pub(super) async fn head_current(&self, key: &ObjectKey) -> Result<ObjectMeta, ObjectError> {
         let full = self.keys.full(key)?;
         self.head_full(key, &full).await
@@ -109,7 +109,7 @@ impl S3Store {
         )
     }
 
-    /// See [`super::super::ObjectStore::get_whole`].
+    /// See [`super::super::ObjectStore::get_opts`].
     pub(super) async fn read_whole(
         &self,
         key: &ObjectKey,

@@ -52,7 +52,7 @@ impl S3Store {
         }
     }
 
-    /// See [`super::super::ObjectStore::head_version`].
+    /// See [`super::super::ObjectStore::head_opts`].
     pub(super) async fn head_exact(
         &self,
         key: &ObjectKey,
@@ -94,7 +94,7 @@ impl S3Store {
         )
     }
 
-    /// See [`super::super::ObjectStore::get_version`].
+    /// See [`super::super::ObjectStore::get_opts`].
     pub(super) async fn read_exact(
         &self,
         key: &ObjectKey,
@@ -120,7 +120,7 @@ impl S3Store {
         }
     }
 
-    /// See [`super::super::ObjectStore::delete_version`].
+    /// See [`super::super::ObjectStore::delete_opts`].
     pub(super) async fn delete_exact(
         &self,
         key: &ObjectKey,

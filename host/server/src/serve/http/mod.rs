@@ -6,10 +6,11 @@
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | it takes work (503 while shutting down) |
 //! | `GET /metrics` | Prometheus text |
-//! | `PUT/GET/HEAD/DELETE /v1/stores/{store}/objects/{key…}` | one object; see [`objects`] |
+//! | `PUT/GET/HEAD/DELETE /v1/stores/{store}/objects/{key…}` | one object (`objects/`) |
 //! | `GET /v1/stores/{store}/objects?prefix=` | current objects |
 //! | `GET /v1/stores/{store}/versions?prefix=` | every version |
 //! | `PUT /v1/repos/{ns}/{name}/files/{path…}` | push one file into a repository |
+//! | `GET/HEAD /v1/repos/{ns}/{name}/files/{path…}` | read one file back (`files.rs`) |
 //! | `GET /v1/repos/{ns}/{name}/files` | a repository's entries |
 //! | `POST /v1/takedowns` | file a takedown request |
 //! | `GET /v1/takedowns/{id}` | its status |

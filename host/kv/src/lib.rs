@@ -36,6 +36,12 @@
 //! to [`MAX_BATCH_OPS`] / [`MAX_BATCH_BYTES`] and the host adds at most
 //! [`HOST_RESERVED_OPS`] / [`HOST_RESERVED_BYTES`] of its own rows, so
 //! every valid batch fits one `Txn` and an oversized one is refused whole.
+//!
+//! # Wrapping a store
+//!
+//! [`intercept::Intercepted`] is the one decorator: it shows each call to
+//! a hook before and after the store answers it. Budgets, metrics and
+//! tests hang their hooks on it rather than forwarding the trait by hand.
 
 pub mod etcd;
 pub mod memory;

@@ -22,9 +22,20 @@
 //! - Epoch leases ([`epoch`]) are compare-and-swap re-publishes of one
 //!   small object; every backend gets them from its conditional publish.
 //!
-//! Backends: [`memory`] (the full semantics; the test double) and [`fs`]
-//! (the embedded default: durable, versioned, safe for several processes).
-//! Every backend runs the same conformance suite.
+//! # Shape
+//!
+//! [`ObjectStore`] is the primitives a backend implements and a wrapper
+//! forwards, each taking an [`ObjectKey`] (checked once, where it is made)
+//! and an option struct (`options`). Written once over them: the
+//! shorthands of [`ObjectStoreExt`], the leases of [`EpochCells`], and
+//! [`ObjectStore::compose`] (a backend overrides it only to do the same
+//! faster). Operator-time calls are [`ObjectAdmin`]'s. The one decorator,
+//! [`observed::Observed`], shows every primitive call to a hook: budgets,
+//! metrics and tests hang theirs on it rather than forwarding the trait.
+//!
+//! Backends: [`memory`] (the full semantics; the test double), [`fs`]
+//! (the embedded default: durable, versioned, safe for several processes)
+//! and [`s3`]. Every backend runs the same conformance suite.
 
 pub mod compose;
 pub mod epoch;

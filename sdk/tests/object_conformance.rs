@@ -46,10 +46,6 @@ impl NativeObjects {
 /// `other` is the WIT's "no kind", which no object-store failure has (the
 /// runtime answers it only for its own internal errors), so it is a
 /// conformance failure of the native host, reported as such.
-// `.into()`: the variants' detail becomes whatever `ObjectError` carries
-// (a message today, a message with a source tomorrow) without this adapter
-// changing.
-#[allow(clippy::useless_conversion)]
 fn object_error(error: Error) -> ObjectError {
     match error {
         Error::NotFound(m) => ObjectError::NotFound(m.into()),
@@ -69,7 +65,6 @@ fn object_error(error: Error) -> ObjectError {
 }
 
 /// What the WIT cannot ask for.
-#[allow(clippy::useless_conversion)]
 fn inexpressible(what: &str) -> ObjectError {
     ObjectError::Unsupported(format!("{what}: the WIT `objects` interface has no such call").into())
 }

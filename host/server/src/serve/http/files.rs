@@ -294,6 +294,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn encoded_traversal_overlong_paths_and_other_methods_are_refused() {
+        let host = test_host().await;
+        push(&host, URI, b"x".to_vec()).await;
+        for bad in [
+            "/v1/repos/alpha/one/files/dir/%2e%2e/data.bin",
+            "/v1/repos/alpha/one/files/dir%2F..%2Fdata.bin",
+            "/v1/repos/alpha/one/files/dir/%00data.bin",
+        ] {
+            let read = get(&host, bad).await;
+            assert_eq!(read.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        let long = format!("/v1/repos/alpha/one/files/{}", "a".repeat(8 << 10));
+        let read = get(&host, &long).await;
+        assert!(read.status.is_client_error(), "{}", read.status);
+        for method in [Method::POST, Method::DELETE, Method::PATCH] {
+            let read = send(&host, method.clone(), URI, &[], Vec::new()).await;
+            assert_eq!(read.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+        }
+        // Still there, unchanged.
+        assert_eq!(get(&host, URI).await.expect(StatusCode::OK).body, "x");
+    }
+
+    #[tokio::test]
     async fn reading_a_file_needs_the_token() {
         let host = test_host().await;
         push(&host, URI, b"secret".to_vec()).await;

@@ -358,12 +358,14 @@ impl ObjectStore for Observed {
         part: u32,
         data: PartData<'_>,
     ) -> Result<u64, ObjectError> {
-        let source = match &data {
+        // The source key is borrowed for the call's lifetime, not from
+        // `data`, so `data` moves on to the store uncopied.
+        let source = match data {
             PartData::Bytes { .. } => None,
             PartData::Copy { source, .. } => Some(source.as_str()),
         };
         let call = Call::UploadPart { key, part, source };
-        let run = self.inner.upload_part(key, upload_id, part, data.clone());
+        let run = self.inner.upload_part(key, upload_id, part, data);
         self.observe(call, run).await
     }
 

@@ -41,13 +41,12 @@ use super::ApiError;
 use super::byte_range::{parse_range, unsatisfiable};
 use super::content::{content_error, push_file};
 use super::extract::path;
+use super::objects::headers::{CHECKSUM, header_text, value};
 use crate::serve::Host;
 use custodian_base::checksum;
 use custodian_core::content::{self, RepoName, read};
 use custodian_object::ObjectStore;
 
-/// S3's header for a full-object CRC-64/NVME, in its wire form.
-const CHECKSUM: HeaderName = HeaderName::from_static("x-amz-checksum-crc64nvme");
 /// The content model's kind of the object the path names.
 const KIND: HeaderName = HeaderName::from_static("x-custodian-object-kind");
 
@@ -76,7 +75,7 @@ async fn read_file(
         .map_err(content_error)?;
     let etag = format!("\"{}\"", file.entry.id);
     let mut headers = HeaderMap::new();
-    headers.insert(ETAG, header(&etag)?);
+    headers.insert(ETAG, value(&etag)?);
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     headers.insert(KIND, HeaderValue::from_static(file.entry.kind.name()));
     headers.insert(
@@ -87,9 +86,9 @@ async fn read_file(
         return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
     }
     let len = file.len();
-    let (status, span) = match text(&request, &RANGE)? {
+    let (status, span) = match header_text(&request, &RANGE)? {
         None => {
-            headers.insert(CHECKSUM, header(&checksum::to_wire(file.crc64))?);
+            headers.insert(CHECKSUM, value(&checksum::to_wire(file.crc64))?);
             (StatusCode::OK, 0..len)
         }
         Some(range) => {
@@ -98,7 +97,7 @@ async fn read_file(
                 return Ok(unsatisfiable(message, Some(len)));
             };
             let content_range = format!("bytes {}-{}/{len}", span.start, span.end - 1);
-            headers.insert(CONTENT_RANGE, header(&content_range)?);
+            headers.insert(CONTENT_RANGE, value(&content_range)?);
             (StatusCode::PARTIAL_CONTENT, span)
         }
     };
@@ -125,33 +124,15 @@ fn stream(
     Body::from_stream(segments)
 }
 
-/// A request header as text, if present.
-fn text<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Result<Option<&'h str>, ApiError> {
-    headers
-        .get(name)
-        .map(|value| {
-            value
-                .to_str()
-                .map_err(|_| ApiError::invalid(format!("the {name} header is not visible ASCII")))
-        })
-        .transpose()
-}
-
 /// Whether `If-None-Match` names `etag` (or is `*`): the client has the
 /// file already.
 fn none_match(request: &HeaderMap, etag: &str) -> Result<bool, ApiError> {
-    Ok(text(request, &IF_NONE_MATCH)?.is_some_and(|value| {
+    Ok(header_text(request, &IF_NONE_MATCH)?.is_some_and(|value| {
         value
             .split(',')
             .map(str::trim)
             .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
     }))
-}
-
-/// A header value from text the server made.
-fn header(text: &str) -> Result<HeaderValue, ApiError> {
-    HeaderValue::from_str(text)
-        .map_err(|_| ApiError::internal(format!("{text:?} cannot be sent as a header value")))
 }
 
 #[cfg(test)]

@@ -11,14 +11,15 @@ use custodian_base::checksum;
 use custodian_object::{Metadata, ObjectMeta};
 
 /// S3's header for a full-object CRC-64/NVME, in its wire form.
-pub(super) const CHECKSUM: HeaderName = HeaderName::from_static("x-amz-checksum-crc64nvme");
+pub(in crate::serve::http) const CHECKSUM: HeaderName =
+    HeaderName::from_static("x-amz-checksum-crc64nvme");
 /// S3's header for the version a response describes.
 pub(super) const VERSION_ID: HeaderName = HeaderName::from_static("x-amz-version-id");
 /// The prefix of user-metadata headers (S3's).
 const META_PREFIX: &str = "x-amz-meta-";
 
 /// A header's value as text, if present.
-pub(super) fn header_text<'h>(
+pub(in crate::serve::http) fn header_text<'h>(
     headers: &'h HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<&'h str>, ApiError> {
@@ -63,7 +64,7 @@ pub(super) fn user_metadata(headers: &HeaderMap) -> Result<Metadata, ApiError> {
 }
 
 /// A header value from text the server made.
-pub(super) fn value(text: &str) -> Result<HeaderValue, ApiError> {
+pub(in crate::serve::http) fn value(text: &str) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(text)
         .map_err(|_| ApiError::internal(format!("{text:?} cannot be sent as a header value")))
 }

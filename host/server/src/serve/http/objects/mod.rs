@@ -52,7 +52,7 @@
 //! it does not describe a part.
 
 mod conditions;
-mod headers;
+pub(super) mod headers;
 mod range;
 #[cfg(test)]
 mod test_client;

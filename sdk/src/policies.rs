@@ -18,7 +18,7 @@ pub mod retention {
 /// The takedown world: [`TakedownSteps`](takedown::TakedownSteps) is the preservation state machine.
 pub mod takedown {
     pub use crate::bindings::takedown::exports::custodian::policy::takedown_steps::{
-        Counts, Guest as TakedownSteps, Request, RequestStatus,
+        Counts, Denial, Guest as TakedownSteps, Request, RequestStatus,
     };
 }
 

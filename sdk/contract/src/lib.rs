@@ -11,7 +11,9 @@
 //!   user metadata a publish may carry;
 //! - [`content`]: the content model's byte layouts (manifests, packs, the
 //!   content index's keys and rows), which the host writes and a takedown
-//!   plugin reads.
+//!   plugin reads;
+//! - [`denial`]: the rows by which a takedown withholds content, which a
+//!   takedown plugin writes and the host checks on every read and push.
 //!
 //! No dependencies, so every plugin can link it.
 
@@ -20,6 +22,7 @@
 extern crate alloc;
 
 pub mod content;
+pub mod denial;
 pub mod limits;
 pub mod name;
 pub mod object_key;

@@ -13,7 +13,7 @@
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
-use custodian_sdk::takedown::{Counts, Request, RequestStatus, TakedownSteps};
+use custodian_sdk::takedown::{Counts, Denial, Request, RequestStatus, TakedownSteps};
 use custodian_sdk::{Batch, Commit, Error, kv};
 
 const PARTITION: &str = "takedown";
@@ -106,6 +106,17 @@ impl TakedownSteps for Stepper {
         Ok(Commit::new(Batch::new().put(PARTITION, key, vec![u8::from(enabled)])).into_wit())
     }
 
+    fn plan_denial(_request: Vec<u8>, _now_ms: u64) -> Result<Option<WitCommit>, Error> {
+        // The stepper's requests name no content: nothing to deny.
+        Ok(None)
+    }
+
+    fn plan_withdraw(request: Vec<u8>, _now_ms: u64) -> Result<WitCommit, Error> {
+        let mut key = b"withdrawn/".to_vec();
+        key.extend_from_slice(&request);
+        Ok(Commit::new(Batch::new().put(PARTITION, key, Vec::new())).into_wit())
+    }
+
     fn status(request: Vec<u8>) -> Result<RequestStatus, Error> {
         let Some(value) = kv::get(PARTITION, &request)? else {
             return Err(Error::NotFound("no such counter".into()));
@@ -128,6 +139,12 @@ impl TakedownSteps for Stepper {
             hold: false,
             purged: false,
             next_purge_ms: None,
+            denial: Denial {
+                since_ms: 0,
+                settled: true,
+                denied: 0,
+                withdrawn_ms: None,
+            },
             last_error: None,
         })
     }

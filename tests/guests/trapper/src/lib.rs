@@ -24,6 +24,14 @@ impl TakedownSteps for Trapper {
         panic!("trapper traps on plan-hold")
     }
 
+    fn plan_denial(_request: Vec<u8>, _now_ms: u64) -> Result<Option<WitCommit>, Error> {
+        panic!("trapper traps on plan-denial")
+    }
+
+    fn plan_withdraw(_request: Vec<u8>, _now_ms: u64) -> Result<WitCommit, Error> {
+        panic!("trapper traps on plan-withdraw")
+    }
+
     fn status(_request: Vec<u8>) -> Result<RequestStatus, Error> {
         panic!("trapper traps on status")
     }

@@ -15,11 +15,17 @@
 //! 3. `GET` of those keys;
 //! 4. the same PUT and GET while the takedown plugin is swapped back and
 //!    forth between two builds every second (each swap: compile, smoke
-//!    call, authority fence raised and revoked, audited).
+//!    call, authority fence raised and revoked, audited);
+//! 5. the takedown denial check's cost: PUT of content keys
+//!    (`content/<64 hex>`, which every read checks against the denial
+//!    rows: one KV point read) then `GET` of them, alternated twice with
+//!    `GET` of the plain keys of step 3 (not content, so not checked),
+//!    the same size from the same store in the same run.
 //!
 //! It prints requests per second, p50 and p99 latency, and the ratios of
-//! the swap runs to the steady ones. The load generator shares the
-//! machine's cores with the server; compare ratios, not absolutes.
+//! the swap runs to the steady ones and of checked to unchecked GETs. The
+//! load generator shares the machine's cores with the server; compare
+//! ratios, not absolutes.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -43,7 +49,7 @@ function init(args)
 end
 request = function()
   counter = counter + 1
-  local path = "/v1/stores/serving/objects/bench/" .. RUN .. "/" .. id .. "/" .. counter
+  local path = KEY
   return wrk.format("PUT", path, {
     ["Authorization"] = "Bearer TOKEN",
     ["If-None-Match"] = "*",
@@ -63,10 +69,19 @@ end
 local counter = 0
 request = function()
   counter = (counter % LIMIT) + 2
-  local path = "/v1/stores/serving/objects/bench/" .. RUN .. "/" .. id .. "/" .. counter
+  local path = KEY
   return wrk.format("GET", path, { ["Authorization"] = "Bearer TOKEN" })
 end
 "#;
+
+/// A plain key of run RUN, thread `id`, request `counter`: not content,
+/// so no read of it is checked for a takedown.
+const PLAIN_KEY: &str =
+    r#""/v1/stores/serving/objects/bench/" .. RUN .. "/" .. id .. "/" .. counter"#;
+
+/// A content key (`content/` + 64 lowercase hex, the run's number, the
+/// thread and the request): every read of it is checked for a takedown.
+const CONTENT_KEY: &str = r#""/v1/stores/serving/objects/content/" .. string.format("%02x%02x%060x", RUN_NO, id, counter)"#;
 
 struct Server(Child);
 
@@ -138,9 +153,20 @@ fn wrk(base: &str, seconds: u64, script: Option<&Path>, path: &str) -> Figures {
     }
 }
 
-fn script(dir: &Path, name: &str, template: &str, run: &str, limit: u64) -> std::path::PathBuf {
+/// Writes wrk script `name` from `template`, its requests naming `key`
+/// (a Lua expression) of run `run` (`run_no` in content keys), GETs
+/// cycling through the first `limit` keys of each thread.
+fn script(
+    dir: &Path,
+    name: &str,
+    (template, key): (&str, &str),
+    (run, run_no): (&str, u8),
+    limit: u64,
+) -> std::path::PathBuf {
     let path = dir.join(name);
     let text = template
+        .replace("KEY", key)
+        .replace("RUN_NO", &run_no.to_string())
         .replace("TOKEN", TOKEN)
         .replace("RUN", &format!("\"{run}\""))
         .replace("LIMIT", &limit.to_string());
@@ -216,7 +242,13 @@ fn main() {
     let health = wrk(&base, seconds, None, "/healthz");
     print("GET /healthz (reference)", &health);
 
-    let put = script(dir.path(), "put.lua", PUT_LUA, "steady", 0);
+    let put = script(
+        dir.path(),
+        "put.lua",
+        (PUT_LUA, PLAIN_KEY),
+        ("steady", 0),
+        0,
+    );
     let steady_put = wrk(&base, seconds, Some(&put), "/");
     print("PUT 64 KiB", &steady_put);
     // GETs cycle through the first keys every thread wrote.
@@ -224,12 +256,50 @@ fn main() {
     let get = script(
         dir.path(),
         "get.lua",
-        GET_LUA,
-        "steady",
+        (GET_LUA, PLAIN_KEY),
+        ("steady", 0),
         written.clamp(1, 10_000),
     );
     let steady_get = wrk(&base, seconds, Some(&get), "/");
     print("GET 64 KiB", &steady_get);
+
+    // The denial check: content keys, written as the plain ones were,
+    // read alternately with the plain ones (drift on a shared machine
+    // falls on both alike).
+    let put_content = script(
+        dir.path(),
+        "put-content.lua",
+        (PUT_LUA, CONTENT_KEY),
+        ("content", 1),
+        0,
+    );
+    let content_put = wrk(&base, seconds, Some(&put_content), "/");
+    print("PUT 64 KiB content keys", &content_put);
+    let content_written = ((content_put.rps * seconds as f64) / 2.0 / 2.0) as u64;
+    let get_content = script(
+        dir.path(),
+        "get-content.lua",
+        (GET_LUA, CONTENT_KEY),
+        ("content", 1),
+        content_written
+            .clamp(1, 10_000)
+            .min(written.clamp(1, 10_000)),
+    );
+    let (mut plain_rps, mut checked_rps, mut checked_errors) = (0.0, 0.0, 0);
+    for round in 1..=2 {
+        let plain = wrk(&base, seconds, Some(&get), "/");
+        print(&format!("GET plain, round {round}"), &plain);
+        let checked = wrk(&base, seconds, Some(&get_content), "/");
+        print(&format!("GET content (checked), round {round}"), &checked);
+        plain_rps += plain.rps;
+        checked_rps += checked.rps;
+        checked_errors += plain.errors + checked.errors;
+    }
+    println!(
+        "ratio: GET with the denial check / without {:.3}",
+        checked_rps / plain_rps
+    );
+    assert_eq!(checked_errors + content_put.errors, 0, "requests failed");
 
     // The same under swaps, one a second, alternating builds.
     let swaps = AtomicU32::new(0);
@@ -251,7 +321,13 @@ fn main() {
             figures
         })
     };
-    let put = script(dir.path(), "put-swap.lua", PUT_LUA, "swap", 0);
+    let put = script(
+        dir.path(),
+        "put-swap.lua",
+        (PUT_LUA, PLAIN_KEY),
+        ("swap", 0),
+        0,
+    );
     let swap_put = during(&put);
     print("PUT 64 KiB during swaps", &swap_put);
     let swap_get = during(&get);

@@ -5,6 +5,7 @@ mod archive;
 mod cli;
 mod contract;
 mod crc64;
+mod denial;
 mod limits;
 mod loading;
 mod object_cli;

@@ -31,6 +31,9 @@ pub enum ErrorKind {
     Busy,
     /// The host itself failed (a broken invariant, no randomness).
     Internal,
+    /// Withheld for legal reasons: a takedown denies the object, so it is
+    /// neither served nor accepted again (HTTP 451).
+    TakenDown,
 }
 
 impl ErrorKind {

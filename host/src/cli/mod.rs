@@ -38,17 +38,22 @@ pub enum Failure {
     /// The data directory is held by another process (exit 3): nothing
     /// was done; retry later.
     Busy(anyhow::Error),
+    /// A takedown withholds the content read or pushed (exit 4, the
+    /// server's 451): not a failure a retry fixes.
+    TakenDown(anyhow::Error),
 }
 
 impl Failure {
     /// The one table from a failure's kind to how the command fails: busy
     /// (exit 3: nothing was done; retry later) when something is held
-    /// elsewhere, bad usage (exit 2) for an argument or setting that cannot
+    /// elsewhere, taken down (exit 4) when a takedown withholds the
+    /// content, bad usage (exit 2) for an argument or setting that cannot
     /// work, else failed (exit 1).
     fn of_kind(kind: custodian::error::ErrorKind, error: anyhow::Error) -> Self {
         use custodian::error::ErrorKind;
         match kind {
             ErrorKind::Busy => Failure::Busy(error),
+            ErrorKind::TakenDown => Failure::TakenDown(error),
             ErrorKind::InvalidArgument => Failure::Usage(error),
             _ => Failure::Failed(error),
         }
@@ -59,12 +64,13 @@ impl Failure {
             Failure::Failed(_) => 1,
             Failure::Usage(_) => 2,
             Failure::Busy(_) => 3,
+            Failure::TakenDown(_) => 4,
         }
     }
 
     fn error(&self) -> &anyhow::Error {
         match self {
-            Failure::Failed(e) | Failure::Usage(e) | Failure::Busy(e) => e,
+            Failure::Failed(e) | Failure::Usage(e) | Failure::Busy(e) | Failure::TakenDown(e) => e,
         }
     }
 }

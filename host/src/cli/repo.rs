@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use clap::Subcommand;
 use custodian::checksum::Crc64Nvme;
 use custodian::clock::{Clock, SystemClock};
-use custodian::content::{self, ContentError, Entry, PushProgress, RepoName, read};
+use custodian::content::{self, ContentError, Entry, PushProgress, RepoName, Withheld, read};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -55,9 +55,14 @@ pub enum RepoCommand {
     /// nothing dangling, and running it again completes it without
     /// uploading anything twice.
     ///
+    /// Content a takedown withholds is never stored again, whole or as a
+    /// chunk of another file: such a push stops there (exit 4), keeping
+    /// what it stored before.
+    ///
     /// Exit 0 when every entry is made, 1 when storing failed, 2 for input
     /// that cannot be pushed (a bad repository name, a refused file), 3
-    /// when another process holds the data directory.
+    /// when another process holds the data directory, 4 when a takedown
+    /// withholds an object of the push.
     #[command(verbatim_doc_comment)]
     Push {
         #[command(flatten)]
@@ -76,7 +81,10 @@ pub enum RepoCommand {
     ///
     /// Output as `custodian repo push` prints it: ID  KIND  SIZE  PATH a
     /// line, or with --json one JSON object a line ({"path", "id",
-    /// "kind", "size"}). An unknown repository has no entries.
+    /// "kind", "size"}). An entry a takedown withholds is still listed,
+    /// marked: `[taken down by REQUEST]` after the path, or with --json
+    /// "taken_down": {"request", "since_ms"}. An unknown repository has
+    /// no entries.
     #[command(verbatim_doc_comment)]
     Ls {
         #[command(flatten)]
@@ -99,7 +107,9 @@ pub enum RepoCommand {
     /// Exit 0 when the file is written, 1 when it cannot be read (no such
     /// path, the store failed, the bytes do not match their checksum), 2
     /// for a bad repository name or path or a path that names a
-    /// directory, 3 when another process holds the data directory.
+    /// directory, 3 when another process holds the data directory, 4 when
+    /// a takedown withholds the file (nothing is written; the message
+    /// names the request).
     #[command(verbatim_doc_comment)]
     Get {
         #[command(flatten)]
@@ -124,20 +134,27 @@ fn repository(text: &str) -> Result<RepoName, Failure> {
     RepoName::parse(text).map_err(|e| Failure::Usage(e.into()))
 }
 
-fn print_entry(entry: &Entry, as_json: bool) {
+fn print_entry(entry: &Entry, withheld: Option<&Withheld>, as_json: bool) {
     if as_json {
-        println!(
-            "{}",
-            json!({
-                "path": entry.path,
-                "id": entry.id.to_hex(),
-                "kind": entry.kind.name(),
-                "size": entry.size,
-            })
-        );
+        let mut line = json!({
+            "path": entry.path,
+            "id": entry.id.to_hex(),
+            "kind": entry.kind.name(),
+            "size": entry.size,
+        });
+        if let Some(withheld) = withheld {
+            line["taken_down"] = json!({
+                "request": withheld.request.to_hex(),
+                "since_ms": withheld.since_ms,
+            });
+        }
+        println!("{line}");
     } else {
+        let mark = withheld
+            .map(|w| format!("  [taken down by {}]", w.request))
+            .unwrap_or_default();
         println!(
-            "{}  {:<8}  {:>12}  {}",
+            "{}  {:<8}  {:>12}  {}{mark}",
             entry.id, entry.kind, entry.size, entry.path
         );
     }
@@ -175,7 +192,7 @@ pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
                 bar.finish_and_clear();
             }
             for entry in &pushed.map_err(content_error(format!("cannot push to {repo}")))? {
-                print_entry(entry, json);
+                print_entry(entry, None, json);
             }
             Ok(())
         }
@@ -198,8 +215,12 @@ pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
                         PAGE,
                     ))
                     .map_err(content_error(what()))?;
-                for entry in &page.entries {
-                    print_entry(entry, json);
+                let ids: Vec<_> = page.entries.iter().map(|e| e.id).collect();
+                let withheld = io
+                    .block_on(content::denial::check_many(kv.as_ref(), &ids))
+                    .map_err(content_error(what()))?;
+                for (entry, withheld) in page.entries.iter().zip(&withheld) {
+                    print_entry(entry, withheld.as_ref(), json);
                 }
                 match page.next {
                     Some(next) => cursor = Some(next),

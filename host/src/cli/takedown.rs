@@ -10,7 +10,7 @@ use custodian::clock::Clock;
 use custodian::content::ObjectId;
 use custodian::kv::Precondition;
 use custodian::policy::PolicyError;
-use custodian::policy::requests::{self, Action, RequestError};
+use custodian::policy::requests::{self, Action, RequestError, Settled};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
 use custodian::runtime::World;
 use custodian::timers;
@@ -45,8 +45,14 @@ pub enum TakedownCommand {
     /// print its id.
     ///
     /// The repository must hold every object (see `custodian repo ls`).
+    /// The command returns once every object the request names is denied
+    /// (pack members at every depth, a large file's chunks): from then
+    /// on, reading or pushing any of them is refused (HTTP 451, `repo
+    /// get` and `repo push` exit 4). Past 20 s it returns anyway, saying
+    /// the denial is pending; the request's steps finish it first thing.
     /// The request is recorded with its timer due now, so the next
-    /// `custodian tick` starts it. --json prints {"id": ..}.
+    /// `custodian tick` starts preserving. --json prints {"id": ..,
+    /// "denial_settled": true|false}.
     #[command(verbatim_doc_comment)]
     Create {
         #[command(flatten)]
@@ -89,6 +95,24 @@ pub enum TakedownCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Withdraw a request: lift its denials, so its content is served
+    /// again.
+    ///
+    /// Refused (exit 1) once purging has begun, or when withdrawn
+    /// already. A legal hold does not block it: the hold keeps the
+    /// preserved copy, which then follows retention as any other. Returns
+    /// once every denial is lifted (past 20 s, saying the lifting is
+    /// pending: the request's steps finish it).
+    #[command(verbatim_doc_comment)]
+    Withdraw {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// When, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
     },
     /// Set (`on`) or clear (`off`) a request's legal hold.
     ///
@@ -189,24 +213,27 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let opened = policy.open(global, clock.clone(), true)?;
             let (plugin, guards) = for_action(&opened)?;
             let request = Request::new(repository, clock.now_ms(), objects, pack);
-            requests::create(
-                &plugin,
-                opened.assembly.plugins.takedown_call(&plugin),
-                opened.io.handle(),
-                opened.assembly.kv.as_ref(),
-                &request,
-                Action {
-                    operator: &policy.operator,
-                    now_ms: clock.now_ms(),
-                    guard: &guards,
-                },
-            )
-            .map_err(request_failure)?;
+            let action = Action {
+                operator: &policy.operator,
+                now_ms: clock.now_ms(),
+                guard: &guards,
+            };
+            let call = || opened.assembly.plugins.takedown_call(&plugin);
+            let (io, kv) = (opened.io.handle(), opened.assembly.kv.as_ref());
+            requests::create(&plugin, call, io, kv, &request, action).map_err(request_failure)?;
+            let settled = requests::settle(&plugin, call, io, kv, &request.id, action)
+                .map_err(request_failure)?;
             let id = hex(&request.id);
             if json {
-                println!("{}", json!({ "id": id }));
+                println!(
+                    "{}",
+                    json!({ "id": id, "denial_settled": settled == Settled::Done })
+                );
             } else {
                 println!("{id}");
+            }
+            if settled == Settled::Pending {
+                eprintln!("the denial of {id} is still being activated; its next step finishes it");
             }
             Ok(())
         }
@@ -250,6 +277,28 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 println!("{value}");
             } else {
                 print_status(&id, &status, next_step_ms);
+            }
+            Ok(())
+        }
+        TakedownCommand::Withdraw { policy, id, now } => {
+            let id = parse_id(&id, "request id")?;
+            let clock = clock(now);
+            let opened = policy.open(global, clock.clone(), true)?;
+            let (plugin, guards) = for_action(&opened)?;
+            let action = Action {
+                operator: &policy.operator,
+                now_ms: clock.now_ms(),
+                guard: &guards,
+            };
+            let call = || opened.assembly.plugins.takedown_call(&plugin);
+            let (io, kv) = (opened.io.handle(), opened.assembly.kv.as_ref());
+            requests::withdraw(&plugin, call, io, kv, &id, action).map_err(request_failure)?;
+            match requests::settle(&plugin, call, io, kv, &id, action).map_err(request_failure)? {
+                Settled::Done => eprintln!("withdrew {}: its denials are lifted", hex(&id)),
+                Settled::Pending => eprintln!(
+                    "withdrew {}: its denials are still being lifted; its next step finishes it",
+                    hex(&id)
+                ),
             }
             Ok(())
         }
@@ -314,6 +363,18 @@ fn print_status(id: &[u8; 32], s: &takedown::RequestStatus, next_step_ms: Option
     );
     println!("retain until  {}", s.retain_until_ms);
     println!("hold          {}", if s.hold { "on" } else { "off" });
+    match &s.denial {
+        None => println!("denial        none (the plugin predates denial)"),
+        Some(d) => {
+            let state = match (d.withdrawn_ms, d.settled) {
+                (None, true) => format!("active since {}", d.since_ms),
+                (None, false) => format!("activating since {}", d.since_ms),
+                (Some(at), true) => format!("lifted (withdrawn at {at})"),
+                (Some(at), false) => format!("lifting (withdrawn at {at})"),
+            };
+            println!("denial        {state}, {} object(s) denied", d.denied);
+        }
+    }
     if let Some(next) = s.next_purge_ms {
         println!("next purge    {next}");
     }

@@ -78,10 +78,7 @@ pub fn encode(denials: &[Denial]) -> Vec<u8> {
 /// # Errors
 /// [`RowError`] unless the value is 1..=[`MAX_DENIALS`] whole denials.
 pub fn decode(value: &[u8]) -> Result<Vec<Denial>, RowError> {
-    let count = value.len() / DENIAL_BYTES;
-    if value.len() % DENIAL_BYTES != 0 || !(1..=MAX_DENIALS).contains(&count) {
-        return Err(RowError { len: value.len() });
-    }
+    check(value)?;
     Ok(value.chunks_exact(DENIAL_BYTES).map(denial).collect())
 }
 
@@ -91,11 +88,18 @@ pub fn decode(value: &[u8]) -> Result<Vec<Denial>, RowError> {
 /// # Errors
 /// As for [`decode`].
 pub fn first(value: &[u8]) -> Result<Denial, RowError> {
-    let count = value.len() / DENIAL_BYTES;
-    if value.len() % DENIAL_BYTES != 0 || !(1..=MAX_DENIALS).contains(&count) {
-        return Err(RowError { len: value.len() });
-    }
+    check(value)?;
     Ok(denial(&value[..DENIAL_BYTES]))
+}
+
+/// Whether `value` is 1..=[`MAX_DENIALS`] whole denials.
+fn check(value: &[u8]) -> Result<(), RowError> {
+    let count = value.len() / DENIAL_BYTES;
+    if value.len().is_multiple_of(DENIAL_BYTES) && (1..=MAX_DENIALS).contains(&count) {
+        Ok(())
+    } else {
+        Err(RowError { len: value.len() })
+    }
 }
 
 fn denial(bytes: &[u8]) -> Denial {
@@ -135,7 +139,12 @@ mod tests {
         let full = encode(&vec![denial(1); MAX_DENIALS]);
         assert!(decode(&full).is_ok());
         let over = encode(&vec![denial(1); MAX_DENIALS + 1]);
-        for bad in [&[][..], &full[..DENIAL_BYTES - 1], &full[..DENIAL_BYTES + 1], &over] {
+        for bad in [
+            &[][..],
+            &full[..DENIAL_BYTES - 1],
+            &full[..DENIAL_BYTES + 1],
+            &over,
+        ] {
             assert_eq!(decode(bad), Err(RowError { len: bad.len() }));
             assert_eq!(first(bad), Err(RowError { len: bad.len() }));
         }

@@ -48,6 +48,7 @@
 //! most bytes (and `o`/`h` rows of objects) that no entry names yet;
 //! pushing again converges, uploading nothing twice ([`push()`]).
 
+pub mod denial;
 pub mod index;
 mod index_writer;
 pub mod manifest;
@@ -65,6 +66,7 @@ use custodian_contract::content as contract;
 use custodian_kv::{KvError, Partition};
 use custodian_object::ObjectError;
 
+pub use denial::Withheld;
 pub use index::{Entry, EntryPage, HolderPage, ObjectRow, entries, holders, object_row, sealed_at};
 pub use manifest::Manifest;
 pub use pack::{Pack, PackMember};
@@ -98,6 +100,10 @@ pub enum ContentError {
     /// No such entry (a path nothing was pushed to).
     #[error("not found: {0}")]
     NotFound(String),
+    /// A takedown withholds the object: it is not served, nor stored
+    /// again ([`denial`]).
+    #[error("{0}")]
+    TakenDown(Withheld),
     /// Stored bytes or index rows cannot be decoded, or disagree with
     /// their content address.
     #[error("corrupt content: {0}")]
@@ -132,6 +138,7 @@ impl ContentError {
         match self {
             Self::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Self::NotFound(_) => ErrorKind::NotFound,
+            Self::TakenDown(_) => ErrorKind::TakenDown,
             Self::Corrupt(_) => ErrorKind::Corrupt,
             Self::Conflict(_) => ErrorKind::Conflict,
             Self::Read { .. } => ErrorKind::Unavailable,
@@ -209,6 +216,17 @@ impl fmt::Debug for ObjectId {
 /// Where object `id` lives in the serving store: `content/` + hex.
 pub fn object_key(id: &ObjectId) -> String {
     format!("{OBJECT_KEY_PREFIX}{}", id.to_hex())
+}
+
+/// The object a key of the serving store holds, when it is a content
+/// key: [`OBJECT_KEY_PREFIX`] + 64 lowercase hex digits, exactly what
+/// [`object_key`] makes (any other spelling is not a content object).
+pub fn object_of_key(key: &str) -> Option<ObjectId> {
+    let hex = key.strip_prefix(OBJECT_KEY_PREFIX)?;
+    if hex.bytes().any(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    ObjectId::from_hex(hex).ok()
 }
 
 /// What an object's bytes are.

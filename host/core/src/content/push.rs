@@ -87,7 +87,9 @@ pub struct PushProgress<'a> {
 /// its bound, a link or special file inside a directory), before anything
 /// is stored; [`ContentError::Read`] for a file that cannot be read;
 /// [`ContentError::Corrupt`] when the store or index holds something else
-/// under a content address; [`ContentError::Conflict`],
+/// under a content address; [`ContentError::TakenDown`] when a takedown
+/// withholds one of the objects (the file, a chunk of it, a directory's
+/// pack), before that object is stored; [`ContentError::Conflict`],
 /// [`ContentError::Index`] or [`ContentError::Store`] when a mechanism
 /// fails. Whatever was stored before a failure is complete and named by
 /// no dangling row; pushing again finishes the job.
@@ -111,6 +113,7 @@ pub async fn push(
         }
     };
     let mut pusher = Pusher {
+        kv,
         serving,
         repo,
         writer: IndexWriter::new(kv),
@@ -204,6 +207,7 @@ pub async fn push_bytes(
     }
     let mut quiet = |_: &PushProgress<'_>| {};
     let mut pusher = Pusher {
+        kv,
         serving,
         repo,
         writer: IndexWriter::new(kv),
@@ -493,6 +497,7 @@ impl Source<'_> {
 
 /// The state of one push.
 struct Pusher<'a, P> {
+    kv: &'a dyn Kv,
     serving: &'a dyn ObjectStore,
     repo: &'a RepoName,
     writer: IndexWriter<'a>,
@@ -522,6 +527,9 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
             self.present += 1;
             return Ok(());
         }
+        // No re-upload of what a takedown withholds, whole or as a piece
+        // of another file: checked before its bytes are stored.
+        super::denial::refuse_withheld(self.kv, &chunk.id).await?;
         let row = ObjectRow {
             kind,
             size: chunk.len(),

@@ -11,7 +11,7 @@ use custodian_object::{GetOptions, ObjectKey, ObjectStore, ObjectStoreExt};
 
 use super::index::entry_key;
 use super::{
-    CHUNK_BYTES, ContentError, Entry, Manifest, ObjectId, ObjectKind, RepoName, object_key,
+    CHUNK_BYTES, ContentError, Entry, Manifest, ObjectId, ObjectKind, RepoName, denial, object_key,
     object_row, partition,
 };
 
@@ -94,6 +94,7 @@ pub async fn entry(
 ///
 /// # Errors
 /// [`ContentError::NotFound`] when no file is there;
+/// [`ContentError::TakenDown`] when a takedown withholds it;
 /// [`ContentError::InvalidArgument`] when the path names a directory;
 /// [`ContentError::Corrupt`] when the index or a manifest disagrees with
 /// itself; the index's and the store's errors.
@@ -106,12 +107,19 @@ pub async fn open_file(
     let entry = entry(kv, repo, path)
         .await?
         .ok_or_else(|| ContentError::NotFound(format!("{repo} has no file at {path:?}")))?;
+    // The denial check runs beside the file's first read, so it adds no
+    // round trip; its answer comes first either way (a withheld file's
+    // serving copy may be gone already, and its withholding is the
+    // answer).
+    let withheld = denial::refuse_withheld(kv, &entry.id);
     match entry.kind {
         ObjectKind::Pack => Err(ContentError::InvalidArgument(format!(
             "{path:?} in {repo} is a directory; list the repository to see its entries"
         ))),
         ObjectKind::Blob => {
-            let row = object_row(kv, &entry.id).await?.ok_or_else(|| {
+            let (withheld, row) = futures::join!(withheld, object_row(kv, &entry.id));
+            withheld?;
+            let row = row?.ok_or_else(|| {
                 ContentError::Corrupt(format!(
                     "the entry {path:?} of {repo} names {} which the index does not know",
                     entry.id
@@ -130,7 +138,10 @@ pub async fn open_file(
             })
         }
         ObjectKind::Manifest => {
-            let (_, bytes) = serving.get_whole(&object_key(&entry.id), None).await?;
+            let key = object_key(&entry.id);
+            let (withheld, manifest) = futures::join!(withheld, serving.get_whole(&key, None));
+            withheld?;
+            let (_, bytes) = manifest?;
             if ObjectId::of(&bytes) != entry.id {
                 return Err(ContentError::Corrupt(format!(
                     "the manifest {} does not hash to its id",

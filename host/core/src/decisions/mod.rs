@@ -76,7 +76,7 @@ impl PolicyError {
                 Self::Unavailable(message)
             }
             ErrorKind::BudgetExhausted => Self::BudgetExhausted(message),
-            ErrorKind::AccessDenied => Self::AccessDenied(message),
+            ErrorKind::AccessDenied | ErrorKind::TakenDown => Self::AccessDenied(message),
             ErrorKind::InvalidArgument | ErrorKind::Unsupported => Self::InvalidArgument(message),
         }
     }

@@ -339,16 +339,4 @@ mod takedown {
         holders,
         purged_pieces
     });
-    same_record!(RequestStatus {
-        repository,
-        created_ms,
-        phase,
-        verification,
-        counts,
-        retain_until_ms,
-        hold,
-        purged,
-        next_purge_ms,
-        last_error,
-    });
 }

@@ -57,7 +57,9 @@ pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
         ErrorKind::Corrupt => Error::Corrupt(message),
         ErrorKind::Unavailable | ErrorKind::Busy => Error::Unavailable(message),
         ErrorKind::BudgetExhausted => Error::BudgetExhausted(message),
-        ErrorKind::AccessDenied => Error::AccessDenied(message),
+        // A guest reads content only through its grants, never the
+        // serving path; should a denial reach it, it is a refusal.
+        ErrorKind::AccessDenied | ErrorKind::TakenDown => Error::AccessDenied(message),
         ErrorKind::InvalidArgument => Error::InvalidArgument(message),
         ErrorKind::Unsupported => Error::Unsupported(message),
         ErrorKind::Internal => Error::Other(message),

@@ -289,7 +289,7 @@ async fn file(
             now_ms,
             guard: &guard,
         };
-        requests::create(&policy, call, &io, kv.as_ref(), &request, action)
+        requests::create(&policy, || call.clone(), &io, kv.as_ref(), &request, action)
     })
     .await
     .unwrap()

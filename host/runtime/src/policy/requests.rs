@@ -1,8 +1,9 @@
-//! Operator actions on takedown requests: filing one and setting its legal
-//! hold. Each is the plugin's guarded plan, an operator audit record, the
-//! plugin's own audit entries and the request's timer, committed in one
-//! transaction, so a request never exists without its timer and a hold
-//! never takes effect unaudited.
+//! Operator actions on takedown requests: filing one, setting its legal
+//! hold, withdrawing it, and driving its denial work to its end. Each is
+//! the plugin's guarded plan, an operator audit record, the plugin's own
+//! audit entries and the request's timer, committed in one transaction,
+//! so a request never exists without its timer and nothing takes effect
+//! unaudited.
 
 use std::sync::Arc;
 
@@ -14,10 +15,17 @@ use custodian_core::audit::{self, Record};
 use custodian_core::timers::{self, StepCommit, TimerError, TimerState};
 use custodian_kv::{Batch, Kv, KvError, Outcome, Precondition};
 
-/// Attempts of a hold before giving up on a request whose timer keeps
-/// moving under it: each loss means a step committed in between, so a few
-/// rounds settle it unless something is badly wrong.
-const HOLD_ATTEMPTS: u32 = 4;
+/// Attempts of an action before giving up on a request that keeps moving
+/// under it: each loss means a step (or another request's denial)
+/// committed in between, so a few rounds settle it unless something is
+/// badly wrong.
+const ATTEMPTS: u32 = 4;
+
+/// How long a filing or a withdrawal drives its denial work before it
+/// answers anyway (saying the work is pending): a request naming a pack
+/// of a million files takes ~40,000 commits to deny, longer than a client
+/// waits; the request's steps finish it, before any other work of theirs.
+pub const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Why an operator action did not take effect.
 #[derive(Debug, thiserror::Error)]
@@ -127,14 +135,20 @@ fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
 }
 
 /// Files `request`: the policy's plan, the audit and the request's timer
-/// (due at `now_ms`) in one transaction. A blocking call: it runs the
-/// plugin on this thread and waits for the KV on `io`.
+/// (due at `now_ms`) in one transaction. The plan may deny some of what
+/// the request names already; [`settle`] does the rest. A blocking call:
+/// it runs the plugin on this thread and waits for the KV on `io`.
+///
+/// A plan whose guard fails is planned again: the policy guards its plan
+/// on what it read (the request's absence, the denial rows it extends),
+/// so a failure means the same request was just filed (its new plan says
+/// so) or another request changed a row it read.
 ///
 /// # Errors
 /// See [`RequestError`]; a refused plan or an existing id changes nothing.
 pub fn create(
     policy: &TakedownPolicy,
-    call: Arc<CallContext>,
+    call: impl Fn() -> Arc<CallContext>,
     io: &tokio::runtime::Handle,
     kv: &dyn Kv,
     request: &Request,
@@ -145,42 +159,105 @@ pub fn create(
         now_ms,
         guard,
     } = action;
-    let actor = call.actor.clone();
     let id = hex(&request.id);
-    let commit = match policy.plan_create(call, request, now_ms)? {
-        Ok(commit) => commit,
-        Err(PolicyError::PreconditionFailed(_)) => return Err(RequestError::Exists(id)),
-        Err(refused) => return Err(RequestError::Refused(refused)),
-    };
-    let mut records = vec![record(
-        now_ms,
-        operator,
-        "takedown/create",
-        vec![
-            format!("takedown:{id}"),
-            format!("repo:{}", request.repository),
-        ],
-        match &request.pack {
-            Some(pack) => format!("pack {}", hex(pack)),
-            None => format!("{} object(s)", request.objects.len()),
-        },
-    )];
-    records.extend(plugin_records(&commit, now_ms, &actor));
-    let mut batch = commit.batch;
-    add_audit(&mut batch, records, &request.id)?;
-    let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
-    batch.preconditions.extend(timer.preconditions);
-    batch.writes.extend(timer.writes);
-    match io.block_on(kv.apply(&guarded(batch, guard)))? {
-        Outcome::Committed => Ok(()),
-        Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
-            Err(RequestError::Swapped)
+    for _ in 0..ATTEMPTS {
+        let context = call();
+        let actor = context.actor.clone();
+        let commit = match policy.plan_create(context, request, now_ms)? {
+            Ok(commit) => commit,
+            Err(PolicyError::PreconditionFailed(_)) => return Err(RequestError::Exists(id)),
+            Err(refused) => return Err(RequestError::Refused(refused)),
+        };
+        let mut records = vec![record(
+            now_ms,
+            operator,
+            "takedown/create",
+            vec![
+                format!("takedown:{id}"),
+                format!("repo:{}", request.repository),
+            ],
+            match &request.pack {
+                Some(pack) => format!("pack {}", hex(pack)),
+                None => format!("{} object(s)", request.objects.len()),
+            },
+        )];
+        records.extend(plugin_records(&commit, now_ms, &actor));
+        let mut batch = commit.batch;
+        add_audit(&mut batch, records, &request.id)?;
+        let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
+        batch.preconditions.extend(timer.preconditions);
+        batch.writes.extend(timer.writes);
+        match io.block_on(kv.apply(&guarded(batch, guard)))? {
+            Outcome::Committed => return Ok(()),
+            Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+                return Err(RequestError::Swapped);
+            }
+            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {}
         }
-        // Every other guard is an absence (the request row, its audit
-        // records, its timer): one failing means the same request was
-        // just filed.
-        Outcome::PreconditionFailed { .. } => Err(RequestError::Exists(id)),
-        Outcome::DeadlinePassed => Err(RequestError::Contention),
+    }
+    Err(RequestError::Contention)
+}
+
+/// How a request's denial work ended: [`settle`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing is left: every object the request names is denied (or,
+    /// after a withdrawal, every denial is lifted).
+    Done,
+    /// [`SETTLE_WITHIN`] passed first; the request's steps finish it.
+    Pending,
+}
+
+/// Drives request `id`'s denial work (activation after a filing, lifting
+/// after a withdrawal) to its end: the policy's next part, committed, then
+/// the next, until it plans none — so a filing or a withdrawal answers
+/// only once its effect holds. Each part carries its own audit entries;
+/// a part whose guard failed (a step or another host did that part
+/// meanwhile) is planned again. Stops after [`SETTLE_WITHIN`] and says
+/// so: the request's steps do the rest, the denial work before any other.
+///
+/// # Errors
+/// See [`RequestError`]; what committed before an error stays.
+pub fn settle(
+    policy: &TakedownPolicy,
+    call: impl Fn() -> Arc<CallContext>,
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    action: Action<'_>,
+) -> Result<Settled, RequestError> {
+    let started = std::time::Instant::now();
+    let mut lost = 0;
+    let mut part = 0u64;
+    loop {
+        part += 1;
+        if started.elapsed() > SETTLE_WITHIN {
+            return Ok(Settled::Pending);
+        }
+        let context = call();
+        let actor = context.actor.clone();
+        let Some(commit) = policy
+            .plan_denial(context, id, action.now_ms)?
+            .map_err(RequestError::Refused)?
+        else {
+            return Ok(Settled::Done);
+        };
+        let records = plugin_records(&commit, action.now_ms, &actor);
+        let mut batch = commit.batch;
+        let unique = [id.as_slice(), b"denial", &part.to_be_bytes()].concat();
+        add_audit(&mut batch, records, &unique)?;
+        match io.block_on(kv.apply(&guarded(batch, action.guard)))? {
+            Outcome::Committed => lost = 0,
+            Outcome::PreconditionFailed { index } if (index as usize) < action.guard.len() => {
+                return Err(RequestError::Swapped);
+            }
+            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {
+                lost += 1;
+                if lost == ATTEMPTS {
+                    return Err(RequestError::Contention);
+                }
+            }
+        }
     }
 }
 
@@ -199,32 +276,88 @@ pub fn hold(
     enabled: bool,
     action: Action<'_>,
 ) -> Result<(), RequestError> {
+    let (event, detail) = if enabled {
+        ("takedown/hold", "legal hold on")
+    } else {
+        ("takedown/release", "legal hold off")
+    };
+    let planned = Planned {
+        event,
+        detail,
+        tag: u8::from(enabled),
+    };
+    let plan = |context| policy.plan_hold(context, id, enabled, action.now_ms);
+    act_on(call, io, kv, id, action, planned, plan)
+}
+
+/// Withdraws request `id` (its denials are then lifted: call [`settle`])
+/// and moves its timer to `now_ms`, so its next step lifts what
+/// [`settle`] leaves. A legal hold does not block it: the hold keeps the
+/// preserved copy, which follows retention as any other.
+///
+/// # Errors
+/// See [`RequestError`]; once purging has begun, or when withdrawn
+/// already, [`RequestError::Refused`] with
+/// [`PolicyError::PreconditionFailed`].
+pub fn withdraw(
+    policy: &TakedownPolicy,
+    call: impl Fn() -> Arc<CallContext>,
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    action: Action<'_>,
+) -> Result<(), RequestError> {
+    let planned = Planned {
+        event: "takedown/withdraw",
+        detail: "withdrawn: its denials are lifted",
+        tag: 2,
+    };
+    let plan = |context| policy.plan_withdraw(context, id, action.now_ms);
+    act_on(call, io, kv, id, action, planned, plan)
+}
+
+/// What an operator action on an existing request records.
+struct Planned {
+    /// The operator record's event.
+    event: &'static str,
+    /// Its detail.
+    detail: &'static str,
+    /// Tells this action's audit keys from another's at the same instant.
+    tag: u8,
+}
+
+/// An operator action on request `id`: the policy's plan (`plan`), the
+/// operator's record, the plugin's entries and the timer moved to now, in
+/// one transaction, planned again while steps keep moving the request.
+fn act_on(
+    call: impl Fn() -> Arc<CallContext>,
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    action: Action<'_>,
+    planned: Planned,
+    plan: impl Fn(Arc<CallContext>) -> Result<Result<StepCommit, PolicyError>, CallError>,
+) -> Result<(), RequestError> {
     let Action {
         operator,
         now_ms,
         guard,
     } = action;
-    for attempt in 0..HOLD_ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
         let context = call();
         let actor = context.actor.clone();
-        let commit = policy
-            .plan_hold(context, id, enabled, now_ms)?
-            .map_err(RequestError::Refused)?;
+        let commit = plan(context)?.map_err(RequestError::Refused)?;
         let timer = io.block_on(timers::get(kv, KIND, id))?;
         let mut records = vec![record(
             now_ms,
             operator,
-            if enabled {
-                "takedown/hold"
-            } else {
-                "takedown/release"
-            },
+            planned.event,
             vec![format!("takedown:{}", hex(id))],
-            format!("legal hold {}", if enabled { "on" } else { "off" }),
+            planned.detail.to_owned(),
         )];
         records.extend(plugin_records(&commit, now_ms, &actor));
         let mut batch = commit.batch;
-        let unique = [id.as_slice(), &[u8::from(enabled), attempt as u8]].concat();
+        let unique = [id.as_slice(), &[planned.tag, attempt as u8]].concat();
         add_audit(&mut batch, records, &unique)?;
         let observed = timer.as_ref().map(|t| t.due_ms.to_be_bytes());
         let state = timer.map(|t| t.state).unwrap_or_default();

@@ -17,6 +17,7 @@ use crate::bindings::policy::takedown::custodian::policy::steps as steps_wit;
 use crate::bindings::policy::takedown::exports::custodian::policy::takedown_steps as wit;
 use crate::bindings::v0_1::Convert;
 use crate::bindings::v0_1::policy::takedown::TakedownPre as TakedownPreV0_1;
+use crate::bindings::v0_1::policy::takedown::exports::custodian::policy::takedown_steps as wit_v0_1;
 use crate::host::CallState;
 use crate::host::kv::convert_batch;
 use crate::{
@@ -39,6 +40,9 @@ pub const CONTENT_PARTITION: &str = custodian_core::content::PARTITION;
 pub const SERVING_STORE: &str = custodian_core::content::SERVING_STORE;
 /// The separately provisioned store only the takedown policy writes to.
 pub const PRESERVED_STORE: &str = "preserved";
+/// Which objects a takedown withholds: the takedown plugin decides and
+/// writes (read and write), the host checks every read and push.
+pub const DENIAL_PARTITION: &str = custodian_core::content::denial::PARTITION;
 
 /// A takedown request as an operator files it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,11 +144,13 @@ pub struct Counts {
     pub purged_pieces: u64,
 }
 
-/// What a takedown plugin reaches: its own partition, the content index
-/// and serving copies to read, and the preserved store to write.
+/// What a takedown plugin reaches: its own partition and the denial rows,
+/// the content index and serving copies to read, and the preserved store
+/// to write.
 pub fn grants() -> Grants {
     Grants::none()
         .partition(PARTITION)
+        .and_then(|g| g.partition(DENIAL_PARTITION))
         .and_then(|g| g.read_partition(CONTENT_PARTITION))
         .expect("the takedown partitions are valid, grantable names")
         .read_store(SERVING_STORE)
@@ -175,6 +181,23 @@ pub struct RequestStatus {
     pub next_purge_ms: Option<u64>,
     /// The last error the policy recorded.
     pub last_error: Option<String>,
+    /// What the request does to the content it names; `None` from a
+    /// plugin built against contract 0.1, which predates denial.
+    pub denial: Option<Denial>,
+}
+
+/// What a request does to the content it names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Denial {
+    /// When the denial took effect: the filing.
+    pub since_ms: u64,
+    /// Every object the request names is denied (or, once withdrawn,
+    /// every denial is lifted); false while that work is under way.
+    pub settled: bool,
+    /// Objects the request denies now.
+    pub denied: u64,
+    /// When the request was withdrawn.
+    pub withdrawn_ms: Option<u64>,
 }
 
 /// A loaded takedown plugin.
@@ -308,22 +331,24 @@ impl TakedownPolicy {
         request: &[u8],
     ) -> Result<Result<RequestStatus, PolicyError>, CallError> {
         let plugin = &self.plugin;
-        let answer: Result<wit::RequestStatus, _> = match &self.pre {
+        Ok(match &self.pre {
             super::Linked::Current(pre) => super::call(
                 plugin,
                 call,
                 |s| pre.instantiate(s),
                 |i, s| i.custodian_policy_takedown_steps().call_status(s, request),
-            )?,
+            )?
+            .map(RequestStatus::from),
             super::Linked::V0_1(pre) => super::call(
                 plugin,
                 call,
                 |s| pre.instantiate(s),
                 |i, s| i.custodian_policy_takedown_steps().call_status(s, request),
             )?
-            .convert(),
-        };
-        Ok(answer.map(RequestStatus::from).map_err(PolicyError::from))
+            .map(RequestStatus::from_v0_1)
+            .map_err(Convert::convert),
+        }
+        .map_err(PolicyError::from))
     }
 
     /// The guarded commit that sets or clears the legal hold of `request`.
@@ -367,6 +392,76 @@ impl TakedownPolicy {
     }
 }
 
+impl TakedownPolicy {
+    /// The next bounded part of the request's denial work (activation
+    /// after a filing, lifting after a withdrawal) as a guarded commit;
+    /// `None` when there is none. A plugin built against contract 0.1
+    /// predates denial: it has none to do.
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; an unknown request is the policy's
+    /// [`PolicyError::NotFound`].
+    pub fn plan_denial(
+        &self,
+        call: Arc<CallContext>,
+        request: &[u8],
+        now_ms: u64,
+    ) -> Result<Result<Option<StepCommit>, PolicyError>, CallError> {
+        let super::Linked::Current(pre) = &self.pre else {
+            return Ok(Ok(None));
+        };
+        let grants = call.grants.clone();
+        let answer = super::call(
+            &self.plugin,
+            call,
+            |s| pre.instantiate(s),
+            |i, s| {
+                i.custodian_policy_takedown_steps()
+                    .call_plan_denial(s, request, now_ms)
+            },
+        )?;
+        Ok(answer
+            .map_err(PolicyError::from)
+            .and_then(|c| c.map(|c| commit(&grants, c)).transpose()))
+    }
+
+    /// The guarded commit that withdraws `request` (its denials are then
+    /// lifted through [`TakedownPolicy::plan_denial`]).
+    ///
+    /// # Errors
+    /// As for [`TakedownPolicy::step`]; once purging has begun, or when
+    /// withdrawn already, the policy's [`PolicyError::PreconditionFailed`];
+    /// a plugin built against contract 0.1 cannot withdraw
+    /// ([`PolicyError::InvalidArgument`], saying so).
+    pub fn plan_withdraw(
+        &self,
+        call: Arc<CallContext>,
+        request: &[u8],
+        now_ms: u64,
+    ) -> Result<Result<StepCommit, PolicyError>, CallError> {
+        let super::Linked::Current(pre) = &self.pre else {
+            return Ok(Err(PolicyError::InvalidArgument(
+                "unsupported: the takedown plugin is built against contract 0.1, which has no \
+                 withdrawal"
+                    .into(),
+            )));
+        };
+        let grants = call.grants.clone();
+        let answer = super::call(
+            &self.plugin,
+            call,
+            |s| pre.instantiate(s),
+            |i, s| {
+                i.custodian_policy_takedown_steps()
+                    .call_plan_withdraw(s, request, now_ms)
+            },
+        )?;
+        Ok(answer
+            .map_err(PolicyError::from)
+            .and_then(|c| commit(&grants, c)))
+    }
+}
+
 fn commit(grants: &Grants, commit: steps_wit::Commit) -> Result<StepCommit, PolicyError> {
     let batch = convert_batch(grants, commit.batch).map_err(|e| {
         // The plugin handed back a batch it could not have applied itself.
@@ -393,8 +488,15 @@ fn commit(grants: &Grants, commit: steps_wit::Commit) -> Result<StepCommit, Poli
 
 impl From<wit::RequestStatus> for RequestStatus {
     fn from(s: wit::RequestStatus) -> Self {
+        let denial = Denial {
+            since_ms: s.denial.since_ms,
+            settled: s.denial.settled,
+            denied: s.denial.denied,
+            withdrawn_ms: s.denial.withdrawn_ms,
+        };
         let c = s.counts;
         Self {
+            denial: Some(denial),
             repository: s.repository,
             created_ms: s.created_ms,
             phase: s.phase,
@@ -413,6 +515,35 @@ impl From<wit::RequestStatus> for RequestStatus {
             purged: s.purged,
             next_purge_ms: s.next_purge_ms,
             last_error: s.last_error,
+        }
+    }
+}
+
+impl RequestStatus {
+    /// A status from a plugin built against contract 0.1: the same
+    /// fields, and no denial (0.1 predates it).
+    fn from_v0_1(s: wit_v0_1::RequestStatus) -> Self {
+        let counts: wit::Counts = s.counts.convert();
+        Self {
+            denial: None,
+            ..Self::from(wit::RequestStatus {
+                repository: s.repository,
+                created_ms: s.created_ms,
+                phase: s.phase,
+                verification: s.verification,
+                counts,
+                retain_until_ms: s.retain_until_ms,
+                hold: s.hold,
+                purged: s.purged,
+                next_purge_ms: s.next_purge_ms,
+                last_error: s.last_error,
+                denial: wit::Denial {
+                    since_ms: 0,
+                    settled: true,
+                    denied: 0,
+                    withdrawn_ms: None,
+                },
+            })
         }
     }
 }

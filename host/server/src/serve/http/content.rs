@@ -5,17 +5,22 @@
 //! | `PUT /v1/repos/{ns}/{name}/files/{path…}` | the file's bytes | 200 `<entry>` |
 //! | `GET /v1/repos/{ns}/{name}/files?cursor=&limit=` | | 200 `{"entries": [<entry>…], "next_cursor"}` |
 //! | `GET`/`HEAD /v1/repos/{ns}/{name}/files/{path…}` | | 200 the file's bytes (see [`files`](super::files)) |
-//! | `POST /v1/takedowns` | `{"repository", "objects": [hex…]}` or `{"repository", "pack": hex}` | 201 `{"id", "href"}` |
+//! | `POST /v1/takedowns` | `{"repository", "objects": [hex…]}` or `{"repository", "pack": hex}` | 201 `{"id", "href", "replayed", "denial_settled"}` |
 //! | `GET /v1/takedowns/{id}` | | 200 `<status>` |
 //! | `PUT /v1/takedowns/{id}/hold` | `{"enabled": bool}` | 200 `<status>` |
+//! | `DELETE /v1/takedowns/{id}` | | 200 `<status>`: withdrawn |
 //!
 //! An `<entry>` is what `custodian repo push --json` prints: `{"path",
 //! "id" (64 hex digits), "kind": "blob"|"manifest"|"pack", "size"}` (a
-//! manifest's size is its file's length). A `<status>` is what `custodian
-//! takedown status --json` prints: `{"repository", "created_ms", "phase",
-//! "verification", "counts": {"objects", "verified", "corrupt", "pieces",
-//! "bytes", "holders", "purged_pieces"}, "retain_until_ms", "hold",
-//! "purged", "next_purge_ms", "last_error", "id", "next_step_ms"}`.
+//! manifest's size is its file's length); a listed entry a takedown
+//! withholds also has `"taken_down": {"request", "since_ms"}`. A
+//! `<status>` is what `custodian takedown status --json` prints:
+//! `{"repository", "created_ms", "phase", "verification", "counts":
+//! {"objects", "verified", "corrupt", "pieces", "bytes", "holders",
+//! "purged_pieces"}, "retain_until_ms", "hold", "purged",
+//! "next_purge_ms", "last_error", "denial": {"since_ms", "settled",
+//! "denied", "withdrawn_ms"}, "id", "next_step_ms"}` (`denial` is `null`
+//! from a plugin built against contract 0.1).
 //!
 //! # Pushing
 //!
@@ -41,6 +46,18 @@
 //! run the first step. A request's id derives from its contents and the
 //! millisecond it was filed.
 //!
+//! A filing answers once its denial holds: every object the request
+//! names (a pack's members at every depth, a manifest's chunks) answers
+//! 451 from then on, on every host sharing the KV. The plugin's plan
+//! denies what fits in the filing's own commit, and the server commits
+//! the plugin's further parts until none is left (`denial_settled`
+//! true); past 20 s it answers anyway with `denial_settled` false, and
+//! the request's steps finish the denial before any other work. A
+//! withdrawal (`DELETE`) lifts the request's denials the same way, and is
+//! refused (409 `precondition_failed`) once purging has begun; a legal
+//! hold does not block it (the hold keeps the preserved copy, not the
+//! denial).
+//!
 //! A filing may carry an `Idempotency-Key` header (1..=128 visible ASCII
 //! characters): its id then derives from the key and its contents
 //! instead of the time, so a client that retries after an answer it never
@@ -53,6 +70,7 @@
 //!
 //! | cause | status | code |
 //! |---|---|---|
+//! | a takedown withholds the content read or pushed | 451 | `taken_down` (with `request`, `since_ms`) |
 //! | malformed input (body, id, repository, path, limit); the policy's `invalid-argument` | 400 | `invalid_argument` |
 //! | no such request; objects the repository does not hold; the policy's `not-found` | 404 | `not_found` |
 //! | the request exists already; the policy's `conflict`; concurrent writers of the same index rows | 409 | `conflict` |
@@ -82,15 +100,16 @@ use serde_json::{Value, json};
 
 use super::ApiError;
 use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
+use super::objects::TakenDown;
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
-use custodian_core::content::{self, ContentError, Entry, ObjectId, RepoName};
+use custodian_core::content::{self, ContentError, Entry, ObjectId, RepoName, denial};
 use custodian_core::timers::{self, TimerError};
 use custodian_kv::MAX_PAGE_ENTRIES;
 use custodian_runtime::CallError;
 use custodian_runtime::policy::PolicyError;
-use custodian_runtime::policy::requests::{self, Action, RequestError};
+use custodian_runtime::policy::requests::{self, Action, RequestError, Settled};
 use custodian_runtime::policy::takedown::{self, Request};
 
 /// The content and takedown routes (a file's own route, `PUT` here and
@@ -101,7 +120,10 @@ pub(super) fn routes() -> Router<Arc<Host>> {
         // `max_object_bytes`, a JSON body's by `REQUEST_LIMIT`.
         .route("/v1/repos/{ns}/{name}/files", get(list_files))
         .route("/v1/takedowns", post(create_takedown))
-        .route("/v1/takedowns/{id}", get(show_takedown))
+        .route(
+            "/v1/takedowns/{id}",
+            get(show_takedown).delete(withdraw_takedown),
+        )
         .route("/v1/takedowns/{id}/hold", put(set_hold))
 }
 
@@ -122,6 +144,7 @@ pub(super) fn content_error(error: ContentError) -> ApiError {
         // The client's own input: the reason alone, as every other
         // refusal of input reads.
         ContentError::InvalidArgument(message) => ApiError::of_kind(kind, message),
+        ContentError::TakenDown(withheld) => ApiError::from(withheld),
         // Only a local file is read (`Read`), and an HTTP push reads none.
         other => ApiError::of_kind(kind, other.to_string()),
     }
@@ -284,8 +307,24 @@ async fn list_files(
     let page = content::entries(host.kv.as_ref(), &repo, list.cursor.as_deref(), limit)
         .await
         .map_err(content_error)?;
+    let ids: Vec<ObjectId> = page.entries.iter().map(|e| e.id).collect();
+    let withheld = denial::check_many(host.kv.as_ref(), &ids)
+        .await
+        .map_err(content_error)?;
+    let entries: Vec<Value> = page
+        .entries
+        .iter()
+        .zip(withheld)
+        .map(|(entry, withheld)| {
+            let mut json = entry_json(entry);
+            if let Some(withheld) = withheld {
+                json["taken_down"] = json!(TakenDown::from(withheld));
+            }
+            json
+        })
+        .collect();
     Ok(Json(json!({
-        "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(),
+        "entries": entries,
         "next_cursor": page.next,
     })))
 }
@@ -350,30 +389,40 @@ async fn create_takedown(
         .takedown_for_action()
         .await
         .map_err(fence_error)?;
-    let call = host.plugins.takedown_call(&policy);
-    let io = host.plugins.services().io.clone();
+    let plugins = host.plugins.clone();
+    let io = plugins.services().io.clone();
     let kv = host.kv.clone();
-    let created = blocking(move || {
+    let keyed = key.is_some();
+    let (status, settled) = blocking(move || {
         let action = Action {
             operator: &operator,
             now_ms,
             guard: &guard,
         };
-        requests::create(&policy, call, &io, kv.as_ref(), &request, action)
+        let call = || plugins.takedown_call(&policy);
+        let status = match requests::create(&policy, call, &io, kv.as_ref(), &request, action) {
+            Ok(()) => StatusCode::CREATED,
+            // A retry of a keyed filing that committed: the same request,
+            // whose denial this retry finishes if the first could not.
+            Err(RequestError::Exists(_)) if keyed => StatusCode::OK,
+            Err(error) => return Err(error),
+        };
+        let settled = requests::settle(&policy, call, &io, kv.as_ref(), &request.id, action)?;
+        Ok((status, settled))
     })
-    .await?;
-    let status = match created {
-        Ok(()) => StatusCode::CREATED,
-        // A retry of a keyed filing that committed: the same request.
-        Err(RequestError::Exists(_)) if key.is_some() => StatusCode::OK,
-        Err(error) => return Err(request_error(error)),
-    };
+    .await?
+    .map_err(request_error)?;
     host.wake_workers.notify_waiters();
     let href = href(&id);
     Ok((
         status,
         [(LOCATION, href.clone())],
-        Json(json!({"id": id, "href": href, "replayed": status == StatusCode::OK})),
+        Json(json!({
+            "id": id,
+            "href": href,
+            "replayed": status == StatusCode::OK,
+            "denial_settled": settled == Settled::Done,
+        })),
     ))
 }
 
@@ -445,6 +494,43 @@ async fn set_hold(
         other => request_error(other),
     })?;
     // The hold moved the request's timer to now: its next step sees it.
+    host.wake_workers.notify_waiters();
+    Ok(Json(status(&host, id).await?))
+}
+
+/// `DELETE /v1/takedowns/{id}`: withdraw the request; answers the status
+/// once its denials are lifted (or, past the bound, with
+/// `denial.settled` false: its steps finish the lifting).
+async fn withdraw_takedown(
+    State(host): State<Arc<Host>>,
+    params: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&path(params)?, "request id")?;
+    let operator = operator(&headers)?;
+    let now_ms = host.clock.now_ms();
+    let plugins = host.plugins.clone();
+    let (policy, guard) = plugins.takedown_for_action().await.map_err(fence_error)?;
+    let io = plugins.services().io.clone();
+    let kv = host.kv.clone();
+    blocking(move || {
+        let action = Action {
+            operator: &operator,
+            now_ms,
+            guard: &guard,
+        };
+        let call = || plugins.takedown_call(&policy);
+        requests::withdraw(&policy, call, &io, kv.as_ref(), &id, action)?;
+        requests::settle(&policy, call, &io, kv.as_ref(), &id, action)
+    })
+    .await?
+    .map_err(|e| match e {
+        RequestError::Refused(PolicyError::NotFound(_)) => ApiError::not_found(format!(
+            "there is no takedown request {}",
+            ObjectId(id).to_hex()
+        )),
+        other => request_error(other),
+    })?;
     host.wake_workers.notify_waiters();
     Ok(Json(status(&host, id).await?))
 }

@@ -6,13 +6,23 @@
 //!
 //! Codes are part of the API: scripts branch on them, so a code is never
 //! renamed and its meaning never changes; messages are for people.
+//!
+//! A refusal because a takedown withholds the content (451 `taken_down`)
+//! also names the request and when its denial took effect, and links to
+//! it as RFC 7725 asks (`Link: </v1/takedowns/ID>; rel="blocked-by"`):
+//!
+//! ```json
+//! {"error": {"code": "taken_down", "message": "…", "request": "<64 hex>", "since_ms": 1700000000000}}
+//! ```
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::header::LINK;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use custodian_base::error::ErrorKind;
+use custodian_core::content::Withheld;
 use custodian_kv::KvError;
 use custodian_object::ObjectError;
 
@@ -25,6 +35,9 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong, for a person.
     pub message: String,
+    /// For 451 `taken_down`: the takedown withholding the content (boxed:
+    /// every handler returns this error, and the common ones stay small).
+    pub withheld: Option<Box<Withheld>>,
 }
 
 impl ApiError {
@@ -34,6 +47,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            withheld: None,
         }
     }
 
@@ -93,8 +107,34 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let Some(withheld) = self.withheld else {
+            let body = json!({"error": {"code": self.code, "message": self.message}});
+            return (self.status, Json(body)).into_response();
+        };
+        let request = withheld.request.to_hex();
+        let body = json!({"error": {
+            "code": self.code,
+            "message": self.message,
+            "request": request,
+            "since_ms": withheld.since_ms,
+        }});
+        let link = format!("</v1/takedowns/{request}>; rel=\"blocked-by\"");
+        let mut response = (self.status, Json(body)).into_response();
+        // Hex digits and fixed text: always a valid header value.
+        if let Ok(link) = HeaderValue::from_str(&link) {
+            response.headers_mut().insert(LINK, link);
+        }
+        response
+    }
+}
+
+impl From<Withheld> for ApiError {
+    /// 451 `taken_down`, naming the request.
+    fn from(withheld: Withheld) -> Self {
+        Self {
+            withheld: Some(Box::new(withheld)),
+            ..Self::of_kind(ErrorKind::TakenDown, withheld.to_string())
+        }
     }
 }
 
@@ -119,6 +159,7 @@ impl ApiError {
             ErrorKind::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
             ErrorKind::BudgetExhausted => (StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted"),
             ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ErrorKind::TakenDown => (StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS, "taken_down"),
         };
         Self::new(status, code, message)
     }
@@ -186,6 +227,7 @@ mod tests {
             (ErrorKind::Corrupt, 500, "corrupt"),
             (ErrorKind::BudgetExhausted, 503, "budget_exhausted"),
             (ErrorKind::Internal, 500, "internal"),
+            (ErrorKind::TakenDown, 451, "taken_down"),
         ];
         for (kind, status, code) in table {
             let error = ApiError::of_kind(kind, "m");

@@ -1,5 +1,7 @@
 //! The HTTP API: JSON in and out, errors as [`ApiError`] bodies with a
-//! stable code, a bearer token on every mutating and admin route.
+//! stable code, a bearer token on every mutating and admin route. Content
+//! a takedown withholds is 451 `taken_down` on every route that would
+//! serve or accept it.
 //!
 //! | route | what |
 //! |---|---|
@@ -15,6 +17,7 @@
 //! | `POST /v1/takedowns` | file a takedown request |
 //! | `GET /v1/takedowns/{id}` | its status |
 //! | `PUT /v1/takedowns/{id}/hold` | set or clear its legal hold |
+//! | `DELETE /v1/takedowns/{id}` | withdraw it: its content is served again |
 //! | `POST /v1/jobs/verify`, `POST /v1/jobs/purge` | start a job |
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |
 //! | `GET /v1/audit?since_ms=&cursor=&limit=` | the audit log, paged |
@@ -26,6 +29,8 @@ mod audit;
 pub mod auth;
 mod byte_range;
 mod content;
+#[cfg(test)]
+mod denial_tests;
 mod error;
 mod extract;
 mod files;

@@ -50,6 +50,14 @@
 //! publish. `If-Match` on a read is 412 unless the object has that etag.
 //! The whole-object `x-amz-checksum-crc64nvme` is sent on whole reads only:
 //! it does not describe a part.
+//!
+//! # Taken-down content
+//!
+//! In the `serving` store, a content object (`content/<id>`) a takedown
+//! withholds is 451 `taken_down` for `GET`, `HEAD` (any version) and
+//! `PUT` (no re-upload under its address), checked before the store is
+//! asked; a listing of the store marks it (`"taken_down": {"request",
+//! "since_ms"}`). See [`custodian_core::content::denial`].
 
 mod conditions;
 pub(super) mod headers;
@@ -76,6 +84,7 @@ use super::extract::{BodyLimit, path, query, read_body_inspecting};
 use crate::serve::Host;
 use conditions::{check_guard, put_condition, read_guard};
 use custodian_base::checksum::{self, Crc64Nvme};
+use custodian_core::content::{self, ObjectId, Withheld, denial};
 use custodian_object::ObjectStoreExt;
 use custodian_object::{
     ListedObject, ListedVersion, MAX_LIST_PAGE, Metadata, ObjectError, ObjectMeta, PutCondition,
@@ -200,6 +209,7 @@ async fn put_object(
     let condition = put_condition(&headers)?;
     let claimed = claimed_crc(&headers)?;
     let metadata = user_metadata(&headers)?;
+    refuse_withheld(&host, &store_name, &key).await?;
     let limit = BodyLimit {
         bytes: host.limits.max_object_bytes,
         per: "object",
@@ -235,6 +245,24 @@ async fn put_object(
     Ok((status, headers, Json(MetaBody::from(&meta))).into_response())
 }
 
+/// The content object `key` of store `store` is, if it is one: only the
+/// `serving` store holds content.
+fn content_object(store: &str, key: &str) -> Option<ObjectId> {
+    (store == content::SERVING_STORE)
+        .then(|| content::object_of_key(key))
+        .flatten()
+}
+
+/// 451 if `key` of `store` is content a takedown withholds.
+async fn refuse_withheld(host: &Host, store: &str, key: &str) -> Result<(), ApiError> {
+    let Some(object) = content_object(store, key) else {
+        return Ok(());
+    };
+    denial::refuse_withheld(host.kv.as_ref(), &object)
+        .await
+        .map_err(super::content::content_error)
+}
+
 /// `GET`: the object (or one version), whole or one range.
 async fn get_object(
     State(host): State<Arc<Host>>,
@@ -246,6 +274,7 @@ async fn get_object(
     let store = host.store(&store_name)?;
     let version = query(version)?.version()?;
     let guard = read_guard(&headers)?;
+    refuse_withheld(&host, &store_name, &key).await?;
     let range = match header_text(&headers, &RANGE)? {
         None => None,
         Some(text) => match parse_range(text) {
@@ -287,6 +316,7 @@ async fn head_object(
     let store = host.store(&store_name)?;
     let version = query(version)?.version()?;
     let guard = read_guard(&headers)?;
+    refuse_withheld(&host, &store_name, &key).await?;
     let meta = match &version {
         Some(version) => store.head_version(&key, version).await?,
         None => store.head(&key).await?,
@@ -331,17 +361,57 @@ struct ObjectItem<'a> {
     size: u64,
     etag: &'a str,
     last_modified_ms: Option<u64>,
+    /// Content a takedown withholds (listed, never served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    taken_down: Option<TakenDown>,
 }
 
-impl<'a> From<&'a ListedObject> for ObjectItem<'a> {
-    fn from(item: &'a ListedObject) -> Self {
+/// How a listing marks what a takedown withholds.
+#[derive(Debug, Serialize)]
+pub(super) struct TakenDown {
+    /// The request (64 hex digits).
+    request: String,
+    /// When its denial took effect.
+    since_ms: u64,
+}
+
+impl From<Withheld> for TakenDown {
+    fn from(withheld: Withheld) -> Self {
+        Self {
+            request: withheld.request.to_hex(),
+            since_ms: withheld.since_ms,
+        }
+    }
+}
+
+impl<'a> ObjectItem<'a> {
+    fn new(item: &'a ListedObject, withheld: Option<Withheld>) -> Self {
         Self {
             key: &item.key,
             size: item.size,
             etag: &item.etag,
             last_modified_ms: item.last_modified_ms,
+            taken_down: withheld.map(TakenDown::from),
         }
     }
+}
+
+/// Which of `keys` of store `store` a takedown withholds, in one read.
+async fn withheld_keys<'k>(
+    host: &Host,
+    store: &str,
+    keys: impl Iterator<Item = &'k str>,
+) -> Result<Vec<Option<Withheld>>, ApiError> {
+    let objects: Vec<Option<ObjectId>> = keys.map(|key| content_object(store, key)).collect();
+    let ids: Vec<ObjectId> = objects.iter().flatten().copied().collect();
+    let mut found = denial::check_many(host.kv.as_ref(), &ids)
+        .await
+        .map_err(super::content::content_error)?
+        .into_iter();
+    Ok(objects
+        .iter()
+        .map(|object| object.and_then(|_| found.next().flatten()))
+        .collect())
 }
 
 /// One version or delete marker in a listing.
@@ -400,8 +470,19 @@ async fn list_objects(
     let page = store
         .list(&list.prefix, list.cursor.as_deref(), list.limit())
         .await?;
+    let withheld = withheld_keys(
+        &host,
+        &store_name,
+        page.items.iter().map(|i| i.key.as_str()),
+    )
+    .await?;
     let body = ObjectPage {
-        objects: page.items.iter().map(ObjectItem::from).collect(),
+        objects: page
+            .items
+            .iter()
+            .zip(withheld)
+            .map(|(item, withheld)| ObjectItem::new(item, withheld))
+            .collect(),
         next_cursor: page.next.as_deref(),
     };
     // Serialized here, while the page it borrows is alive.

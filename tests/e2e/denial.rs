@@ -1,0 +1,292 @@
+//! Takedown denial end to end, with the real binary: through `custodian
+//! serve` on the embedded default, through the offline commands on a data
+//! directory, and across two hosts sharing etcd. A filing answers only
+//! once its content answers 451 everywhere; a withdrawal serves it again,
+//! byte-identical.
+
+use custodian::kv::etcd::local_server::EtcdCluster;
+use custodian::object::s3::local_server::{self, Kind};
+use serde_json::{Value, json};
+
+use crate::server::{Server, agent, answer, bearer, json_body};
+use crate::support::{outcome, run};
+use crate::takedown::noise;
+
+/// 4 MiB: a file larger than this is chunked under a manifest.
+const CHUNK: usize = 4 << 20;
+
+/// GET `path` of `base`: the status, the body, and the JSON error body
+/// if it is one.
+fn get(base: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut response = agent()
+        .get(&format!("{base}{path}"))
+        .header("authorization", &bearer())
+        .call()
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    (status, body)
+}
+
+fn put(base: &str, path: &str, bytes: &[u8]) -> (u16, Value) {
+    answer(
+        agent()
+            .put(&format!("{base}{path}"))
+            .header("authorization", &bearer())
+            .send(bytes),
+    )
+}
+
+fn push(base: &str, repo: &str, path: &str, bytes: &[u8]) -> String {
+    let (status, body) = put(base, &format!("/v1/repos/{repo}/files/{path}"), bytes);
+    assert_eq!(status, 200, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+fn file(base: &str, repo: &str, objects: &[&str]) -> Value {
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{base}/v1/takedowns"))
+            .header("authorization", &bearer())
+            .send(&json_body(json!({"repository": repo, "objects": objects}))[..]),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["denial_settled"], true, "{body}");
+    body
+}
+
+fn withdraw(base: &str, id: &str) -> (u16, Value) {
+    answer(
+        agent()
+            .delete(&format!("{base}/v1/takedowns/{id}"))
+            .header("authorization", &bearer())
+            .call(),
+    )
+}
+
+/// Asserts GET `path` is 451 `taken_down` naming `request`.
+fn assert_withheld(base: &str, path: &str, request: &str) {
+    let (status, body) = get(base, path);
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 451, "{path}: {text}");
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["code"], "taken_down", "{path}: {text}");
+    assert_eq!(error["error"]["request"], request, "{path}: {text}");
+}
+
+fn hex_id(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+#[test]
+fn through_the_server_a_takedown_answers_451_on_every_path_at_once_and_a_withdrawal_restores_it() {
+    let server = Server::start("");
+    let base = server.base.as_str();
+    let (shared, own, other) = (noise(CHUNK, 1), noise(CHUNK / 2, 2), noise(1000, 3));
+    let taken = [shared.clone(), own.clone()].concat();
+    let kept = [shared.clone(), other].concat();
+    let manifest = push(base, "alpha/one", "docs/taken.bin", &taken);
+    push(base, "beta/two", "copy.bin", &taken);
+    push(base, "gamma/keep", "kept.bin", &kept);
+
+    let filed = file(base, "alpha/one", &[&manifest]);
+    let request = filed["id"].as_str().unwrap();
+    // No tick, no wait: the filing's answer means every path is denied.
+    for path in [
+        "/v1/repos/alpha/one/files/docs/taken.bin".to_owned(),
+        "/v1/repos/beta/two/files/copy.bin".to_owned(),
+        format!("/v1/stores/serving/objects/content/{manifest}"),
+        format!("/v1/stores/serving/objects/content/{}", hex_id(&shared)),
+        format!("/v1/stores/serving/objects/content/{}", hex_id(&own)),
+    ] {
+        assert_withheld(base, &path, request);
+    }
+    for repo in ["alpha/one", "beta/two"] {
+        let (status, body) = get(base, &format!("/v1/repos/{repo}/files"));
+        assert_eq!(status, 200);
+        let listed: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            listed["entries"][0]["taken_down"]["request"], request,
+            "{repo}: {listed}"
+        );
+    }
+    let (status, body) = put(base, "/v1/repos/delta/again/files/x.bin", &taken);
+    assert_eq!(status, 451, "the re-push: {body}");
+    assert_eq!(body["error"]["request"], request);
+    let (status, body) = get(base, "/v1/repos/gamma/keep/files/kept.bin");
+    assert_eq!(status, 200, "the file sharing a chunk keeps serving");
+    assert!(body == kept, "byte-identical");
+
+    let (status, body) = withdraw(base, request);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["denial"]["denied"], 0, "{body}");
+    for path in [
+        "/v1/repos/alpha/one/files/docs/taken.bin",
+        "/v1/repos/beta/two/files/copy.bin",
+    ] {
+        let (status, body) = get(base, path);
+        assert_eq!(status, 200, "{path}");
+        assert!(body == taken, "{path}: byte-identical after the withdrawal");
+    }
+    let (status, body) = withdraw(base, request);
+    assert_eq!(status, 409, "a second withdrawal: {body}");
+}
+
+fn path(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let source = dir.path().join("report.bin");
+    let bytes = noise(10_000, 7);
+    std::fs::write(&source, &bytes).unwrap();
+    for repo in ["alpha/one", "beta/two"] {
+        let pushed = run(&["repo", "push", repo, path(&source), "--data", path(&data)]);
+        assert_eq!(outcome(&pushed).0, 0, "{}", outcome(&pushed).2);
+    }
+    let object = hex_id(&bytes);
+
+    let filed = run(&[
+        "takedown",
+        "create",
+        "alpha/one",
+        "--object",
+        &object,
+        "--data",
+        path(&data),
+        "--json",
+    ]);
+    let (code, stdout, stderr) = outcome(&filed);
+    assert_eq!(code, 0, "{stderr}");
+    let filed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(filed["denial_settled"], true);
+    let request = filed["id"].as_str().unwrap().to_owned();
+
+    let out = dir.path().join("out.bin");
+    let read = run(&[
+        "repo",
+        "get",
+        "beta/two",
+        "report.bin",
+        "-o",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    let (code, _, stderr) = outcome(&read);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains(&request), "{stderr}");
+    assert!(!out.exists(), "nothing is written");
+    let again = run(&[
+        "repo",
+        "push",
+        "gamma/three",
+        path(&source),
+        "--data",
+        path(&data),
+    ]);
+    let (code, _, stderr) = outcome(&again);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains(&request), "{stderr}");
+    let listed = run(&["repo", "ls", "alpha/one", "--json", "--data", path(&data)]);
+    let line: Value = serde_json::from_str(outcome(&listed).1.trim()).unwrap();
+    assert_eq!(line["taken_down"]["request"], request.as_str());
+    let plain = outcome(&run(&["repo", "ls", "beta/two", "--data", path(&data)])).1;
+    assert!(
+        plain.contains(&format!("[taken down by {request}]")),
+        "{plain}"
+    );
+    let status = run(&[
+        "takedown",
+        "status",
+        &request,
+        "--json",
+        "--data",
+        path(&data),
+    ]);
+    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
+    assert_eq!(status["denial"]["denied"], 1, "{status}");
+    assert_eq!(status["denial"]["settled"], true, "{status}");
+
+    let withdrawn = run(&["takedown", "withdraw", &request, "--data", path(&data)]);
+    assert_eq!(outcome(&withdrawn).0, 0, "{}", outcome(&withdrawn).2);
+    let read = run(&[
+        "repo",
+        "get",
+        "beta/two",
+        "report.bin",
+        "-o",
+        path(&out),
+        "--data",
+        path(&data),
+    ]);
+    assert_eq!(outcome(&read).0, 0, "{}", outcome(&read).2);
+    assert_eq!(std::fs::read(&out).unwrap(), bytes);
+    let twice = run(&["takedown", "withdraw", &request, "--data", path(&data)]);
+    let (code, _, stderr) = outcome(&twice);
+    assert_eq!(code, 1, "a second withdrawal fails: {stderr}");
+}
+
+#[test]
+fn filed_on_one_host_a_takedown_is_451_on_another_sharing_etcd_at_its_next_read() {
+    let Some(etcd) = EtcdCluster::start_or_skip(1) else {
+        return;
+    };
+    let Some(s3) = local_server::server(Kind::Moto) else {
+        return;
+    };
+    let io = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let serving = io.block_on(local_server::store(Kind::Moto)).unwrap();
+    let preserved = io.block_on(local_server::store(Kind::Moto)).unwrap();
+    let endpoints: Vec<String> = etcd.endpoints().iter().map(|e| format!("{e:?}")).collect();
+    let config = format!(
+        "[kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"denial-e2e/\"\n\n\
+         [stores.serving]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\n\
+         [stores.preserved]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n",
+        endpoints.join(", "),
+        serving.bucket(),
+        s3.endpoint,
+        preserved.bucket(),
+        s3.endpoint,
+    );
+    let credentials = local_server::credentials();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", credentials.access_key_id()),
+        ("AWS_SECRET_ACCESS_KEY", credentials.secret_access_key()),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let a = Server::start_in_env(&config, &[], &env, |_| {});
+    let b = Server::start_in_env(&config, &[], &env, |_| {});
+    let bytes = noise(50_000, 9);
+    let object = push(&a.base, "alpha/one", "f.bin", &bytes);
+    let (status, _) = get(&b.base, "/v1/repos/alpha/one/files/f.bin");
+    assert_eq!(status, 200, "served by the other host before the takedown");
+
+    let filed = file(&a.base, "alpha/one", &[&object]);
+    let request = filed["id"].as_str().unwrap();
+    // Every read checks the denial row with a linearizable KV read: the
+    // first read on the other host after the filing answered is refused.
+    assert_withheld(&b.base, "/v1/repos/alpha/one/files/f.bin", request);
+    assert_withheld(
+        &b.base,
+        &format!("/v1/stores/serving/objects/content/{object}"),
+        request,
+    );
+
+    let (status, body) = withdraw(&b.base, request);
+    assert_eq!(status, 200, "withdrawn through the other host: {body}");
+    let (status, body) = get(&a.base, "/v1/repos/alpha/one/files/f.bin");
+    assert_eq!(status, 200);
+    assert!(body == bytes, "byte-identical");
+}

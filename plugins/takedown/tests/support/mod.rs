@@ -176,8 +176,17 @@ pub fn apply(commit: &WitCommit) {
     assert_eq!(outcome, Outcome::Committed);
 }
 
-/// Files `request` (applying its commit) and returns a driver for it.
+/// Files `request` as the host does: applies its commit, then
+/// `plan-denial`'s until there are none; returns a driver for it.
 pub fn file(request: Request) -> Driver {
+    let mut driver = file_only(request);
+    driver.settle_denial(100);
+    driver
+}
+
+/// Files `request` applying only the `plan-create` commit (a host that
+/// died before its denial was settled).
+pub fn file_only(request: Request) -> Driver {
     let id: Id = request.id.as_slice().try_into().unwrap();
     let commit = Policy::plan_create(request, T0).expect("the request is valid");
     apply(&commit);
@@ -228,9 +237,11 @@ impl Driver {
         let StepResult::Reschedule(reschedule) = result else {
             panic!("a takedown step is never done");
         };
+        // A step of denial work is due again at once (the host paces
+        // timers); every other step is rescheduled later.
         assert!(
-            reschedule.due_at_ms > self.now,
-            "the step is rescheduled later"
+            reschedule.due_at_ms >= self.now,
+            "the step is not rescheduled in the past"
         );
         apply(&reschedule.commit);
         self.now = reschedule.due_at_ms;
@@ -317,6 +328,30 @@ impl Driver {
             .iter()
             .flat_map(|o| objects::get("preserved", &o.key, None).unwrap().1)
             .collect()
+    }
+
+    /// Applies `plan-denial` commits until there are none; returns how
+    /// many were applied. Panics after `limit`.
+    pub fn settle_denial(&mut self, limit: usize) -> usize {
+        testing::set_now(self.now);
+        for applied in 0..limit {
+            let planned = Policy::plan_denial(self.id.to_vec(), self.now).expect("plan-denial");
+            let Some(commit) = planned else {
+                return applied;
+            };
+            apply(&commit);
+            self.events.extend(commit.audit);
+        }
+        panic!("the denial is not settled after {limit} plan-denial commits");
+    }
+
+    /// Applies a `plan-withdraw` commit.
+    pub fn withdraw(&mut self) -> Result<(), Error> {
+        testing::set_now(self.now);
+        let commit = Policy::plan_withdraw(self.id.to_vec(), self.now)?;
+        apply(&commit);
+        self.events.extend(commit.audit);
+        Ok(())
     }
 
     /// Applies a `plan-hold` commit.

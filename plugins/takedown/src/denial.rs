@@ -215,7 +215,9 @@ pub struct Work {
 /// operations, advancing `state` (the caller writes it): activation, or
 /// lifting once withdrawn. `named`: the named objects when the caller has
 /// them (`plan-create`, before the `actions` row exists); otherwise they
-/// are read when needed.
+/// are read when needed. With `named` (the filing), a walk of a pack or
+/// manifest that fails ends the chunk rather than failing it: the filing
+/// still records the request and denies what it names.
 pub fn work(
     id: &Id,
     request: &Request,
@@ -432,17 +434,20 @@ impl Activation {
             .zip(marked.into_iter().zip(denial_rows))
             .map(|(object, (mark, row))| (object, (mark.is_some(), row)))
             .collect();
-        let mut handled = 0;
+        // Decide first, apply after: a failure (a corrupt row, a full
+        // one) leaves the chunk as it was.
+        let available = self.available();
+        let mut spent = 0;
+        let mut seen = BTreeSet::new();
+        let mut denied = Vec::new();
         for (object, kind) in candidates {
-            if self.seen.contains(object) {
-                handled += 1;
+            if self.seen.contains(object) || seen.contains(object) {
                 continue;
             }
             let (marked, row) = &read[object];
             if *marked {
                 // Denied by an earlier chunk (and walked, or being walked).
-                self.seen.insert(*object);
-                handled += 1;
+                seen.insert(*object);
                 continue;
             }
             let mut denials = match row {
@@ -453,35 +458,49 @@ impl Activation {
             let listed = denials.iter().any(|d| d.request == self.id);
             let walks = *kind == PACK || *kind == MANIFEST;
             let cost = 1 + if listed { 0 } else { 2 } + usize::from(walks);
-            if cost > self.available() {
+            if spent + cost > available {
                 break;
             }
-            if !listed {
-                if denials.len() >= MAX_DENIALS {
-                    return Err(Error::Conflict(format!(
-                        "object {} is denied by {MAX_DENIALS} other requests already",
-                        hex(object)
-                    )));
-                }
+            let row_write = if listed {
+                None
+            } else if denials.len() >= MAX_DENIALS {
+                return Err(Error::Conflict(format!(
+                    "object {} is denied by {MAX_DENIALS} other requests already",
+                    hex(object)
+                )));
+            } else {
                 denials.push(Denial {
                     request: self.id,
                     since_ms: self.since_ms,
                 });
-                let key = rows::key(object);
-                let value = rows::encode(&denials);
+                Some((row.clone(), rows::encode(&denials)))
+            };
+            spent += cost;
+            seen.insert(*object);
+            denied.push((*object, *kind, walks, row_write));
+        }
+        // Candidates up to the first left for a later round.
+        let handled = candidates
+            .iter()
+            .take_while(|(object, _)| self.seen.contains(object) || seen.contains(object))
+            .count();
+        self.seen.extend(seen);
+        for (object, kind, walks, row_write) in denied {
+            if let Some((observed, value)) = row_write {
+                let key = rows::key(&object);
                 self.add(|b| {
-                    b.require_observed(rows::PARTITION, key.clone(), row.as_deref())
+                    b.require_observed(rows::PARTITION, key.clone(), observed.as_deref())
                         .put(rows::PARTITION, key, value)
                 });
             }
-            let mark = keys::object_key(keys::DENIED, &self.id, object);
+            let mark = keys::object_key(keys::DENIED, &self.id, &object);
             self.add(|b| b.put(PARTITION, mark, Vec::new()));
             self.added += 1;
             if walks {
                 self.walks.push(Walk {
-                    object: *object,
+                    object,
                     cursor: Cursor {
-                        kind: *kind,
+                        kind,
                         next: 0,
                         count: None,
                     },
@@ -490,8 +509,6 @@ impl Activation {
                     done: false,
                 });
             }
-            self.seen.insert(*object);
-            handled += 1;
         }
         Ok(handled)
     }
@@ -660,8 +677,17 @@ fn activate(
             complete = true;
             break;
         };
-        if last || !chunk.advance(index)? {
+        if last {
             break;
+        }
+        match chunk.advance(index) {
+            Ok(true) => {}
+            Ok(false) => break,
+            // The filing commits what it has (the request, its named
+            // objects denied); the walk is `plan-denial`'s, which reports
+            // the failure.
+            Err(_) if named.is_some() => break,
+            Err(error) => return Err(error),
         }
     }
     state.denied += chunk.added;

@@ -6,7 +6,7 @@
 //! them.
 
 use custodian_sdk::contract::content::{self as layout, index};
-use custodian_sdk::{Error, kv};
+use custodian_sdk::{Error, kv, objects};
 
 use crate::codec::{Id, corrupt, hex};
 
@@ -66,6 +66,46 @@ pub fn object_row(object: &Id) -> Result<Option<ObjectRow>, Error> {
     ObjectRow::decode(&raw)
         .map(Some)
         .map_err(|_| corrupt(format!("the content row o{} does not decode", hex(object))))
+}
+
+/// The `o` rows of `objects` (at most 1000), in order, `None` where the
+/// index has none; one `get-many`. A row that does not decode is the
+/// host's index corrupt.
+pub fn object_rows(objects: &[Id]) -> Result<Vec<Option<ObjectRow>>, Error> {
+    if objects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<Vec<u8>> = objects.iter().map(index::object_key).collect();
+    let rows = kv::get_many(CONTENT, &keys)?;
+    if rows.len() != keys.len() {
+        return Err(corrupt("get-many answered a different number of keys"));
+    }
+    objects
+        .iter()
+        .zip(rows)
+        .map(|(object, raw)| {
+            raw.map(|raw| {
+                ObjectRow::decode(&raw).map_err(|_| {
+                    corrupt(format!("the content row o{} does not decode", hex(object)))
+                })
+            })
+            .transpose()
+        })
+        .collect()
+}
+
+/// Bytes `[offset, offset + length)` of `object`'s serving copy, cut at
+/// its end. A copy missing from `serving` is data loss (`Corrupt`,
+/// naming it as `what`).
+pub fn read_serving(object: &Id, offset: u64, length: u64, what: &str) -> Result<Vec<u8>, Error> {
+    let key = crate::keys::serving_key(object);
+    objects::get_range(SERVING, &key, offset, length, None).map_err(|error| match error {
+        Error::NotFound(m) => corrupt(format!(
+            "{what} {} is missing from serving: {m}",
+            hex(object)
+        )),
+        other => other,
+    })
 }
 
 fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
@@ -144,7 +184,11 @@ pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderP
 /// The manifest format ([`layout::manifest`]), with this policy's
 /// wording of what is wrong.
 pub mod manifest {
+    use custodian_sdk::Error;
+    use custodian_sdk::contract::content::ID_BYTES;
     use custodian_sdk::contract::content::manifest::{self as layout, ManifestError};
+
+    use crate::codec::{Id, corrupt, hex};
 
     pub use layout::{chunk_offset, count_for_size, file_length};
 
@@ -169,6 +213,53 @@ pub mod manifest {
                 // `check` judges neither the bounds nor the file length.
                 other => other.to_string(),
             })
+    }
+
+    /// Up to `max` chunk ids of `manifest` from chunk `next` on, read from
+    /// its serving copy, with its chunk count: `count` when a cursor knows
+    /// it already, else read from the header (magic, format and the count
+    /// bound checked). A missing, malformed or short manifest is
+    /// `Corrupt`, naming it.
+    pub fn read_chunks(
+        manifest: &Id,
+        next: u32,
+        count: Option<u32>,
+        max: u32,
+    ) -> Result<(u32, Vec<Id>), Error> {
+        let bad = |what: &str| corrupt(format!("manifest {}: {what}", hex(manifest)));
+        let count = match count {
+            Some(count) => count,
+            None => {
+                let header = super::read_serving(manifest, 0, HEADER, "manifest")?;
+                let header = <[u8; layout::HEADER_BYTES]>::try_from(header.as_slice())
+                    .map_err(|_| bad("shorter than a manifest header"))?;
+                let header =
+                    layout::Header::decode(&header).map_err(|why| bad(&why.to_string()))?;
+                if header.count > layout::MAX_CHUNKS {
+                    return Err(bad(&format!("{} chunks", header.count)));
+                }
+                header.count
+            }
+        };
+        if next > count {
+            return Err(bad("a cursor past its chunk list"));
+        }
+        let take = max.min(count - next);
+        if take == 0 {
+            return Ok((count, Vec::new()));
+        }
+        let length = u64::from(take) * ID_BYTES as u64;
+        let bytes = super::read_serving(manifest, chunk_offset(next), length, "manifest")?;
+        if bytes.len() as u64 != length {
+            return Err(bad("shorter than its chunk list"));
+        }
+        Ok((
+            count,
+            bytes
+                .chunks_exact(ID_BYTES)
+                .map(|c| Id::try_from(c).expect("chunks of 32 bytes"))
+                .collect(),
+        ))
     }
 }
 

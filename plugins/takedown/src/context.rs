@@ -31,6 +31,10 @@ pub struct Step {
     pub state: State,
     /// The state row as read, for the guards.
     pub old: Option<Vec<u8>>,
+    /// The `denial` row as read (settled; `None` for a request filed
+    /// before denial existed): every step is guarded on it, so no step
+    /// lands after a withdrawal it did not see.
+    pub denial: Option<Vec<u8>>,
     batch: Batch,
     audit: Vec<Entry>,
     /// The last question asked of the retention policy and its answer: a
@@ -92,13 +96,23 @@ impl Step {
     }
 }
 
-/// Reads the request and state a timer's step works on.
-pub fn load(timer: &Timer) -> Result<Step, Error> {
+/// The request a timer steps: its id and record.
+pub fn request_of(timer: &Timer) -> Result<(Id, Request), Error> {
     let id = Id::try_from(timer.reference.as_slice()).map_err(|_| {
         Error::InvalidArgument("a takedown timer's reference is a 32-byte request id".into())
     })?;
+    Ok((id, request::require(&id)?))
+}
+
+/// Reads the state a timer's step of request `id` works on; `denial` is
+/// the request's (settled) `denial` row as read.
+pub fn load(
+    timer: &Timer,
+    id: Id,
+    request: Request,
+    denial: Option<Vec<u8>>,
+) -> Result<Step, Error> {
     let now = timer.now_ms;
-    let request = request::require(&id)?;
     let loaded = state::load(&id, &request, now)?;
     Ok(Step {
         id,
@@ -106,6 +120,7 @@ pub fn load(timer: &Timer) -> Result<Step, Error> {
         request,
         state: loaded.state,
         old: loaded.raw,
+        denial,
         batch: Batch::new(),
         audit: Vec::new(),
         assessed: None,
@@ -132,6 +147,11 @@ pub fn finish(mut step: Step) -> Result<StepResult, Error> {
     let value = encode(&step.state)?;
     let batch = std::mem::take(&mut step.batch)
         .require_observed(PARTITION, key.clone(), step.old.as_deref())
+        .require_observed(
+            PARTITION,
+            crate::denial::state_key(&step.id),
+            step.denial.as_deref(),
+        )
         .not_after(step.now.saturating_add(APPLY_WINDOW_MS))
         .put(PARTITION, key, value);
     if batch.len() > kv::MAX_BATCH_OPS || step.audit.len() > MAX_AUDIT {

@@ -39,6 +39,13 @@ pub const PACK_SEEN: &str = "pack-seen";
 pub const KNOWN_NS: &str = "known-ns";
 /// A holder repository whose cache purge this request planned.
 pub const HOLDER: &str = "holder";
+/// The request's denial progress ([`crate::denial::DenialState`]).
+pub const DENIAL: &str = "denial";
+/// A pack or manifest whose members this request still has to deny
+/// ([`crate::denial::Cursor`]).
+pub const DENY_TODO: &str = "deny-todo";
+/// An object this request denies (empty value).
+pub const DENIED: &str = "denied";
 /// A planned cache purge of a repository (not per request).
 pub const CACHE_PURGE: &str = "cache-purge";
 

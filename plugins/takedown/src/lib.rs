@@ -1,6 +1,28 @@
-//! The bundled takedown policy: preserve what a takedown removes, verify
-//! it, find every repository holding it, keep it for retention, then purge
-//! it and keep re-sweeping for late writes.
+//! The bundled takedown policy: deny what a takedown names (the host stops
+//! serving it), preserve it, verify it, find every repository holding it,
+//! keep it for retention, then purge it and keep re-sweeping for late
+//! writes.
+//!
+//! # Denial
+//!
+//! A takedown's first effect is that its content stops being served: the
+//! host refuses every read and push of an object that has a row in
+//! partition `denial` (the contract's `denial` module), and this policy
+//! writes those rows ([`denial`]). A request denies every object it
+//! names; for a pack, the pack and every member, nested packs and their
+//! members included, recursively; for a manifest, the manifest and every
+//! chunk it lists. Chunks are denied by id too (a chunk is a piece of the
+//! taken-down file); the host checks a file read only against the file's
+//! own object, so another file that shares a chunk keeps serving by its
+//! path.
+//!
+//! `plan-create`'s commit denies as much as fits in it (a request naming
+//! a few blobs is fully denied by it); `plan-denial` commits do the rest,
+//! and a step of a request whose denial is not settled does one chunk of
+//! it and nothing else (no preservation before denial). `plan-withdraw`
+//! (refused once purging has begun, allowed under a legal hold) marks the
+//! request withdrawn; its denials are then lifted the same way, and its
+//! preserved copy follows retention as before.
 //!
 //! Each timer step is one bounded checkpoint transition
 //! (seed → acquire → closure → discover → retain → purging → purged),
@@ -11,9 +33,10 @@
 //!
 //! # Grants
 //!
-//! KV partition `takedown` (read-write), `content` (read only, the host's
-//! content index, see [`content`]), object stores `serving` (read only)
-//! and `preserved` (read-write).
+//! KV partition `takedown` (read-write), `denial` (read-write, the rows
+//! the host checks before serving an object), `content` (read only, the
+//! host's content index, see [`content`]), object stores `serving` (read
+//! only) and `preserved` (read-write).
 //!
 //! # Key layout (partition `takedown`)
 //!
@@ -22,7 +45,7 @@
 //! | tag | tail | value |
 //! |---|---|---|
 //! | `request` | — | the request (JSON: repository, created-ms, object count or pack id in hex) |
-//! | `actions` | — | the objects a request names, 32 bytes each, in the order filed (read only while seeding) |
+//! | `actions` | — | the objects a request names, 32 bytes each, in the order filed (read only while seeding and denying) |
 //! | `state` | — | [`state::State`] (JSON, `version` 1, unknown fields refused) |
 //! | `todo` | object | expected kind byte: 0 any, 1 blob, 2 manifest, 3 pack |
 //! | `object` | object | [`state::ObjectInfo`]: kind, size, copied, CRC so far, chunks enqueued, verified, source failed, holders cursor, holders done |
@@ -34,6 +57,15 @@
 //! | `pack-seen` | pack | empty: the pack is walked by this request, once |
 //! | `known-ns` | object, namespace | empty: the namespace holds the object |
 //! | `holder` | namespace 0x00 repository | [`discover::HolderMarker`]: this request planned the repository's cache purge (written absent-guarded, so once) |
+//! | `denial` | — | [`denial::DenialState`] (JSON, `version` 1): since-ms, how many named objects are denied (`next_action`), settled, how many objects are denied, withdrawn-ms, a revision bumped by every write; absent for a request filed before denial (settled, denying nothing) |
+//! | `deny-todo` | object | [`denial::Cursor`]: a pack or manifest whose members or chunks are still being denied (kind, next entry, entry count) |
+//! | `denied` | object | empty: this request denies the object (lifting deletes exactly these; denying again is a no-op) |
+//!
+//! Partition `denial` (the contract's layout): `o` id → one or more
+//! denials of 40 bytes (request id, since-ms); this policy appends its
+//! own entry (creating the row) and removes it when lifting (deleting an
+//! emptied row), each write guarded on the value read. At most 64
+//! requests deny one object; one more fails with `conflict`.
 //!
 //! Shared, one per repository: `cache-purge 0x00 namespace 0x00 repository`
 //! → [`discover::CachePurge`] `{operation: "takedown:<id hex>",
@@ -49,6 +81,12 @@
 //! Targets always start with the request id (hex).
 //!
 //! - `TakedownRequested` (id, repository): `plan-create`.
+//! - `TakedownDenialActivated`: every object the request names is denied
+//!   (detail: how many objects); in `plan-create`'s commit when it all
+//!   fits, else in the `plan-denial` commit or step that finishes it.
+//! - `TakedownWithdrawn`: `plan-withdraw` (detail: how many denied
+//!   objects are to be lifted).
+//! - `TakedownDenialLifted`: a withdrawn request's every denial is lifted.
 //! - `PreservationPurgeStarted`: a purge pass begins (retention allows it,
 //!   no hold; once purged, hourly re-sweeps).
 //! - `PreservationSourceSelected` (id, object): a serving copy was chosen.
@@ -66,13 +104,22 @@
 //!   visited by a purge pass; detail `deleted` or `absent`.
 //! - `PreservationPurgeComplete`: a purge pass visited every piece.
 //! - `PreservationLegalHold`: `plan-hold`, detail `on` or `off`.
-//! - `PreservationCheckpoint`: any other step (detail: the phase).
+//! - `PreservationCheckpoint`: any other step (detail: the phase, or
+//!   `denial activation` / `denial lifting` for a step of denial work).
 //!
 //! # Bounds
 //!
 //! A step makes well under 100 host calls (the host's default budget is
 //! 256) and commits at most 96 operations and 8 audit entries; each
 //! phase's per-step constants say what they bound.
+//!
+//! A commit carrying denial work (`plan-create`'s, `plan-denial`'s, a
+//! step of denial work) has at most 72 operations in all, its own rows
+//! and guards included, leaving 24 of the host's 96 for the rows the
+//! host adds (timer, audit): denying an object costs at most 4, lifting
+//! one 3, so a chunk denies or lifts up to 23 objects
+//! ([`denial::COMMIT_OPS`]). Its reads are bounded by 8 rounds of at most
+//! 6 host calls each.
 
 pub mod acquire;
 pub mod closure;
@@ -80,6 +127,7 @@ pub mod codec;
 pub mod content;
 pub mod context;
 pub mod copy;
+pub mod denial;
 pub mod discover;
 pub mod hold;
 pub mod keys;
@@ -101,6 +149,14 @@ pub struct Policy;
 impl TakedownSteps for Policy {
     fn plan_create(request: Request, now_ms: u64) -> Result<WitCommit, Error> {
         request::plan_create(request, now_ms)
+    }
+
+    fn plan_denial(request: Vec<u8>, now_ms: u64) -> Result<Option<WitCommit>, Error> {
+        denial::plan(&request, now_ms)
+    }
+
+    fn plan_withdraw(request: Vec<u8>, now_ms: u64) -> Result<WitCommit, Error> {
+        denial::plan_withdraw(&request, now_ms)
     }
 
     fn step(timer: Timer) -> Result<StepResult, Error> {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, decode, encode, hex, id_from_hex};
 use crate::content::{self, Repository};
+use crate::denial::{self, DenialState};
 use crate::keys::{self, PARTITION};
 
 /// Most objects one request may name: its record stays well inside the
@@ -37,15 +38,29 @@ pub struct Request {
 }
 
 impl Request {
-    /// How many seed steps record progress in `state.seed`: one per action,
-    /// or one for starting a pack walk.
-    pub fn seed_steps(&self) -> u32 {
+    /// How many objects the request names: its actions, or its pack.
+    pub fn named_count(&self) -> u32 {
         if self.pack.is_some() {
             1
         } else {
             // Bounded by MAX_OBJECTS.
             self.objects
         }
+    }
+
+    /// The objects the request names, in the order filed: its actions
+    /// (read from the `actions` row), or its pack.
+    pub fn named(&self, id: &Id) -> Result<Vec<Id>, Error> {
+        match self.pack {
+            Some(pack) => Ok(vec![pack]),
+            None => actions(id, self),
+        }
+    }
+
+    /// How many seed steps record progress in `state.seed`: one per action,
+    /// or one for starting a pack walk.
+    pub fn seed_steps(&self) -> u32 {
+        self.named_count()
     }
 }
 
@@ -234,14 +249,26 @@ pub fn plan_create(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
             objects.concat(),
         );
     }
-    Ok(Commit::new(batch)
-        .audit(Entry {
-            event: "TakedownRequested".into(),
-            targets: vec![hex(&id), request.repository.to_string()],
-            detail: Some(match request.pack {
-                Some(pack) => format!("pack {}", hex(&pack)),
-                None => format!("{} objects", request.objects),
-            }),
-        })
-        .into_wit())
+    // The denial takes effect with the filing: as much of it as fits in
+    // this commit, the rest through `plan-denial` (or the steps).
+    let denial_key = denial::state_key(&id);
+    let mut state = DenialState::initial(now);
+    let budget = denial::COMMIT_OPS.saturating_sub(batch.len() + 2);
+    let work = denial::work(&id, &request, Some(&named), &mut state, budget)?;
+    let batch = batch
+        .require_absent(PARTITION, denial_key.clone())
+        .extend(work.batch)
+        .put(PARTITION, denial_key, encode(&state)?);
+    let mut commit = Commit::new(batch).audit(Entry {
+        event: "TakedownRequested".into(),
+        targets: vec![hex(&id), request.repository.to_string()],
+        detail: Some(match request.pack {
+            Some(pack) => format!("pack {}", hex(&pack)),
+            None => format!("{} objects", request.objects),
+        }),
+    });
+    if let Some(event) = work.event {
+        commit = commit.audit(event);
+    }
+    Ok(commit.into_wit())
 }

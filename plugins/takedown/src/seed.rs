@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use custodian_sdk::{Error, kv, objects};
+use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, decode, encode, hex};
-use crate::content::{self, SERVING, pack};
+use crate::content::{self, pack};
 use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::queue;
@@ -76,35 +76,9 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
     };
     let pack_id = keys::object_of(&entry.key, &start, "pack-todo")?;
     let mut cursor: PackCursor = decode(&entry.value, "a pack cursor")?;
-    let serving = keys::serving_key(&pack_id);
-    let count = match cursor.count {
-        Some(count) => count,
-        None => {
-            let header = read(&serving, 0, pack::HEADER)?;
-            pack::count(&header)
-                .map_err(|reason| corrupt(format!("pack {}: {reason}", hex(&pack_id))))?
-        }
-    };
-    if cursor.next > count {
-        return Err(corrupt(format!(
-            "the cursor of pack {} is past its inventory",
-            hex(&pack_id)
-        )));
-    }
-    let take = PER_STEP.min(count - cursor.next);
-    let members = if take == 0 {
-        Vec::new()
-    } else {
-        let offset = custodian_sdk::contract::content::pack::member_offset(cursor.next);
-        let bytes = read(&serving, offset, pack::ENTRY * u64::from(take))?;
-        if bytes.len() as u64 != pack::ENTRY * u64::from(take) {
-            return Err(corrupt(format!(
-                "pack {} is shorter than its inventory",
-                hex(&pack_id)
-            )));
-        }
-        parse_entries(&pack_id, &bytes)?
-    };
+    let (count, members) = inventory(&pack_id, cursor.next, cursor.count, PER_STEP)?;
+    // At most PER_STEP entries.
+    let take = members.len() as u32;
     let nested: Vec<Id> = members
         .iter()
         .filter(|(_, kind)| *kind == content::PACK)
@@ -152,12 +126,45 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reads a range of a pack in `serving`; a missing pack is data loss.
-fn read(key: &str, offset: u64, length: u64) -> Result<Vec<u8>, Error> {
-    objects::get_range(SERVING, key, offset, length, None).map_err(|error| match error {
-        Error::NotFound(m) => corrupt(format!("a pack is missing from serving: {m}")),
-        other => other,
-    })
+/// Up to `max` inventory entries (id, kind) of `pack_id` from entry
+/// `next` on, read from its serving copy, with its member count: `count`
+/// when a cursor knows it already, else read from the header. Shared by
+/// the seed's walk and the denial's ([`crate::denial`]). A missing or
+/// malformed pack, or a cursor past its inventory, is `Corrupt`.
+pub fn inventory(
+    pack_id: &Id,
+    next: u32,
+    count: Option<u32>,
+    max: u32,
+) -> Result<(u32, Vec<(Id, u8)>), Error> {
+    let count = match count {
+        Some(count) => count,
+        None => {
+            let header = content::read_serving(pack_id, 0, pack::HEADER, "pack")?;
+            pack::count(&header)
+                .map_err(|reason| corrupt(format!("pack {}: {reason}", hex(pack_id))))?
+        }
+    };
+    if next > count {
+        return Err(corrupt(format!(
+            "the cursor of pack {} is past its inventory",
+            hex(pack_id)
+        )));
+    }
+    let take = max.min(count - next);
+    if take == 0 {
+        return Ok((count, Vec::new()));
+    }
+    let offset = custodian_sdk::contract::content::pack::member_offset(next);
+    let length = pack::ENTRY * u64::from(take);
+    let bytes = content::read_serving(pack_id, offset, length, "pack")?;
+    if bytes.len() as u64 != length {
+        return Err(corrupt(format!(
+            "pack {} is shorter than its inventory",
+            hex(pack_id)
+        )));
+    }
+    Ok((count, parse_entries(pack_id, &bytes)?))
 }
 
 fn parse_entries(pack_id: &Id, bytes: &[u8]) -> Result<Vec<(Id, u8)>, Error> {

@@ -3,14 +3,15 @@
 use custodian_sdk::takedown::RequestStatus;
 use custodian_sdk::{Error, clock};
 
-use crate::request;
 use crate::state::{self, Phase};
+use crate::{denial, request};
 
 /// `status`: see `wit/takedown.wit`.
 pub fn of(request_id: &[u8]) -> Result<RequestStatus, Error> {
     let id = request::id_arg(request_id)?;
     let request = request::require(&id)?;
     let state = state::load(&id, &request, clock::now_ms())?.state;
+    let denial = denial::load(&id, &request)?.state;
     let next_purge_ms = if state.purged {
         Some(state.next_purge_at)
     } else if state.hold || state.phase == Phase::Purging {
@@ -29,5 +30,6 @@ pub fn of(request_id: &[u8]) -> Result<RequestStatus, Error> {
         purged: state.purged,
         next_purge_ms,
         last_error: state.last_error,
+        denial: denial.to_wit(),
     })
 }

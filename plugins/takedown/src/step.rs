@@ -3,18 +3,27 @@
 //! Every step is one bounded checkpoint transition: its effects are the
 //! returned commit (the new state guarded on the old one, plus the phase's
 //! writes and audit entries), except piece intents, which are committed on
-//! their own before their bytes are written (see [`crate::copy`]).
+//! their own before their bytes are written (see [`crate::copy`]). A
+//! request whose denial is not settled (activation, or lifting after a
+//! withdrawal) gets a chunk of denial work instead ([`crate::denial`]).
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer};
 
 use crate::context;
 use crate::state::Phase;
-use crate::{acquire, closure, discover, purge, seed};
+use crate::{acquire, closure, denial, discover, purge, seed};
 
 /// `step`: see `wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
-    let mut step = context::load(timer)?;
+    let (id, request) = context::request_of(timer)?;
+    let denial = denial::load(&id, &request)?;
+    if !denial.state.settled {
+        // Denial first: nothing is preserved (or purged) before the
+        // content stops being served, or while a withdrawal is lifted.
+        return denial::step(&id, &request, &denial, timer);
+    }
+    let mut step = context::load(timer, id, request, denial.raw)?;
     if !purge::start(&mut step)? {
         match step.state.phase {
             Phase::Seed => seed::run(&mut step)?,

@@ -106,12 +106,13 @@ fn plan_create_records_a_request_once_guarded_on_its_absence() {
         commit.batch.preconditions.first(),
         Some(Precondition::Absent(r)) if r.partition == "takedown"
     ));
-    assert_eq!(commit.audit.len(), 1);
+    assert_eq!(commit.audit.len(), 2);
     assert_eq!(commit.audit[0].event, "TakedownRequested");
     assert_eq!(
         commit.audit[0].targets,
         [hex(&request_id(1)), REPO.to_owned()]
     );
+    assert_eq!(commit.audit[1].event, "TakedownDenialActivated");
     apply(&commit);
     assert!(matches!(
         Policy::plan_create(actions(request_id(1), REPO, &[a]), T0),

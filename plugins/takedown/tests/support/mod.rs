@@ -5,6 +5,7 @@
 use custodian_plugin_retention::Policy as Retention;
 use custodian_plugin_takedown::Policy;
 use custodian_sdk::audit::Entry;
+use custodian_sdk::contract::denial;
 use custodian_sdk::kv::Outcome;
 use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::retention::{RetentionRules, Settings};
@@ -124,6 +125,23 @@ pub fn manifest(chunks: &[Vec<u8>]) -> (Id, Vec<u8>) {
     (object(&body, 2), file)
 }
 
+/// A manifest listing `chunks` by id (the chunks themselves are not
+/// stored: denial reads only the list), built with the contract's
+/// encoder; stored and indexed as a manifest. Returns its id.
+pub fn manifest_of(chunks: &[Id]) -> Id {
+    use custodian_sdk::contract::content::{CHUNK_BYTES, manifest};
+    let header = manifest::Header {
+        file_len: chunks.len() as u64 * CHUNK_BYTES,
+        count: chunks.len() as u32,
+    };
+    let mut body = header.encode().to_vec();
+    for chunk in chunks {
+        body.extend_from_slice(chunk);
+    }
+    body.extend_from_slice(&manifest::encode_trailer(0));
+    object(&body, 2)
+}
+
 /// The bytes of a pack of `members` (id, kind).
 pub fn pack_body(members: &[(Id, u8)]) -> Vec<u8> {
     let mut body = b"CUSTPACK".to_vec();
@@ -165,6 +183,29 @@ pub fn pack_request(id: Id, repository: &str, pack: Id) -> Request {
     }
 }
 
+/// Most operations of a commit carrying denial work: the host's 96 less
+/// the 24 it may add.
+pub const DENIAL_COMMIT_OPS: usize = 72;
+
+/// Operations (preconditions and writes) of a commit's batch.
+pub fn ops(commit: &WitCommit) -> usize {
+    commit.batch.preconditions.len() + commit.batch.writes.len()
+}
+
+/// The denials of `object`'s row in partition `denial`, in order (none
+/// when it has no row).
+pub fn denials(object: &Id) -> Vec<denial::Denial> {
+    kv::get(denial::PARTITION, &denial::key(object))
+        .unwrap()
+        .map(|row| denial::decode(&row).expect("a denial row decodes"))
+        .unwrap_or_default()
+}
+
+/// The requests denying `object`, in order.
+pub fn denied_by(object: &Id) -> Vec<Id> {
+    denials(object).iter().map(|d| d.request).collect()
+}
+
 /// Applies a commit's batch as the host would, asserting its bounds.
 pub fn apply(commit: &WitCommit) {
     assert!(
@@ -176,10 +217,20 @@ pub fn apply(commit: &WitCommit) {
     assert_eq!(outcome, Outcome::Committed);
 }
 
-/// Files `request` (applying its commit) and returns a driver for it.
+/// Files `request` as the host does: applies its commit, then
+/// `plan-denial`'s until there are none; returns a driver for it.
 pub fn file(request: Request) -> Driver {
+    let mut driver = file_only(request);
+    driver.settle_denial(100);
+    driver
+}
+
+/// Files `request` applying only the `plan-create` commit (a host that
+/// died before its denial was settled).
+pub fn file_only(request: Request) -> Driver {
     let id: Id = request.id.as_slice().try_into().unwrap();
     let commit = Policy::plan_create(request, T0).expect("the request is valid");
+    assert!(ops(&commit) <= DENIAL_COMMIT_OPS, "{} ops", ops(&commit));
     apply(&commit);
     let driver = Driver {
         id,
@@ -228,9 +279,11 @@ impl Driver {
         let StepResult::Reschedule(reschedule) = result else {
             panic!("a takedown step is never done");
         };
+        // A step of denial work is due again at once (the host paces
+        // timers); every other step is rescheduled later.
         assert!(
-            reschedule.due_at_ms > self.now,
-            "the step is rescheduled later"
+            reschedule.due_at_ms >= self.now,
+            "the step is not rescheduled in the past"
         );
         apply(&reschedule.commit);
         self.now = reschedule.due_at_ms;
@@ -317,6 +370,31 @@ impl Driver {
             .iter()
             .flat_map(|o| objects::get("preserved", &o.key, None).unwrap().1)
             .collect()
+    }
+
+    /// Applies `plan-denial` commits until there are none; returns how
+    /// many were applied. Panics after `limit`.
+    pub fn settle_denial(&mut self, limit: usize) -> usize {
+        testing::set_now(self.now);
+        for applied in 0..limit {
+            let planned = Policy::plan_denial(self.id.to_vec(), self.now).expect("plan-denial");
+            let Some(commit) = planned else {
+                return applied;
+            };
+            assert!(ops(&commit) <= DENIAL_COMMIT_OPS, "{} ops", ops(&commit));
+            apply(&commit);
+            self.events.extend(commit.audit);
+        }
+        panic!("the denial is not settled after {limit} plan-denial commits");
+    }
+
+    /// Applies a `plan-withdraw` commit.
+    pub fn withdraw(&mut self) -> Result<(), Error> {
+        testing::set_now(self.now);
+        let commit = Policy::plan_withdraw(self.id.to_vec(), self.now)?;
+        apply(&commit);
+        self.events.extend(commit.audit);
+        Ok(())
     }
 
     /// Applies a `plan-hold` commit.

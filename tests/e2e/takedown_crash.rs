@@ -1,7 +1,8 @@
 //! Crash safety of a takedown: `custodian tick` killed with SIGKILL at
 //! random moments, over and over, through acquisition and then through
 //! purging. No piece may be lost or written twice, no transition audited
-//! twice, and the request must complete after the restarts.
+//! twice, the content stays denied (451, `repo get` exit 4) after every
+//! kill, and the request must complete after the restarts.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -86,6 +87,23 @@ fn crash_until(rng: &mut Rng, data: &str, until: u64, done: impl Fn() -> bool) -
     (launches, killed_mid_work)
 }
 
+/// Panics unless reading each of `files` (repository, path) is refused
+/// as taken down (exit 4).
+fn assert_denied(data: &str, files: &[(&str, &str)]) {
+    for (repo, path) in files {
+        let output = custodian()
+            .args(["repo", "get", repo, path, "--data", data])
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(4),
+            "{repo} {path} must stay denied: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 fn count(events: &[(String, Vec<String>, Option<String>)], name: &str) -> usize {
     events.iter().filter(|(e, _, _)| e == name).count()
 }
@@ -129,9 +147,17 @@ fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_complete
         })
         .collect();
     let objects_per_request = 6 + BULK_FILES as u64;
+    let denied = [
+        ("alpha/one", "site/docs/a.txt"),
+        ("alpha/one", "site/bulk/f07"),
+        ("beta/two", "a.txt"),
+    ];
+    assert_denied(data, &denied);
 
-    // Acquisition, closure, discovery.
+    // Acquisition, closure, discovery; after every launch, killed or not,
+    // the content is still denied.
     let (launches, mid_work) = crash_until(&mut rng, data, T0 + 30 * MINUTE, || {
+        assert_denied(data, &denied);
         ids.iter().all(|id| status(data, id)["phase"] == "retain")
     });
     eprintln!("acquisition: {launches} launches, {mid_work} killed after committing steps");
@@ -177,8 +203,11 @@ fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_complete
         "no version kept"
     );
 
+    assert_denied(data, &denied);
+
     let events = policy_events(data);
     for once in [
+        "TakedownDenialActivated",
         "PreservationClosurePending",
         "PreservationVerified",
         "PreservationDiscoveryComplete",

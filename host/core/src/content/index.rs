@@ -12,7 +12,7 @@ use custodian_kv::{Kv, MAX_KEY_BYTES, MAX_PAGE_ENTRIES};
 
 use super::{ContentError, MAX_REPO_PART_BYTES, ObjectId, ObjectKind, RepoName, partition};
 
-pub use layout::{ENTRY_TAG, HOLDER_TAG, MAX_PATH_BYTES, OBJECT_TAG, SEAL_TAG};
+pub use layout::{CHUNK_OF_TAG, ENTRY_TAG, HOLDER_TAG, MAX_PATH_BYTES, OBJECT_TAG, SEAL_TAG};
 
 // The contract bounds entry keys by its own key bound; the KV this host
 // runs must accept them too.
@@ -31,6 +31,11 @@ pub fn holder_prefix(id: &ObjectId) -> Vec<u8> {
 /// The key of the row saying `repo` holds `id`.
 pub fn holder_key(id: &ObjectId, repo: &RepoName) -> Vec<u8> {
     layout::holder_key(id.as_bytes(), repo.namespace(), repo.name())
+}
+
+/// The key of the row saying `chunk` is part of `manifest`'s file.
+pub fn chunk_of_key(chunk: &ObjectId, manifest: &ObjectId) -> Vec<u8> {
+    layout::chunk_of_key(chunk.as_bytes(), manifest.as_bytes())
 }
 
 /// The key of pack `id`'s seal row.

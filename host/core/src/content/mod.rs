@@ -36,6 +36,7 @@
 //! | `h` id namespace `0x00` name | empty: the repository holds the object |
 //! | `s` pack-id | sealed-at ms (u64): the pack is complete and immutable |
 //! | `r` namespace `0x00` name `0x00` path | id, kind (1 byte), size (u64) |
+//! | `c` chunk-id manifest-id | empty: the chunk is part of that manifest's file |
 //!
 //! An `r` entry's size is the object's byte size, except for a manifest,
 //! whose entry size is the logical length of the file it describes.

@@ -594,9 +594,15 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
             }
             chunk = read;
         }
-        let manifest = Manifest::new(len, chunks, crc)?;
-        let manifest = Chunk::of(manifest.encode());
+        let manifest = Chunk::of(Manifest::new(len, chunks.clone(), crc)?.encode());
         let id = manifest.id;
+        // Ahead of the manifest's own rows: a takedown reading a chunk's
+        // `c` rows never misses a manifest the index knows.
+        for chunk in &chunks {
+            self.writer
+                .create(index::chunk_of_key(chunk, &id), Vec::new())
+                .await?;
+        }
         self.object(manifest, ObjectKind::Manifest).await?;
         Ok((id, ObjectKind::Manifest, len))
     }

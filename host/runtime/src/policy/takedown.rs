@@ -36,7 +36,8 @@ pub const KIND: &str = "takedown";
 pub const PARTITION: &str = "takedown";
 /// The host's content index, which a takedown plugin reads.
 pub const CONTENT_PARTITION: &str = custodian_core::content::PARTITION;
-/// The store users' content is served from, which a takedown plugin reads.
+/// The store users' content is served from, which a takedown plugin
+/// reads, removes copies from once preserved, and restores them to.
 pub const SERVING_STORE: &str = custodian_core::content::SERVING_STORE;
 /// The separately provisioned store only the takedown policy writes to.
 pub const PRESERVED_STORE: &str = "preserved";
@@ -145,15 +146,15 @@ pub struct Counts {
 }
 
 /// What a takedown plugin reaches: its own partition and the denial rows,
-/// the content index and serving copies to read, and the preserved store
-/// to write.
+/// the content index to read, the serving copies to remove (once
+/// preserved) and restore (on a withdrawal), and the preserved store.
 pub fn grants() -> Grants {
     Grants::none()
         .partition(PARTITION)
         .and_then(|g| g.partition(DENIAL_PARTITION))
         .and_then(|g| g.read_partition(CONTENT_PARTITION))
         .expect("the takedown partitions are valid, grantable names")
-        .read_store(SERVING_STORE)
+        .store(SERVING_STORE)
         .store(PRESERVED_STORE)
 }
 
@@ -196,6 +197,10 @@ pub struct Denial {
     pub settled: bool,
     /// Objects the request denies now.
     pub denied: u64,
+    /// Serving copies the request removed once preserved.
+    pub removed: u64,
+    /// Serving copies the request restored on its withdrawal.
+    pub restored: u64,
     /// When the request was withdrawn.
     pub withdrawn_ms: Option<u64>,
 }
@@ -492,6 +497,8 @@ impl From<wit::RequestStatus> for RequestStatus {
             since_ms: s.denial.since_ms,
             settled: s.denial.settled,
             denied: s.denial.denied,
+            removed: s.denial.removed,
+            restored: s.denial.restored,
             withdrawn_ms: s.denial.withdrawn_ms,
         };
         let c = s.counts;
@@ -541,6 +548,8 @@ impl RequestStatus {
                     since_ms: 0,
                     settled: true,
                     denied: 0,
+                    removed: 0,
+                    restored: 0,
                     withdrawn_ms: None,
                 },
             })

@@ -8,6 +8,12 @@
 //! | `h` id namespace `0x00` name | empty: the repository holds the object |
 //! | `s` pack-id | sealed-at ms (u64): the pack is complete and immutable |
 //! | `r` namespace `0x00` name `0x00` path | id, kind (1 byte), size (u64) |
+//! | `c` chunk-id manifest-id | empty: the chunk is part of that manifest's file |
+//!
+//! `c` rows let a takedown tell a chunk only its own files hold from one
+//! another file shares: a chunk's serving copy may go only when every
+//! manifest listing it is taken down. A push writes them with the
+//! manifest's `o` row.
 //!
 //! Repository parts never contain `0x00` ([`crate::name`]), so the
 //! separator ends a namespace unambiguously: all holders of an object are
@@ -30,6 +36,8 @@ pub const HOLDER_TAG: u8 = b'h';
 pub const SEAL_TAG: u8 = b's';
 /// Tag of a repository entry: `r` namespace 0x00 name 0x00 path.
 pub const ENTRY_TAG: u8 = b'r';
+/// Tag of a chunk-of row: `c` chunk-id manifest-id.
+pub const CHUNK_OF_TAG: u8 = b'c';
 /// The byte between a namespace and a name, and between a repository and
 /// an entry's path: it sorts before every byte a name may hold.
 pub const SEPARATOR: u8 = 0;
@@ -136,6 +144,19 @@ pub fn holder_of(tail: &[u8]) -> Result<(&str, &str), HolderError> {
         (Ok(namespace), Ok(name)) => Ok((namespace, name)),
         _ => Err(HolderError::NotUtf8),
     }
+}
+
+/// The prefix of every chunk-of row of `chunk`: one per manifest listing
+/// it.
+pub fn chunk_of_prefix(chunk: &Id) -> Vec<u8> {
+    tagged(CHUNK_OF_TAG, chunk)
+}
+
+/// The key of the row saying `chunk` is part of `manifest`'s file.
+pub fn chunk_of_key(chunk: &Id, manifest: &Id) -> Vec<u8> {
+    let mut key = chunk_of_prefix(chunk);
+    key.extend_from_slice(manifest);
+    key
 }
 
 /// The key of pack `id`'s seal row.
@@ -271,6 +292,11 @@ mod tests {
             [&b"h"[..], &[7; 32], b"acme\0site"].concat()
         );
         assert_eq!(seal_key(&id), [&b"s"[..], &[7; 32]].concat());
+        assert_eq!(
+            chunk_of_key(&id, &[9; 32]),
+            [&b"c"[..], &[7; 32], &[9; 32]].concat()
+        );
+        assert!(chunk_of_key(&id, &[9; 32]).starts_with(&chunk_of_prefix(&id)));
         assert_eq!(
             entry_key("acme", "site", "d/x.txt"),
             b"racme\0site\0d/x.txt".to_vec()

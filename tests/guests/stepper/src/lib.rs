@@ -143,6 +143,8 @@ impl TakedownSteps for Stepper {
                 since_ms: 0,
                 settled: true,
                 denied: 0,
+                removed: 0,
+                restored: 0,
                 withdrawn_ms: None,
             },
             last_error: None,

@@ -1,16 +1,19 @@
 //! Takedown denial end to end, with the real binary: through `custodian
 //! serve` on the embedded default, through the offline commands on a data
 //! directory, and across two hosts sharing etcd. A filing answers only
-//! once its content answers 451 everywhere; a withdrawal serves it again,
-//! byte-identical.
+//! once its content answers 451 everywhere; once preserved, the serving
+//! copies go (a chunk another file shares stays); a withdrawal restores
+//! them and serves the files again, byte-identical.
+
+use std::time::Duration;
 
 use custodian::kv::etcd::local_server::EtcdCluster;
 use custodian::object::s3::local_server::{self, Kind};
 use serde_json::{Value, json};
 
-use crate::server::{Server, agent, answer, bearer, json_body};
+use crate::server::{Server, agent, answer, bearer, json_body, wait_for};
 use crate::support::{outcome, run};
-use crate::takedown::noise;
+use crate::takedown::{MINUTE, T0, noise, tick};
 
 /// 4 MiB: a file larger than this is chunked under a manifest.
 const CHUNK: usize = 4 << 20;
@@ -58,6 +61,12 @@ fn file(base: &str, repo: &str, objects: &[&str]) -> Value {
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["denial_settled"], true, "{body}");
     body
+}
+
+fn status_of(base: &str, id: &str) -> Value {
+    let (code, body) = get(base, &format!("/v1/takedowns/{id}"));
+    assert_eq!(code, 200);
+    serde_json::from_slice(&body).unwrap()
 }
 
 fn withdraw(base: &str, id: &str) -> (u16, Value) {
@@ -122,9 +131,38 @@ fn through_the_server_a_takedown_answers_451_on_every_path_at_once_and_a_withdra
     assert_eq!(status, 200, "the file sharing a chunk keeps serving");
     assert!(body == kept, "byte-identical");
 
+    // Once preserved and verified, the serving copies go: every version
+    // of the manifest and of the chunk only the taken-down file holds;
+    // the chunk the kept file shares stays.
+    wait_for(
+        "the serving copies' removal",
+        Duration::from_secs(180),
+        || status_of(base, request)["denial"]["removed"] == 2,
+    );
+    let status = status_of(base, request);
+    assert_eq!(status["verification"], "verified", "{status}");
+    for (object, present) in [
+        (manifest.clone(), false),
+        (hex_id(&own), false),
+        (hex_id(&shared), true),
+    ] {
+        let (code, body) = get(
+            base,
+            &format!("/v1/stores/serving/versions?prefix=content/{object}"),
+        );
+        assert_eq!(code, 200);
+        let listed: Value = serde_json::from_slice(&body).unwrap();
+        let versions = listed["versions"].as_array().unwrap().len();
+        assert_eq!(versions > 0, present, "{object}: {listed}");
+    }
+    let (status, body) = get(base, "/v1/repos/gamma/keep/files/kept.bin");
+    assert_eq!(status, 200, "the kept file still reads after the removal");
+    assert!(body == kept, "byte-identical");
+
     let (status, body) = withdraw(base, request);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["denial"]["denied"], 0, "{body}");
+    assert_eq!(body["denial"]["restored"], 2, "{body}");
     for path in [
         "/v1/repos/alpha/one/files/docs/taken.bin",
         "/v1/repos/beta/two/files/copy.bin",
@@ -154,6 +192,7 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
     }
     let object = hex_id(&bytes);
 
+    let t0 = T0.to_string();
     let filed = run(&[
         "takedown",
         "create",
@@ -163,6 +202,8 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
         "--data",
         path(&data),
         "--json",
+        "--now",
+        &t0,
     ]);
     let (code, stdout, stderr) = outcome(&filed);
     assert_eq!(code, 0, "{stderr}");
@@ -216,8 +257,34 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
     assert_eq!(status["denial"]["denied"], 1, "{status}");
     assert_eq!(status["denial"]["settled"], true, "{status}");
 
-    let withdrawn = run(&["takedown", "withdraw", &request, "--data", path(&data)]);
+    // The steps preserve it, then remove its serving copy; still 451.
+    tick(path(&data), T0, T0 + 10 * MINUTE);
+    let status = run(&["takedown", "status", &request, "--json", "--data", path(&data)]);
+    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
+    assert_eq!(status["verification"], "verified", "{status}");
+    assert_eq!(status["denial"]["removed"], 1, "{status}");
+    let serving = crate::takedown::store(&data, "serving");
+    assert!(
+        crate::takedown::versions(serving.as_ref(), &format!("content/{object}")).is_empty(),
+        "every version of the serving copy is gone"
+    );
+    drop(serving);
+    let read = run(&["repo", "get", "beta/two", "report.bin", "--data", path(&data)]);
+    assert_eq!(outcome(&read).0, 4);
+
+    let withdrawn = run(&[
+        "takedown",
+        "withdraw",
+        &request,
+        "--data",
+        path(&data),
+        "--now",
+        &(T0 + 10 * MINUTE).to_string(),
+    ]);
     assert_eq!(outcome(&withdrawn).0, 0, "{}", outcome(&withdrawn).2);
+    let status = run(&["takedown", "status", &request, "--json", "--data", path(&data)]);
+    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
+    assert_eq!(status["denial"]["restored"], 1, "{status}");
     let read = run(&[
         "repo",
         "get",

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Rng, custodian};
 use crate::takedown::{
-    DAY, HOUR, MINUTE, RETENTION, T0, assert_preserved_equals_serving, objects, ok, policy_events,
+    DAY, HOUR, MINUTE, RETENTION, T0, assert_preserved_is_the_content, objects, ok, policy_events,
     push, site, status, store,
 };
 
@@ -167,7 +167,7 @@ fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_complete
         assert_eq!(s["verification"], "verified", "{s}");
         assert_eq!(s["counts"]["verified"], objects_per_request, "{s}");
         assert_eq!(
-            assert_preserved_equals_serving(&data_path, id) as u64,
+            assert_preserved_is_the_content(&data_path, id) as u64,
             objects_per_request,
             "no piece lost"
         );

@@ -373,6 +373,10 @@ fn print_status(id: &[u8; 32], s: &takedown::RequestStatus, next_step_ms: Option
                 (Some(at), false) => format!("lifting (withdrawn at {at})"),
             };
             println!("denial        {state}, {} object(s) denied", d.denied);
+            println!(
+                "serving       {} cop(ies) removed, {} restored",
+                d.removed, d.restored
+            );
         }
     }
     if let Some(next) = s.next_purge_ms {

@@ -227,7 +227,16 @@ pub fn settle(
     action: Action<'_>,
 ) -> Result<Settled, RequestError> {
     let started = std::time::Instant::now();
-    let mut lost = 0;
+    // Tells this drive's audit keys from another's at the same `now_ms`
+    // (a filing's and a withdrawal's, or two hosts' drives): each part's
+    // commit is guarded by the policy, so the keys need only be unique,
+    // not replayable; a collision fails the guard and the next attempt
+    // (its count is in the key too) draws another key.
+    let drive = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+        .to_be_bytes();
+    let mut lost: u32 = 0;
     let mut part = 0u64;
     loop {
         part += 1;
@@ -244,7 +253,14 @@ pub fn settle(
         };
         let records = plugin_records(&commit, action.now_ms, &actor);
         let mut batch = commit.batch;
-        let unique = [id.as_slice(), b"denial", &part.to_be_bytes()].concat();
+        let unique = [
+            id.as_slice(),
+            b"denial",
+            &drive,
+            &part.to_be_bytes(),
+            &lost.to_be_bytes(),
+        ]
+        .concat();
         add_audit(&mut batch, records, &unique)?;
         match io.block_on(kv.apply(&guarded(batch, action.guard)))? {
             Outcome::Committed => lost = 0,

@@ -93,6 +93,12 @@ pub struct DenialState {
     /// changes what the next one is guarded on, even one that only
     /// advanced a walk.
     pub revision: u64,
+    /// Serving copies this request removed once preserved.
+    #[serde(default)]
+    pub removed: u64,
+    /// Serving copies this request restored on its withdrawal.
+    #[serde(default)]
+    pub restored: u64,
 }
 
 impl DenialState {
@@ -106,6 +112,8 @@ impl DenialState {
             denied: 0,
             withdrawn_ms: None,
             revision: 0,
+            removed: 0,
+            restored: 0,
         }
     }
 
@@ -120,6 +128,8 @@ impl DenialState {
             denied: 0,
             withdrawn_ms: None,
             revision: 0,
+            removed: 0,
+            restored: 0,
         }
     }
 
@@ -155,6 +165,8 @@ impl DenialState {
             since_ms: self.since_ms,
             settled: self.settled,
             denied: self.denied,
+            removed: self.removed,
+            restored: self.restored,
             withdrawn_ms: self.withdrawn_ms,
         }
     }

@@ -131,6 +131,7 @@ pub mod denial;
 pub mod discover;
 pub mod hold;
 pub mod keys;
+pub mod preserved;
 pub mod purge;
 pub mod queue;
 pub mod request;
@@ -138,6 +139,7 @@ pub mod seed;
 pub mod state;
 pub mod status;
 pub mod step;
+pub mod survey;
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};

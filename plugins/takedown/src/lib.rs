@@ -134,12 +134,14 @@ pub mod keys;
 pub mod preserved;
 pub mod purge;
 pub mod queue;
+pub mod remove;
 pub mod request;
 pub mod seed;
 pub mod state;
 pub mod status;
 pub mod step;
 pub mod survey;
+pub mod versions;
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};

@@ -136,6 +136,7 @@ pub mod purge;
 pub mod queue;
 pub mod remove;
 pub mod request;
+pub mod restore;
 pub mod seed;
 pub mod state;
 pub mod status;

@@ -1,5 +1,6 @@
-//! Removal of serving copies once preserved, and acquisition from another
-//! request's preserved copy once a serving copy is gone.
+//! Removal of serving copies once preserved, restoration on withdrawal,
+//! and acquisition from another request's preserved copy once a serving
+//! copy is gone.
 //!
 //! The native test host's stores are unversioned, so "every version" is
 //! the current object here (`list-versions` answers `unsupported` and the
@@ -7,9 +8,11 @@
 
 mod support;
 
+use custodian_plugin_takedown::Policy;
 use custodian_sdk::Error;
 use custodian_sdk::kv::Outcome;
 use custodian_sdk::objects;
+use custodian_sdk::takedown::TakedownSteps;
 use support::*;
 
 const REPO: &str = "acme/widgets";
@@ -21,6 +24,13 @@ fn serving(object: &Id) -> bool {
         Err(Error::NotFound(_)) => false,
         Err(other) => panic!("head: {other:?}"),
     }
+}
+
+/// `object`'s serving bytes.
+fn served(object: &Id) -> Vec<u8> {
+    objects::get("serving", &format!("content/{}", hex(object)), None)
+        .unwrap()
+        .1
 }
 
 /// The reason of `driver`'s `kept` row of `object`, if any.
@@ -239,6 +249,120 @@ fn a_crash_between_the_removal_intent_and_the_commit_finishes_the_removal_once_a
 }
 
 #[test]
+fn withdrawal_restores_every_removed_object_byte_identical_before_lifting_and_counts_them() {
+    setup();
+    let (a, b) = (blob(&bytes(1, 100)), blob(&bytes(2, 5 * MIB + 3)));
+    let chunks = vec![bytes(3, MIB + 7), bytes(4, 40)];
+    let (m, _) = manifest(&chunks);
+    for object in [a, b, m] {
+        hold(&object, REPO);
+    }
+    let mut driver = file(actions(request_id(1), REPO, &[a, b, m]));
+    driver.until("retain", 80);
+    let every = [a, b, m, id_of(&chunks[0]), id_of(&chunks[1])];
+    assert!(every.iter().all(|o| !serving(o)));
+    assert_eq!(driver.status().denial.removed, 5);
+
+    driver.withdraw().unwrap();
+    // Lift as the host does, checking after every commit that nothing is
+    // undenied without its serving copy.
+    testing_now(&driver);
+    let mut commits = 0;
+    while let Some(commit) = Policy::plan_denial(driver.id.to_vec(), driver.now).unwrap() {
+        assert!(ops(&commit) <= DENIAL_COMMIT_OPS);
+        apply(&commit);
+        driver.events.extend(commit.audit);
+        commits += 1;
+        assert!(commits < 20);
+        for object in &every {
+            assert!(
+                !denied_by(object).is_empty() || serving(object),
+                "{} undenied without a serving copy",
+                hex(object)
+            );
+        }
+    }
+    for object in &every {
+        assert!(denied_by(object).is_empty());
+        assert_eq!(id_of(&served(object)), *object, "byte-identical (BLAKE3)");
+        assert_eq!(events_about(&driver, "ServingCopyRestored", object), 1);
+    }
+    let status = driver.status();
+    assert!(status.denial.settled);
+    assert_eq!(status.denial.restored, 5);
+    assert_eq!(status.last_error, None);
+    let names = driver.event_names();
+    let restored = names
+        .iter()
+        .rposition(|n| n == "ServingCopyRestored")
+        .unwrap();
+    let lifted = names
+        .iter()
+        .position(|n| n == "TakedownDenialLifted")
+        .unwrap();
+    assert!(restored < lifted);
+}
+
+fn testing_now(driver: &Driver) {
+    custodian_sdk::testing::set_now(driver.now);
+}
+
+#[test]
+fn withdrawing_one_of_two_requests_restores_nothing_while_the_other_still_denies() {
+    setup();
+    let x = blob(&bytes(1, 100));
+    hold(&x, REPO);
+    let mut first = file(actions(request_id(1), REPO, &[x]));
+    let mut second = file(actions(request_id(2), REPO, &[x]));
+    first.until("retain", 20);
+    second.until("retain", 20);
+    assert!(!serving(&x));
+
+    first.withdraw().unwrap();
+    first.settle_denial(5);
+    assert_eq!(denied_by(&x), [second.id]);
+    assert!(!serving(&x), "the other request still denies it");
+    assert_eq!(first.status().denial.restored, 0);
+    assert_eq!(events_about(&first, "ServingCopyRestored", &x), 0);
+
+    // The last denier's withdrawal puts it back.
+    second.withdraw().unwrap();
+    second.settle_denial(5);
+    assert!(denied_by(&x).is_empty());
+    assert_eq!(id_of(&served(&x)), x);
+    assert_eq!(second.status().denial.restored, 1);
+}
+
+#[test]
+fn withdrawing_the_request_of_a_file_sharing_a_chunk_with_another_taken_down_file_restores_the_chunk()
+ {
+    setup();
+    let (shared, one, two) = (bytes(1, 300), bytes(2, 400), bytes(3, 500));
+    let (first_file, _) = manifest(&[shared.clone(), one.clone()]);
+    let (second_file, _) = manifest(&[shared.clone(), two.clone()]);
+    hold(&first_file, REPO);
+    hold(&second_file, REPO);
+    let mut first = file(actions(request_id(1), REPO, &[first_file]));
+    let mut second = file(actions(request_id(2), REPO, &[second_file]));
+    first.until("retain", 40);
+    second.until("retain", 40);
+    let shared_id = id_of(&shared);
+    assert!(!serving(&shared_id), "both files are taken down");
+    assert_eq!(denied_by(&shared_id), [first.id, second.id]);
+
+    second.withdraw().unwrap();
+    second.settle_denial(10);
+    // The second file is served again, so all of it is back, the chunk the
+    // first request still denies included.
+    for object in [second_file, id_of(&two), shared_id] {
+        assert!(serving(&object), "{}", hex(&object));
+    }
+    assert_eq!(denied_by(&shared_id), [first.id]);
+    assert!(!serving(&first_file) && !serving(&id_of(&one)));
+    assert_eq!(second.status().denial.restored, 3);
+}
+
+#[test]
 fn a_request_filed_after_removal_acquires_from_the_other_requests_preserved_copy_and_verifies() {
     setup();
     let body = bytes(1, 3 * MIB + 9);
@@ -298,6 +422,15 @@ fn a_request_filed_after_removal_acquires_from_the_other_requests_preserved_copy
     // Nothing was left to remove, and nothing is counted twice.
     assert_eq!(status.denial.removed, 0);
     assert!(kept(&second, &x).unwrap().contains("gone already"));
+
+    // Both withdrawn: the last one restores from its own copy.
+    first.withdraw().unwrap();
+    first.settle_denial(10);
+    assert!(!serving(&x));
+    second.withdraw().unwrap();
+    second.settle_denial(10);
+    assert_eq!(served(&x), body);
+    assert_eq!(second.status().denial.restored, 4);
 }
 
 #[test]

@@ -74,7 +74,8 @@
 //! # Bounds
 //!
 //! A step looks at [`OBJECTS_PER_STEP`] `object` rows (about 8 reads for
-//! all of them, plus a `c`-row scan each) and removes at most
+//! all of them, plus a `c`-row scan and a `head` of the serving copy
+//! each) and removes at most
 //! [`REMOVALS_PER_STEP`]: the intent commit has at most [`INTENT_OPS`]
 //! operations (3 of its own; per object, the guards on its row, on at
 //! most 15 other deniers and 16 manifests, and the intent), and deleting a

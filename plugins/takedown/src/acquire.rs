@@ -1,15 +1,25 @@
 //! Acquire: select each queued object's source, copy it into the preserved
 //! store piece by piece, verify it, and queue a manifest's chunks.
+//!
+//! The source is the serving copy. When another request has removed it
+//! ([`crate::remove`]), the source is that request's preserved copy: a
+//! request denying the object whose copy is verified and not being purged
+//! ([`preserved::pick`]). It is copied through the same path (an intent
+//! before each piece), verified the same way (size, CRC-64/NVME against
+//! the content index, BLAKE3 against the id, structure), and the `source`
+//! row names the request it came from. With neither, the source is
+//! missing (data loss), recorded like corruption.
 
 use custodian_sdk::objects::{self, MAX_BODY_BYTES};
-use custodian_sdk::{Error, kv};
+use custodian_sdk::{Error, checksum, kv};
 use serde::{Deserialize, Serialize};
 
 use crate::closure::Checkpoint;
-use crate::codec::{Id, corrupt, decode, describe, encode, hex};
+use crate::codec::{Id, corrupt, decode, describe, encode, hex, id_from_hex};
 use crate::content::{self, MANIFEST, PACK, SERVING, manifest, pack};
 use crate::context::Step;
 use crate::keys::{self, PARTITION};
+use crate::preserved::{self, ReadError};
 use crate::state::{self, ObjectInfo, Phase, Verification};
 use crate::{copy, queue};
 
@@ -17,14 +27,17 @@ use crate::{copy, queue};
 /// progress rows are read in one `get-many`.
 const CHUNKS_PER_STEP: u32 = 64;
 
-/// The `source` row: the serving copy selected for an object, kept as
-/// provenance even when it turns out corrupt.
+/// The `source` row: the copy selected for an object (its serving copy,
+/// or another request's preserved copy), kept as provenance even when it
+/// turns out corrupt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Source {
-    /// Its key in `serving`.
+    /// Its key in `serving`; for a preserved copy, the prefix of its
+    /// pieces in `preserved` ([`keys::preserved_prefix`]).
     pub key: String,
-    /// The etag it had when selected; every read is guarded on it.
+    /// The etag it had when selected; every read is guarded on it. Empty
+    /// for a preserved copy (each piece is checked against its intent).
     pub etag: String,
     /// Size in bytes.
     pub size: u64,
@@ -34,6 +47,29 @@ pub struct Source {
     pub kind: u8,
     /// When it was selected.
     pub selected_at: u64,
+    /// The request (hex) whose preserved copy was selected, the serving
+    /// copy having been removed; absent for a serving copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+impl Source {
+    /// The request whose preserved copy this is, if it is one.
+    fn preserved_by(&self) -> Result<Option<Id>, Error> {
+        self.request
+            .as_deref()
+            .map(|r| id_from_hex(r, "a source's request"))
+            .transpose()
+    }
+
+    /// Where a source of `object` must be: its serving key, or the prefix
+    /// of the preserving request's pieces.
+    fn expected_key(&self, object: &Id) -> Result<String, Error> {
+        Ok(match self.preserved_by()? {
+            Some(request) => keys::preserved_prefix(&request, object),
+            None => keys::serving_key(object),
+        })
+    }
 }
 
 /// Why a serving copy cannot be preserved (it is recorded, not retried).
@@ -68,7 +104,7 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         None => select(step, &object, expected, info),
         Some(raw) => {
             let source: Source = decode(&raw, "a source checkpoint")?;
-            if source.key != keys::serving_key(&object)
+            if source.key != source.expected_key(&object)?
                 || !content::is_kind(source.kind)
                 || info.kind != source.kind
                 || info.size != source.size
@@ -85,7 +121,8 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     }
 }
 
-/// Selects the serving copy of `object` and records it as provenance.
+/// Selects the serving copy of `object` (or, when it was removed, another
+/// request's preserved copy) and records it as provenance.
 fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> Result<(), Error> {
     let serving = keys::serving_key(object);
     let head = match objects::head(SERVING, &serving) {
@@ -93,19 +130,50 @@ fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> R
         Err(Error::NotFound(_)) => None,
         Err(other) => return Err(other),
     };
-    let row = content::object_row(object)?;
-    let (Some(head), Some(row)) = (head, row) else {
+    let Some(row) = content::object_row(object)? else {
         return source_corrupt(
             step,
             object,
             info,
             false,
-            "missing from serving or from the content index (data loss)".into(),
+            "missing from the content index (data loss)".into(),
         );
     };
-    let problem = if head.size != row.size || head.crc64.is_some_and(|crc| crc != row.crc64) {
-        Some("the serving copy disagrees with the content index".to_owned())
-    } else if expected != 0 && expected != row.kind {
+    let origin = match head {
+        Some(head) => {
+            if head.size != row.size || head.crc64.is_some_and(|crc| crc != row.crc64) {
+                return source_corrupt(
+                    step,
+                    object,
+                    info,
+                    false,
+                    "the serving copy disagrees with the content index".into(),
+                );
+            }
+            Origin::Serving(head.etag)
+        }
+        None => match preserved::pick(object, Some(&step.id))? {
+            Some(copy)
+                if copy.info.size == row.size
+                    && copy.info.crc64 == row.crc64
+                    && copy.info.kind == row.kind =>
+            {
+                Origin::Preserved(copy.request)
+            }
+            _ => {
+                return source_corrupt(
+                    step,
+                    object,
+                    info,
+                    false,
+                    "missing from serving, and no request denying it holds a verified \
+                     preserved copy (data loss)"
+                        .into(),
+                );
+            }
+        },
+    };
+    let problem = if expected != 0 && expected != row.kind {
         Some(format!(
             "expected kind {expected}, the index says {}",
             row.kind
@@ -129,13 +197,22 @@ fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> R
     if let Some(problem) = problem {
         return source_corrupt(step, object, info, false, problem);
     }
+    let (key, etag, request) = match origin {
+        Origin::Serving(etag) => (serving, etag, None),
+        Origin::Preserved(request) => (
+            keys::preserved_prefix(&request, object),
+            String::new(),
+            Some(hex(&request)),
+        ),
+    };
     let source = Source {
-        key: serving,
-        etag: head.etag,
+        key,
+        etag,
         size: row.size,
         crc64: row.crc64,
         kind: row.kind,
         selected_at: step.now,
+        request,
     };
     let source_key = keys::object_key(keys::SOURCE, &step.id, object);
     step.require_observed(source_key.clone(), None);
@@ -146,15 +223,26 @@ fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> R
         keys::object_key(keys::OBJECT, &step.id, object),
         encode(&info)?,
     );
-    step.event(
-        "PreservationSourceSelected",
-        &[hex(object)],
-        Some(format!(
+    let detail = match &source.request {
+        Some(request) => format!(
+            "request {request}'s preserved copy {} (the serving copy was removed) kind {} size {}",
+            source.key, source.kind, source.size
+        ),
+        None => format!(
             "{} kind {} size {} etag {}",
             source.key, source.kind, source.size, source.etag
-        )),
-    );
+        ),
+    };
+    step.event("PreservationSourceSelected", &[hex(object)], Some(detail));
     Ok(())
+}
+
+/// Where a selected source is.
+enum Origin {
+    /// The serving copy, with its etag.
+    Serving(String),
+    /// The preserved copy of this request.
+    Preserved(Id),
 }
 
 /// Copies, verifies and completes `object` from its selected `source`.
@@ -236,32 +324,61 @@ fn acquire(
     Ok(())
 }
 
-/// The whole serving copy, verified against the selected source: its
-/// etag, size, CRC, BLAKE3 id and structure. `Err(Ok(_))` when it cannot
-/// be preserved; `Err(Err(_))` when the host failed.
+/// The whole source copy, verified against the selected source: its
+/// etag (a serving copy) or its pieces' intents (a preserved copy), size,
+/// CRC, BLAKE3 id and structure. `Err(Ok(_))` when it cannot be
+/// preserved; `Err(Err(_))` when the host failed.
 fn read(object: &Id, source: &Source) -> Result<Vec<u8>, Result<Unusable, Error>> {
     let unusable = |reason: String| Err(Ok(Unusable(reason)));
-    let (meta, bytes) = match objects::get(SERVING, &source.key, Some(&source.etag)) {
-        Ok(found) => found,
-        Err(error @ Error::PreconditionFailed(_)) => {
-            return unusable(format!(
-                "the serving copy changed since it was selected ({})",
-                describe(&error)
-            ));
+    let bytes = match source.preserved_by().map_err(Err)? {
+        Some(request) => match preserved::read(&request, object, source.size) {
+            Ok(bytes) => {
+                if checksum::crc64_nvme(&bytes) != source.crc64 {
+                    return unusable(format!(
+                        "request {}'s preserved copy has another CRC than the index",
+                        hex(&request)
+                    ));
+                }
+                bytes
+            }
+            Err(ReadError::Unreadable(why)) => return unusable(why),
+            Err(ReadError::Host(error)) => return Err(Err(error)),
+        },
+        None => {
+            let (meta, bytes) = match objects::get(SERVING, &source.key, Some(&source.etag)) {
+                Ok(found) => found,
+                Err(error @ Error::PreconditionFailed(_)) => {
+                    return unusable(format!(
+                        "the serving copy changed since it was selected ({})",
+                        describe(&error)
+                    ));
+                }
+                Err(error @ Error::NotFound(_)) => {
+                    return unusable(format!(
+                        "the serving copy disappeared ({})",
+                        describe(&error)
+                    ));
+                }
+                Err(other) => return Err(Err(other)),
+            };
+            if bytes.len() as u64 != source.size || meta.crc64.is_some_and(|c| c != source.crc64) {
+                return unusable("the serving copy's size or CRC differs from the index".into());
+            }
+            bytes
         }
-        Err(error @ Error::NotFound(_)) => {
-            return unusable(format!(
-                "the serving copy disappeared ({})",
-                describe(&error)
-            ));
-        }
-        Err(other) => return Err(Err(other)),
     };
-    if bytes.len() as u64 != source.size || meta.crc64.is_some_and(|c| c != source.crc64) {
-        return unusable("the serving copy's size or CRC differs from the index".into());
+    if bytes.len() as u64 != source.size {
+        return unusable("the preserved copy's size differs from the index".into());
     }
     if blake3::hash(&bytes).as_bytes() != object {
-        return unusable("the serving bytes do not hash to the object id (BLAKE3)".into());
+        let what = if source.request.is_some() {
+            "preserved"
+        } else {
+            "serving"
+        };
+        return unusable(format!(
+            "the {what} bytes do not hash to the object id (BLAKE3)"
+        ));
     }
     let structure = match source.kind {
         MANIFEST => manifest::check(&bytes).map(drop),

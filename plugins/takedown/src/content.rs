@@ -9,6 +9,7 @@ use custodian_sdk::contract::content::{self as layout, index};
 use custodian_sdk::{Error, kv, objects};
 
 use crate::codec::{Id, corrupt, hex};
+use crate::preserved::{self, ReadError};
 
 /// The host's content index.
 pub const CONTENT: &str = layout::PARTITION;
@@ -95,16 +96,31 @@ pub fn object_rows(objects: &[Id]) -> Result<Vec<Option<ObjectRow>>, Error> {
 }
 
 /// Bytes `[offset, offset + length)` of `object`'s serving copy, cut at
-/// its end. A copy missing from `serving` is data loss (`Corrupt`,
-/// naming it as `what`).
+/// its end. A serving copy a takedown removed is read from the preserved
+/// copy of a request denying the object instead
+/// ([`crate::preserved::pick`]); a copy missing from both is data loss
+/// (`Corrupt`, naming it as `what`).
 pub fn read_serving(object: &Id, offset: u64, length: u64, what: &str) -> Result<Vec<u8>, Error> {
     let key = crate::keys::serving_key(object);
-    objects::get_range(SERVING, &key, offset, length, None).map_err(|error| match error {
-        Error::NotFound(m) => corrupt(format!(
-            "{what} {} is missing from serving: {m}",
+    let missing = match objects::get_range(SERVING, &key, offset, length, None) {
+        Ok(bytes) => return Ok(bytes),
+        Err(Error::NotFound(m)) => m,
+        Err(other) => return Err(other),
+    };
+    let Some(copy) = preserved::pick(object, None)? else {
+        return Err(corrupt(format!(
+            "{what} {} is missing from serving, and no request holds a verified preserved copy: {missing}",
             hex(object)
-        )),
-        other => other,
+        )));
+    };
+    preserved::read_range(&copy.request, object, copy.info.size, offset, length).map_err(|error| {
+        match error {
+            ReadError::Unreadable(why) => corrupt(format!(
+                "{what} {} is missing from serving: {why}",
+                hex(object)
+            )),
+            ReadError::Host(error) => error,
+        }
     })
 }
 

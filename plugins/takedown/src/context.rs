@@ -8,6 +8,7 @@ use custodian_sdk::steps::{StepResult, Timer};
 use custodian_sdk::{Batch, Commit, Error, kv, retention_oracle};
 
 use crate::codec::{Id, encode, hex};
+use crate::denial::DenialState;
 use crate::keys::{self, PARTITION};
 use crate::request::{self, APPLY_WINDOW_MS, Request};
 use crate::state::{self, State};
@@ -35,6 +36,10 @@ pub struct Step {
     /// before denial existed): every step is guarded on it, so no step
     /// lands after a withdrawal it did not see.
     pub denial: Option<Vec<u8>>,
+    /// The `denial` row decoded (`None` with no row); a step that changes
+    /// it (a removal's count) writes it with its commit.
+    pub denial_state: Option<DenialState>,
+    denial_dirty: bool,
     batch: Batch,
     audit: Vec<Entry>,
     /// The last question asked of the retention policy and its answer: a
@@ -94,6 +99,24 @@ impl Step {
     pub fn state_key(&self) -> Vec<u8> {
         keys::key(keys::STATE, &self.id, &[])
     }
+
+    /// Whether this request may remove serving copies now: its denial is
+    /// settled and not withdrawn (a request filed before denial existed
+    /// denies nothing, so removes nothing).
+    pub fn removing(&self) -> bool {
+        self.denial_state
+            .as_ref()
+            .is_some_and(|d| d.settled && d.withdrawn_ms.is_none())
+    }
+
+    /// Counts a serving copy removed (in the `denial` row, written with
+    /// the step's commit).
+    pub fn count_removed(&mut self) {
+        if let Some(denial) = &mut self.denial_state {
+            denial.removed += 1;
+            self.denial_dirty = true;
+        }
+    }
 }
 
 /// The request a timer steps: its id and record.
@@ -105,12 +128,14 @@ pub fn request_of(timer: &Timer) -> Result<(Id, Request), Error> {
 }
 
 /// Reads the state a timer's step of request `id` works on; `denial` is
-/// the request's (settled) `denial` row as read.
+/// the request's (settled) `denial` row as read, and `denial_state` it
+/// decoded.
 pub fn load(
     timer: &Timer,
     id: Id,
     request: Request,
     denial: Option<Vec<u8>>,
+    denial_state: DenialState,
 ) -> Result<Step, Error> {
     let now = timer.now_ms;
     let loaded = state::load(&id, &request, now)?;
@@ -120,7 +145,9 @@ pub fn load(
         request,
         state: loaded.state,
         old: loaded.raw,
+        denial_state: denial.is_some().then_some(denial_state),
         denial,
+        denial_dirty: false,
         batch: Batch::new(),
         audit: Vec::new(),
         assessed: None,
@@ -143,6 +170,13 @@ pub fn finish(mut step: Step) -> Result<StepResult, Error> {
     let due = next
         .next_check_ms
         .max(step.now.saturating_add(MIN_DELAY_MS));
+    if step.denial_dirty
+        && let Some(denial) = &mut step.denial_state
+    {
+        denial.revision += 1;
+        let value = encode(denial)?;
+        step.put(crate::denial::state_key(&step.id), value);
+    }
     let key = step.state_key();
     let value = encode(&step.state)?;
     let batch = std::mem::take(&mut step.batch)

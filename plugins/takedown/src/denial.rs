@@ -18,6 +18,13 @@
 //! the request denies, so lifting knows exactly what to lift, and denying
 //! again (an object named twice, a pack nested twice) is a no-op.
 //!
+//! Lifting a withdrawn request's denials runs in three stages, each in
+//! bounded chunks: its pending removals of serving copies are finished
+//! ([`remove::finish_for_lift`]); the restore pass puts back every
+//! serving copy that is missing and needed ([`restore`]); only then are
+//! the denials lifted. The `denial` row also counts the serving copies
+//! the request removed and restored.
+//!
 //! Every chunk is guarded on the `denial` row as read and changes it
 //! ([`DenialState::revision`]), so two hosts working on the same request
 //! cannot both commit; each object's denial row is guarded on its value as
@@ -37,8 +44,8 @@ use crate::codec::{Id, corrupt, decode, encode, hex};
 use crate::content::{self, BLOB, MANIFEST, PACK};
 use crate::keys::{self, PARTITION};
 use crate::request::{self, APPLY_WINDOW_MS, Request};
-use crate::seed;
 use crate::state::{self, Phase};
+use crate::{remove, restore, seed};
 
 /// The only denial state version this policy reads and writes.
 pub const VERSION: u32 = 1;
@@ -93,6 +100,24 @@ pub struct DenialState {
     /// changes what the next one is guarded on, even one that only
     /// advanced a walk.
     pub revision: u64,
+    /// Serving copies this request removed ([`crate::remove`]).
+    #[serde(default)]
+    pub removed: u64,
+    /// Serving copies this request restored on its withdrawal
+    /// ([`crate::restore`]).
+    #[serde(default)]
+    pub restored: u64,
+    /// The withdrawal's restore pass is complete: lifting may begin.
+    #[serde(default)]
+    pub restore_done: bool,
+    /// The restore pass's cursor: the last `denied` row it visited (hex
+    /// of the key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_after: Option<String>,
+    /// The last problem of the withdrawal (a denial lifted without a
+    /// serving copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 impl DenialState {
@@ -106,6 +131,11 @@ impl DenialState {
             denied: 0,
             withdrawn_ms: None,
             revision: 0,
+            removed: 0,
+            restored: 0,
+            restore_done: false,
+            restore_after: None,
+            last_error: None,
         }
     }
 
@@ -117,9 +147,7 @@ impl DenialState {
             since_ms: request.created_ms,
             next_action: request.named_count(),
             settled: true,
-            denied: 0,
-            withdrawn_ms: None,
-            revision: 0,
+            ..Self::initial(request.created_ms)
         }
     }
 
@@ -140,6 +168,13 @@ impl DenialState {
             Some("settled before every named object was denied".into())
         } else if self.settled && self.withdrawn_ms.is_some() && self.denied > 0 {
             Some("lifted while still denying objects".into())
+        } else if self.withdrawn_ms.is_none() && (self.restore_done || self.restore_after.is_some())
+        {
+            Some("a restore pass without a withdrawal".into())
+        } else if self.restore_done && self.restore_after.is_some() {
+            Some("a restore cursor after the pass".into())
+        } else if self.last_error.as_ref().is_some_and(|e| e.len() > 4096) {
+            Some("an oversized last error".into())
         } else {
             None
         };
@@ -155,6 +190,8 @@ impl DenialState {
             since_ms: self.since_ms,
             settled: self.settled,
             denied: self.denied,
+            removed: self.removed,
+            restored: self.restored,
             withdrawn_ms: self.withdrawn_ms,
         }
     }
@@ -206,30 +243,36 @@ pub fn load(id: &Id, request: &Request) -> Result<Loaded, Error> {
 pub struct Work {
     /// The chunk's guards and writes (partitions `denial` and `takedown`).
     pub batch: Batch,
-    /// `TakedownDenialActivated` or `TakedownDenialLifted`, when the chunk
+    /// Its audit entries (at most 7): a withdrawal's `ServingCopyRemoved`
+    /// (pending removals finished) or `ServingCopyRestored`, then
+    /// `TakedownDenialActivated` or `TakedownDenialLifted` when the chunk
     /// settles the request.
-    pub event: Option<Entry>,
+    pub events: Vec<Entry>,
 }
 
 /// Plans the next chunk of request `id`'s denial work within `budget`
-/// operations, advancing `state` (the caller writes it): activation, or
-/// lifting once withdrawn. `named`: the named objects when the caller has
-/// them (`plan-create`, before the `actions` row exists); otherwise they
-/// are read when needed. With `named` (the filing), a walk of a pack or
-/// manifest that fails ends the chunk rather than failing it: the filing
-/// still records the request and denies what it names.
+/// operations at `now`, advancing `state` (the caller writes it):
+/// activation, or once withdrawn the lifting (pending removals finished,
+/// then the restore pass, then the lifts; see [`crate::restore`]).
+/// `named`: the named objects when the caller has them (`plan-create`,
+/// before the `actions` row exists); otherwise they are read when needed.
+/// With `named` (the filing), a walk of a pack or manifest that fails
+/// ends the chunk rather than failing it: the filing still records the
+/// request and denies what it names.
 pub fn work(
     id: &Id,
     request: &Request,
     named: Option<&[Id]>,
     state: &mut DenialState,
     budget: usize,
+    now: u64,
 ) -> Result<Work, Error> {
     state.revision += 1;
-    let (batch, settled) = if state.withdrawn_ms.is_some() {
-        lift(id, state, budget)?
+    let (batch, settled, mut events) = if state.withdrawn_ms.is_some() {
+        withdrawal(id, state, budget, now)?
     } else {
-        activate(id, request, named, state, budget)?
+        let (batch, settled) = activate(id, request, named, state, budget)?;
+        (batch, settled, Vec::new())
     };
     if batch.len() > budget {
         return Err(Error::InvalidArgument(format!(
@@ -237,13 +280,16 @@ pub fn work(
             batch.len()
         )));
     }
-    let event = settled.then(|| {
+    if settled {
         state.settled = true;
-        if state.withdrawn_ms.is_some() {
+        events.push(if state.withdrawn_ms.is_some() {
             Entry {
                 event: "TakedownDenialLifted".into(),
                 targets: vec![hex(id)],
-                detail: Some("every denial of the request is lifted".into()),
+                detail: Some(format!(
+                    "every denial of the request is lifted; {} serving copies restored",
+                    state.restored
+                )),
             }
         } else {
             Entry {
@@ -251,9 +297,34 @@ pub fn work(
                 targets: vec![hex(id)],
                 detail: Some(format!("{} objects denied", state.denied)),
             }
+        });
+    }
+    Ok(Work { batch, events })
+}
+
+/// A chunk of a withdrawn request's lifting: its pending removals
+/// finished, else a chunk of the restore pass, and once that pass is
+/// complete, lifts. Returns the batch, whether lifting is complete, and
+/// the audit entries.
+fn withdrawal(
+    id: &Id,
+    state: &mut DenialState,
+    budget: usize,
+    now: u64,
+) -> Result<(Batch, bool, Vec<Entry>), Error> {
+    if !state.restore_done {
+        if let Some((batch, events)) = remove::finish_for_lift(id, state, now)? {
+            return Ok((batch, false, events));
         }
-    });
-    Ok(Work { batch, event })
+        let events = restore::chunk(id, state)?;
+        if !state.restore_done {
+            return Ok((Batch::new(), false, events));
+        }
+        let (batch, settled) = lift(id, state, budget)?;
+        return Ok((batch, settled, events));
+    }
+    let (batch, settled) = lift(id, state, budget)?;
+    Ok((batch, settled, Vec::new()))
 }
 
 /// A chunk of work as a commit: guarded on the `denial` row as read,
@@ -267,7 +338,7 @@ fn chunk_commit(
     step: bool,
 ) -> Result<Commit, Error> {
     let mut state = loaded.state.clone();
-    let work = work(id, request, None, &mut state, COMMIT_OPS - OWN_OPS)?;
+    let work = work(id, request, None, &mut state, COMMIT_OPS - OWN_OPS, now)?;
     let key = state_key(id);
     let batch = Batch::new()
         .require_observed(PARTITION, key.clone(), loaded.raw.as_deref())
@@ -275,9 +346,11 @@ fn chunk_commit(
         .extend(work.batch)
         .put(PARTITION, key, encode(&state)?);
     let mut commit = Commit::new(batch);
-    if let Some(event) = work.event {
+    let quiet = work.events.is_empty();
+    for event in work.events {
         commit = commit.audit(event);
-    } else if step {
+    }
+    if quiet && step {
         commit = commit.audit(Entry {
             event: "PreservationCheckpoint".into(),
             targets: vec![hex(id)],
@@ -341,6 +414,8 @@ pub fn plan_withdraw(request_id: &[u8], now: u64) -> Result<WitCommit, Error> {
     let mut state = loaded.state.clone();
     state.withdrawn_ms = Some(now);
     state.settled = false;
+    state.restore_done = false;
+    state.restore_after = None;
     state.revision += 1;
     let key = state_key(&id);
     // Guarded on the preservation state as read too: a withdrawal cannot

@@ -108,13 +108,14 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     Ok(())
 }
 
-/// No object left to discover.
+/// No object left to discover: the serving copies of what is verified
+/// go next ([`crate::remove`]).
 fn finish(step: &mut Step) {
     let state = &mut step.state;
     state.phase = if state.purged {
         Phase::Purged
     } else {
-        Phase::Retain
+        Phase::Remove
     };
     state.discovery_complete = state.verification == Verification::Verified;
     let event = if state.discovery_complete {

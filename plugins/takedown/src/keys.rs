@@ -46,6 +46,15 @@ pub const DENIAL: &str = "denial";
 pub const DENY_TODO: &str = "deny-todo";
 /// An object this request denies (empty value).
 pub const DENIED: &str = "denied";
+/// A removal intent: the object's serving copy is being removed, recorded
+/// before anything is deleted ([`crate::remove::Intent`]).
+pub const REMOVE: &str = "remove";
+/// An object whose serving copy this request removed
+/// ([`crate::remove::Removed`]).
+pub const REMOVED: &str = "removed";
+/// A verified object whose serving copy this request keeps, and why (the
+/// reason, UTF-8).
+pub const KEPT: &str = "kept";
 /// A planned cache purge of a repository (not per request).
 pub const CACHE_PURGE: &str = "cache-purge";
 
@@ -127,6 +136,14 @@ pub fn preserved_key(id: &Id, object: &Id, offset: u64) -> String {
     format!("pieces/{}/{}/{object}/{offset:016x}", hex(id), &object[..2])
 }
 
+/// The prefix of every piece of `object` that request `id` preserved:
+/// `pieces/<id>/<first byte of object>/<object>/`. A `source` row names it
+/// when an object was acquired from that request's preserved copy.
+pub fn preserved_prefix(id: &Id, object: &Id) -> String {
+    let object = hex(object);
+    format!("pieces/{}/{}/{object}/", hex(id), &object[..2])
+}
+
 /// Where `object` is served from in `serving`.
 pub fn serving_key(object: &Id) -> String {
     format!("{OBJECT_KEY_PREFIX}{}", hex(object))
@@ -158,5 +175,6 @@ mod tests {
                 "01".repeat(32)
             )
         );
+        assert!(key.starts_with(&preserved_prefix(&[0xab; 32], &[0x01; 32])));
     }
 }

@@ -1,7 +1,9 @@
 //! The bundled takedown policy: deny what a takedown names (the host stops
 //! serving it), preserve it, verify it, find every repository holding it,
+//! remove its serving copies (the preserved copy is then the only one),
 //! keep it for retention, then purge it and keep re-sweeping for late
-//! writes.
+//! writes. A withdrawal lifts the denial, putting the serving copies back
+//! first.
 //!
 //! # Denial
 //!
@@ -24,8 +26,43 @@
 //! request withdrawn; its denials are then lifted the same way, and its
 //! preserved copy follows retention as before.
 //!
+//! # Removal and restoration
+//!
+//! Once an object is preserved and verified, the phase `remove` deletes
+//! its serving copy, every version ([`remove`]), when all of these hold
+//! at that moment: the request is settled and not withdrawn; its own copy
+//! is verified (a manifest's reassembly too); the object is at most
+//! 16 MiB (the largest put a plugin can make, so it can be restored
+//! whole; larger objects keep their serving copy and stay denied by id)
+//! and the content index agrees with the copy; **every** request denying
+//! it has verified its own copy, so whichever is withdrawn last can
+//! restore it; and, **the shared-chunk rule**, every manifest whose file
+//! the object is a chunk of (the index's `c` rows) is taken down by a
+//! request that also denies the object and is not withdrawn: a chunk
+//! another served file still uses keeps its serving copy. An object that
+//! fails is recorded as kept (a `kept` row with the reason) and not looked
+//! at again; one kept only because another request has not verified it
+//! yet is removed by that request, which checks the same conditions after
+//! its own verification. A removal commits its intent before deleting
+//! anything; a crash leaves the intent, which the next step finishes.
+//!
+//! A withdrawal's lifting first finishes pending removals, then restores
+//! ([`restore`]), then lifts: every serving copy missing and needed (no
+//! other remaining denier holds a verified copy, or a file it is a chunk
+//! of is about to be served again) is put back from this request's
+//! preserved copy (or another denier's), checked against BLAKE3 and the
+//! index's CRC, before any of its denials is lifted. With no copy at all
+//! (lost otherwise: no removal happens without one) it records
+//! `last_error` and lifts anyway.
+//!
+//! A request filed after a serving copy was removed acquires the object
+//! from the preserved copy of a request denying it (verified, not being
+//! purged; [`acquire`]), and reads a removed pack or manifest's entries
+//! from one to deny them ([`content::read_serving`]).
+//!
 //! Each timer step is one bounded checkpoint transition
-//! (seed → acquire → closure → discover → retain → purging → purged),
+//! (seed → acquire → closure → discover → remove → retain → purging →
+//! purged),
 //! committed by the host atomically with the timer's update and audited.
 //! Retention decisions (retain-until, may-purge, when to look again, legal
 //! hold) are the deployer's retention plugin's, asked through
@@ -35,8 +72,9 @@
 //!
 //! KV partition `takedown` (read-write), `denial` (read-write, the rows
 //! the host checks before serving an object), `content` (read only, the
-//! host's content index, see [`content`]), object stores `serving` (read
-//! only) and `preserved` (read-write).
+//! host's content index, see [`content`]), object stores `serving`
+//! (read-write: serving copies are removed once preserved and restored on
+//! a withdrawal) and `preserved` (read-write).
 //!
 //! # Key layout (partition `takedown`)
 //!
@@ -49,7 +87,7 @@
 //! | `state` | — | [`state::State`] (JSON, `version` 1, unknown fields refused) |
 //! | `todo` | object | expected kind byte: 0 any, 1 blob, 2 manifest, 3 pack |
 //! | `object` | object | [`state::ObjectInfo`]: kind, size, copied, CRC so far, chunks enqueued, verified, source failed, holders cursor, holders done |
-//! | `source` | object | [`acquire::Source`]: the selected serving copy (key, etag, size, CRC, kind, selected-at), kept as provenance |
+//! | `source` | object | [`acquire::Source`]: the selected source (key, etag, size, CRC, kind, selected-at; and the request, when it is another request's preserved copy), kept as provenance |
 //! | `piece` | object, offset (u64 BE) | [`copy::Piece`]: the intent (object, offset, length, CRC, preserved key), written before the piece |
 //! | `discover` | object | `[0]` an object, `[1]` a pack |
 //! | `closure` | manifest | [`closure::Checkpoint`]: next chunk, running CRC, running length |
@@ -57,9 +95,12 @@
 //! | `pack-seen` | pack | empty: the pack is walked by this request, once |
 //! | `known-ns` | object, namespace | empty: the namespace holds the object |
 //! | `holder` | namespace 0x00 repository | [`discover::HolderMarker`]: this request planned the repository's cache purge (written absent-guarded, so once) |
-//! | `denial` | — | [`denial::DenialState`] (JSON, `version` 1): since-ms, how many named objects are denied (`next_action`), settled, how many objects are denied, withdrawn-ms, a revision bumped by every write; absent for a request filed before denial (settled, denying nothing) |
+//! | `denial` | — | [`denial::DenialState`] (JSON, `version` 1): since-ms, how many named objects are denied (`next_action`), settled, how many objects are denied, withdrawn-ms, a revision bumped by every write, serving copies removed and restored, the withdrawal's restore pass (done, cursor) and last error; absent for a request filed before denial (settled, denying nothing, removing nothing) |
 //! | `deny-todo` | object | [`denial::Cursor`]: a pack or manifest whose members or chunks are still being denied (kind, next entry, entry count) |
 //! | `denied` | object | empty: this request denies the object (lifting deletes exactly these; denying again is a no-op) |
+//! | `remove` | object | [`remove::Intent`] (serving key, planned-ms): a removal intent, committed on its own before the serving copy is deleted; replaced by `removed` by the step's commit |
+//! | `removed` | object | [`remove::Removed`] (serving key, removed-ms, versions deleted): this request removed the object's serving copy |
+//! | `kept` | object | the reason (UTF-8): a verified object whose serving copy this request keeps |
 //!
 //! Partition `denial` (the contract's layout): `o` id → one or more
 //! denials of 40 bytes (request id, since-ms); this policy appends its
@@ -86,10 +127,13 @@
 //!   fits, else in the `plan-denial` commit or step that finishes it.
 //! - `TakedownWithdrawn`: `plan-withdraw` (detail: how many denied
 //!   objects are to be lifted).
-//! - `TakedownDenialLifted`: a withdrawn request's every denial is lifted.
+//! - `TakedownDenialLifted`: a withdrawn request's every denial is lifted
+//!   (detail: how many serving copies it restored).
 //! - `PreservationPurgeStarted`: a purge pass begins (retention allows it,
 //!   no hold; once purged, hourly re-sweeps).
-//! - `PreservationSourceSelected` (id, object): a serving copy was chosen.
+//! - `PreservationSourceSelected` (id, object): a source was chosen (the
+//!   serving copy, or another request's preserved copy once the serving
+//!   copy was removed; the detail names it).
 //! - `PreservationSourceCorrupt` (id, object): the serving copy is corrupt,
 //!   changed, missing or too large; recorded, never retried.
 //! - `PreservationVerified`: acquisition (or, after closure, every
@@ -104,6 +148,12 @@
 //!   visited by a purge pass; detail `deleted` or `absent`.
 //! - `PreservationPurgeComplete`: a purge pass visited every piece.
 //! - `PreservationLegalHold`: `plan-hold`, detail `on` or `off`.
+//! - `ServingCopyRemoved` (id, object): the object's serving copy (every
+//!   version) was removed, by the step that decided it or, after a crash,
+//!   the step (or withdrawal) that finished its intent; once per object
+//!   and request.
+//! - `ServingCopyRestored` (id, object): a withdrawal put the object's
+//!   serving copy back (detail: whose preserved copy, how many bytes).
 //! - `PreservationCheckpoint`: any other step (detail: the phase, or
 //!   `denial activation` / `denial lifting` for a step of denial work).
 //!
@@ -120,6 +170,15 @@
 //! one 3, so a chunk denies or lifts up to 23 objects
 //! ([`denial::COMMIT_OPS`]). Its reads are bounded by 8 rounds of at most
 //! 6 host calls each.
+//!
+//! A remove step looks at 8 `object` rows and removes at most 4 serving
+//! copies; its intent commit has at most 72 operations, an object whose
+//! removal needs more guards (more than 16 deniers or 16 manifests) is
+//! kept ([`remove`]). A lifting chunk of a withdrawal finishes at most 4
+//! pending removals, or visits 24 denied objects and restores at most 6
+//! objects and 32 MiB (one object at least; one at a time in memory, each
+//! at most 16 MiB, under the plugin's 64 MiB), in ~150 host calls at the
+//! most ([`restore`]); its audit entries stay within 7.
 
 pub mod acquire;
 pub mod closure;
@@ -131,13 +190,18 @@ pub mod denial;
 pub mod discover;
 pub mod hold;
 pub mod keys;
+pub mod preserved;
 pub mod purge;
 pub mod queue;
+pub mod remove;
 pub mod request;
+pub mod restore;
 pub mod seed;
 pub mod state;
 pub mod status;
 pub mod step;
+pub mod survey;
+pub mod versions;
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};

@@ -1,14 +1,18 @@
 //! Purge: delete every preserved piece once retention allows it, keep the
 //! intents, and re-sweep after a pass so a delayed write is found too.
+//! A purge never touches the serving store: a serving copy removed before
+//! it stays removed (the object stays denied, a purging request being
+//! beyond withdrawal), one kept stays.
 
 use custodian_sdk::retention::{Stage, Verdict};
-use custodian_sdk::{Error, kv, objects};
+use custodian_sdk::{Error, kv};
 
 use crate::codec::{corrupt, decode, hex, unhex};
 use crate::context::{MAX_AUDIT, Step};
 use crate::copy::Piece;
 use crate::keys::{self, PARTITION, PRESERVED};
 use crate::state::Phase;
+use crate::versions;
 
 /// Pieces handled per step: each is a head, maybe a delete, and an audit
 /// entry, and a commit carries at most [`MAX_AUDIT`] entries.
@@ -33,6 +37,8 @@ pub fn start(step: &mut Step) -> Result<bool, Error> {
     state.resume_phase = state.phase;
     state.phase = Phase::Purging;
     state.purge_after = None;
+    // A purge during the remove phase ends it (see `complete`).
+    state.remove_after = None;
     let detail = format!(
         "{} pass, resuming {}",
         if state.purged { "re-sweep" } else { "first" },
@@ -67,7 +73,7 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         let object = piece.check(&step.id, &entry.key)?;
         // The intent is kept: a write delayed past this pass is found by
         // the next one.
-        let detail = if destroy(&piece.key)? {
+        let detail = if versions::destroy(PRESERVED, &piece.key, VERSION_PAGES)? > 0 {
             step.state.counts.purged_pieces += 1;
             "deleted"
         } else {
@@ -90,50 +96,15 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
 /// late write; past this the piece is left to the next pass (the step
 /// fails and is retried) rather than spending the step's budget.
 const VERSION_PAGES: usize = 4;
-/// Versions listed per page.
-const VERSIONS_PER_PAGE: u32 = 16;
-
-/// Destroys every stored generation of `key` and says whether any bytes
-/// were found. On a versioned store that is each version and delete
-/// marker: a plain delete would leave the bytes readable by version id,
-/// which is not a purge. An unversioned store answers `list-versions`
-/// with `unsupported`; there the current object is all there is.
-fn destroy(key: &str) -> Result<bool, Error> {
-    let mut found = false;
-    for _ in 0..VERSION_PAGES {
-        let page = match objects::list_versions(PRESERVED, key, None, VERSIONS_PER_PAGE) {
-            Ok(page) => page,
-            Err(Error::Unsupported(_)) => {
-                return match objects::head(PRESERVED, key) {
-                    Ok(_) => objects::delete(PRESERVED, key).map(|()| true),
-                    Err(Error::NotFound(_)) => Ok(false),
-                    Err(other) => Err(other),
-                };
-            }
-            Err(other) => return Err(other),
-        };
-        // Piece keys have a fixed length, so no other key shares this
-        // prefix; the filter keeps that an assumption checked, not trusted.
-        let versions: Vec<_> = page.versions.iter().filter(|v| v.key == key).collect();
-        if versions.is_empty() {
-            return Ok(found);
-        }
-        for version in versions {
-            found |= !version.is_delete_marker;
-            objects::delete_version(PRESERVED, key, &version.version_id)?;
-        }
-    }
-    Err(Error::Unavailable(format!(
-        "{key} has more versions than one step deletes; the next attempt continues"
-    )))
-}
 
 /// Every piece row was visited: the pass is over.
 fn complete(step: &mut Step) -> Result<(), Error> {
     let state = &mut step.state;
     state.phase = match state.resume_phase {
         Phase::Acquire | Phase::Closure => Phase::Discover,
-        Phase::Retain => Phase::Purged,
+        // Nothing is removed once the preserved copy is purged: it is
+        // what a withdrawal would restore the serving copy from.
+        Phase::Remove | Phase::Retain => Phase::Purged,
         other => other,
     };
     state.purged = true;

@@ -254,7 +254,7 @@ pub fn plan_create(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     let denial_key = denial::state_key(&id);
     let mut state = DenialState::initial(now);
     let budget = denial::COMMIT_OPS.saturating_sub(batch.len() + 2);
-    let work = denial::work(&id, &request, Some(&named), &mut state, budget)?;
+    let work = denial::work(&id, &request, Some(&named), &mut state, budget, now)?;
     let batch = batch
         .require_absent(PARTITION, denial_key.clone())
         .extend(work.batch)
@@ -267,7 +267,7 @@ pub fn plan_create(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
             None => format!("{} objects", request.objects),
         }),
     });
-    if let Some(event) = work.event {
+    for event in work.events {
         commit = commit.audit(event);
     }
     Ok(commit.into_wit())

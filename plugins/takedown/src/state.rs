@@ -26,6 +26,9 @@ pub enum Phase {
     Closure,
     /// Finding every repository that holds the objects.
     Discover,
+    /// Removing the serving copies of the objects preserved and verified
+    /// ([`crate::remove`]).
+    Remove,
     /// Waiting for retention to end.
     Retain,
     /// Deleting preserved pieces.
@@ -42,6 +45,7 @@ impl Phase {
             Self::Acquire => "acquire",
             Self::Closure => "closure",
             Self::Discover => "discover",
+            Self::Remove => "remove",
             Self::Retain => "retain",
             Self::Purging => "purging",
             Self::Purged => "purged",
@@ -141,6 +145,10 @@ pub struct State {
     pub counts: Totals,
     /// The last problem recorded (e.g. a corrupt source).
     pub last_error: Option<String>,
+    /// The remove phase's cursor: the last `object` row it handled (hex of
+    /// the key). Absent from rows written before the phase existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remove_after: Option<String>,
 }
 
 impl State {
@@ -160,6 +168,7 @@ impl State {
             seed: 0,
             counts: Totals::default(),
             last_error: None,
+            remove_after: None,
         }
     }
 
@@ -181,6 +190,8 @@ impl State {
             Some("a purge pass resuming into itself".into())
         } else if self.phase != Phase::Purging && self.purge_after.is_some() {
             Some("a purge cursor outside a purge pass".into())
+        } else if self.phase != Phase::Remove && self.remove_after.is_some() {
+            Some("a removal cursor outside the remove phase".into())
         } else if self.seed > request.seed_steps() {
             Some(format!(
                 "seed index {} past the request's actions",

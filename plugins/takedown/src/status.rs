@@ -29,7 +29,8 @@ pub fn of(request_id: &[u8]) -> Result<RequestStatus, Error> {
         hold: state.hold,
         purged: state.purged,
         next_purge_ms,
-        last_error: state.last_error,
+        // A withdrawal's problem is the later one.
+        last_error: denial.last_error.clone().or(state.last_error),
         denial: denial.to_wit(),
     })
 }

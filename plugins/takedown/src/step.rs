@@ -2,17 +2,19 @@
 //!
 //! Every step is one bounded checkpoint transition: its effects are the
 //! returned commit (the new state guarded on the old one, plus the phase's
-//! writes and audit entries), except piece intents, which are committed on
-//! their own before their bytes are written (see [`crate::copy`]). A
-//! request whose denial is not settled (activation, or lifting after a
-//! withdrawal) gets a chunk of denial work instead ([`crate::denial`]).
+//! writes and audit entries), except piece intents and removal intents,
+//! which are committed on their own before bytes are written or deleted
+//! (see [`crate::copy`] and [`crate::remove`]). A request whose denial is
+//! not settled (activation, or lifting after a withdrawal) gets a chunk of
+//! denial work instead ([`crate::denial`]). In the remove phase, pending
+//! removals are finished first, before even a purge may start.
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer};
 
 use crate::context;
 use crate::state::Phase;
-use crate::{acquire, closure, denial, discover, purge, seed};
+use crate::{acquire, closure, denial, discover, purge, remove, seed};
 
 /// `step`: see `wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
@@ -23,8 +25,9 @@ pub fn run(timer: &Timer) -> Result<StepResult, Error> {
         // content stops being served, or while a withdrawal is lifted.
         return denial::step(&id, &request, &denial, timer);
     }
-    let mut step = context::load(timer, id, request, denial.raw)?;
-    if !purge::start(&mut step)? {
+    let mut step = context::load(timer, id, request, denial.raw, denial.state)?;
+    let finished = step.state.phase == Phase::Remove && remove::finish_pending(&mut step)?;
+    if !purge::start(&mut step)? && !finished {
         match step.state.phase {
             Phase::Seed => seed::run(&mut step)?,
             // Nothing is acquired or verified after a purge: its bytes
@@ -35,6 +38,7 @@ pub fn run(timer: &Timer) -> Result<StepResult, Error> {
             Phase::Acquire => acquire::run(&mut step)?,
             Phase::Closure => closure::run(&mut step)?,
             Phase::Discover => discover::run(&mut step)?,
+            Phase::Remove => remove::run(&mut step)?,
             Phase::Purging => purge::run(&mut step)?,
             Phase::Retain | Phase::Purged => {}
         }

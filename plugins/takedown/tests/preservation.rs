@@ -24,7 +24,7 @@ fn an_actions_request_goes_through_every_phase_in_order_to_retain_with_every_byt
 
     assert_eq!(
         driver.phase_sequence(),
-        ["seed", "acquire", "discover", "retain"]
+        ["seed", "acquire", "discover", "remove", "retain"]
     );
     assert_eq!(driver.preserved(&a), small);
     assert_eq!(driver.preserved(&b), large);
@@ -91,7 +91,7 @@ fn a_chunked_manifest_is_verified_by_reassembling_its_preserved_chunks() {
 
     assert_eq!(
         driver.phase_sequence(),
-        ["seed", "acquire", "closure", "discover", "retain"]
+        ["seed", "acquire", "closure", "discover", "remove", "retain"]
     );
     let names = driver.event_names();
     let pending = names

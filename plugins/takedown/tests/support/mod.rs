@@ -122,7 +122,18 @@ pub fn manifest(chunks: &[Vec<u8>]) -> (Id, Vec<u8>) {
         body.extend_from_slice(&blob(chunk));
     }
     body.extend_from_slice(&checksum::crc64_nvme(&file).to_le_bytes());
-    (object(&body, 2), file)
+    let chunk_ids: Vec<Id> = chunks.iter().map(|c| id_of(c)).collect();
+    (indexed_manifest(&body, &chunk_ids), file)
+}
+
+/// Stores and indexes a manifest as a push does: its chunks' `c` rows
+/// first, then the manifest. Returns its id.
+fn indexed_manifest(body: &[u8], chunks: &[Id]) -> Id {
+    let id = id_of(body);
+    for chunk in chunks {
+        put_content([b"c".as_slice(), chunk, &id].concat(), Vec::new());
+    }
+    object(body, 2)
 }
 
 /// A manifest listing `chunks` by id (the chunks themselves are not
@@ -139,7 +150,7 @@ pub fn manifest_of(chunks: &[Id]) -> Id {
         body.extend_from_slice(chunk);
     }
     body.extend_from_slice(&manifest::encode_trailer(0));
-    object(&body, 2)
+    indexed_manifest(&body, chunks)
 }
 
 /// The bytes of a pack of `members` (id, kind).

@@ -259,7 +259,14 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
 
     // The steps preserve it, then remove its serving copy; still 451.
     tick(path(&data), T0, T0 + 10 * MINUTE);
-    let status = run(&["takedown", "status", &request, "--json", "--data", path(&data)]);
+    let status = run(&[
+        "takedown",
+        "status",
+        &request,
+        "--json",
+        "--data",
+        path(&data),
+    ]);
     let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
     assert_eq!(status["verification"], "verified", "{status}");
     assert_eq!(status["denial"]["removed"], 1, "{status}");
@@ -269,7 +276,14 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
         "every version of the serving copy is gone"
     );
     drop(serving);
-    let read = run(&["repo", "get", "beta/two", "report.bin", "--data", path(&data)]);
+    let read = run(&[
+        "repo",
+        "get",
+        "beta/two",
+        "report.bin",
+        "--data",
+        path(&data),
+    ]);
     assert_eq!(outcome(&read).0, 4);
 
     let withdrawn = run(&[
@@ -282,7 +296,14 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
         &(T0 + 10 * MINUTE).to_string(),
     ]);
     assert_eq!(outcome(&withdrawn).0, 0, "{}", outcome(&withdrawn).2);
-    let status = run(&["takedown", "status", &request, "--json", "--data", path(&data)]);
+    let status = run(&[
+        "takedown",
+        "status",
+        &request,
+        "--json",
+        "--data",
+        path(&data),
+    ]);
     let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
     assert_eq!(status["denial"]["restored"], 1, "{status}");
     let read = run(&[

@@ -417,7 +417,7 @@ fn poll(
         assert_eq!(status, 200, "{body}");
         let verified = body["verification"] == "verified";
         match body["phase"].as_str().unwrap() {
-            "closure" | "discover" | "retain" if verified && !checked.contains(id) => {
+            "closure" | "discover" | "remove" | "retain" if verified && !checked.contains(id) => {
                 check_verified(id, &body, preserved);
                 checked.insert(id.clone());
                 system.hold(id, false);

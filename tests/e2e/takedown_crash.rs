@@ -4,14 +4,16 @@
 //! twice, the content stays denied (451, `repo get` exit 4) after every
 //! kill, and the request must complete after the restarts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use custodian::object::ObjectStoreExt;
+
 use crate::support::{Rng, custodian};
 use crate::takedown::{
-    DAY, HOUR, MINUTE, RETENTION, T0, assert_preserved_is_the_content, objects, ok, policy_events,
-    push, site, status, store,
+    DAY, HOUR, MINUTE, RETENTION, T0, assert_preserved_is_the_content, block, objects, ok,
+    policy_events, push, site, status, store,
 };
 
 /// Launches per phase that may be killed; later ones run to completion.
@@ -104,6 +106,74 @@ fn assert_denied(data: &str, files: &[(&str, &str)]) {
     }
 }
 
+/// Every content key `serving` holds now.
+fn serving_keys(data: &std::path::Path) -> BTreeSet<String> {
+    let serving = store(data, "serving");
+    block(async {
+        let mut keys = BTreeSet::new();
+        let mut cursor = None;
+        loop {
+            let page = serving
+                .list("content/", cursor.as_deref(), 1000)
+                .await
+                .unwrap();
+            keys.extend(page.items.into_iter().map(|i| i.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return keys,
+            }
+        }
+    })
+}
+
+/// Panics unless every object of `before` missing from `serving` now has a
+/// whole preserved copy (some request's pieces, contiguous, hashing to its
+/// id): a serving copy never goes before its preserved copy is verified.
+fn assert_removed_only_once_preserved(data: &std::path::Path, before: &BTreeSet<String>) {
+    let now = serving_keys(data);
+    let preserved = store(data, "preserved");
+    let piece_keys: Vec<String> = block(async {
+        let mut keys = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = preserved
+                .list("pieces/", cursor.as_deref(), 1000)
+                .await
+                .unwrap();
+            keys.extend(page.items.into_iter().map(|i| i.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return keys,
+            }
+        }
+    });
+    for key in before.difference(&now) {
+        let object = key.strip_prefix("content/").unwrap();
+        let mut by_request: BTreeMap<&str, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+        for piece in piece_keys
+            .iter()
+            .filter(|k| k.contains(&format!("/{object}/")))
+        {
+            let request = piece.split('/').nth(1).unwrap();
+            let offset = u64::from_str_radix(piece.rsplit('/').next().unwrap(), 16).unwrap();
+            let (_, bytes) = block(preserved.get_whole(piece, None)).unwrap();
+            by_request
+                .entry(request)
+                .or_default()
+                .push((offset, bytes.to_vec()));
+        }
+        let whole = by_request.into_values().any(|mut pieces| {
+            pieces.sort();
+            let bytes: Vec<u8> = pieces.into_iter().flat_map(|(_, b)| b).collect();
+            blake3::hash(&bytes).to_hex().as_str() == object
+        });
+        assert!(
+            whole,
+            "{key} left serving without a whole preserved copy of it"
+        );
+    }
+}
+
 fn count(events: &[(String, Vec<String>, Option<String>)], name: &str) -> usize {
     events.iter().filter(|(e, _, _)| e == name).count()
 }
@@ -153,13 +223,27 @@ fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_complete
         ("beta/two", "a.txt"),
     ];
     assert_denied(data, &denied);
+    let served = serving_keys(&data_path);
 
-    // Acquisition, closure, discovery; after every launch, killed or not,
-    // the content is still denied.
+    // Acquisition, closure, discovery, removal; after every launch, killed
+    // or not, the content is still denied, and whatever left `serving`
+    // has a whole preserved copy.
     let (launches, mid_work) = crash_until(&mut rng, data, T0 + 30 * MINUTE, || {
         assert_denied(data, &denied);
+        assert_removed_only_once_preserved(&data_path, &served);
         ids.iter().all(|id| status(data, id)["phase"] == "retain")
     });
+    let removed: u64 = ids
+        .iter()
+        .map(|id| status(data, id)["denial"]["removed"].as_u64().unwrap())
+        .sum();
+    let left = serving_keys(&data_path);
+    assert_eq!(
+        removed as usize,
+        served.len() - left.len(),
+        "every removal counted once, by one request"
+    );
+    assert!(removed > 0, "the serving copies went once preserved");
     eprintln!("acquisition: {launches} launches, {mid_work} killed after committing steps");
     let mut pieces = 0;
     for id in &ids {

@@ -82,8 +82,8 @@ pub enum TakedownCommand {
     /// Show a request: phase, verification, counts, retain-until, hold,
     /// the next purge pass and the last error.
     ///
-    /// Phases in order: seed, acquire, closure, discover, retain,
-    /// purging, purged. The last error is the policy's (e.g. a corrupt
+    /// Phases in order: seed, acquire, closure, discover, remove (the
+    /// serving copies, once preserved), retain, purging, purged. The last error is the policy's (e.g. a corrupt
     /// source) or the one its last failed step left on the timer.
     /// --json prints one object with the same fields.
     #[command(verbatim_doc_comment)]

@@ -523,6 +523,19 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
 
     /// Stores one object's bytes, then buffers its object and holder rows.
     async fn object(&mut self, chunk: Chunk, kind: ObjectKind) -> Result<(), ContentError> {
+        self.object_listing(chunk, kind, &[]).await
+    }
+
+    /// [`Pusher::object`] for a manifest listing `chunks`: their `c` rows
+    /// go after its bytes (no row names missing bytes) and before its own
+    /// rows (a takedown reading a chunk's `c` rows never misses a
+    /// manifest the index knows).
+    async fn object_listing(
+        &mut self,
+        chunk: Chunk,
+        kind: ObjectKind,
+        chunks: &[ObjectId],
+    ) -> Result<(), ContentError> {
         if !self.seen.insert(chunk.id) {
             self.present += 1;
             return Ok(());
@@ -538,6 +551,11 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
         match serving::store(self.serving, &chunk.id, chunk.bytes, chunk.crc64).await? {
             Stored::Uploaded => self.uploaded += 1,
             Stored::Present => self.present += 1,
+        }
+        for listed in chunks {
+            self.writer
+                .create(index::chunk_of_key(listed, &chunk.id), Vec::new())
+                .await?;
         }
         self.writer
             .create(index::object_row_key(&chunk.id), row.encode())
@@ -596,14 +614,8 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
         }
         let manifest = Chunk::of(Manifest::new(len, chunks.clone(), crc)?.encode());
         let id = manifest.id;
-        // Ahead of the manifest's own rows: a takedown reading a chunk's
-        // `c` rows never misses a manifest the index knows.
-        for chunk in &chunks {
-            self.writer
-                .create(index::chunk_of_key(chunk, &id), Vec::new())
-                .await?;
-        }
-        self.object(manifest, ObjectKind::Manifest).await?;
+        self.object_listing(manifest, ObjectKind::Manifest, &chunks)
+            .await?;
         Ok((id, ObjectKind::Manifest, len))
     }
 

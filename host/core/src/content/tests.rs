@@ -102,6 +102,15 @@ async fn assert_no_row_without_bytes(kv: &dyn Kv, serving: &dyn ObjectStore) {
         let id = match key[0] {
             b'o' | b'h' | b's' => ObjectId::from_slice(&key[1..33]).unwrap(),
             b'r' => ObjectId::from_slice(&value[..32]).unwrap(),
+            b'c' => {
+                // A chunk-of row names the chunk and its manifest.
+                let manifest = ObjectId::from_slice(&key[33..65]).unwrap();
+                assert!(
+                    keys.contains(&object_key(&manifest)),
+                    "{key:?} names a manifest with missing bytes"
+                );
+                ObjectId::from_slice(&key[1..33]).unwrap()
+            }
             other => panic!("an unexpected row tag {other}"),
         };
         assert!(
@@ -360,6 +369,56 @@ async fn a_file_of_exactly_4_mib_is_one_blob_and_one_byte_more_is_a_manifest_of_
             std::slice::from_ref(&site)
         );
     }
+    assert_no_row_without_bytes(&kv, &serving).await;
+}
+
+#[tokio::test]
+async fn each_chunk_of_a_manifest_has_a_row_naming_every_manifest_that_lists_it() {
+    let (kv, serving) = (MemoryKv::new(clock()), MemoryStore::versioned(clock()));
+    let chunk = CHUNK_BYTES as usize;
+    let shared: Vec<u8> = (0..chunk).map(|i| (i % 253) as u8).collect();
+    let first = [shared.clone(), vec![1; 10]].concat();
+    let second = [shared.clone(), vec![2; 10]].concat();
+    let site = repo("acme/big");
+    let a = push_bytes(&kv, &serving, &site, "a", first.into())
+        .await
+        .unwrap();
+    let b = push_bytes(&kv, &serving, &site, "b", second.into())
+        .await
+        .unwrap();
+
+    let listing = |chunk: ObjectId| {
+        let kv = &kv;
+        async move {
+            let prefix = custodian_contract::content::index::chunk_of_prefix(chunk.as_bytes());
+            let page = kv
+                .scan(&partition(), &prefix, None, None, 10)
+                .await
+                .unwrap();
+            page.entries
+                .into_iter()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .map(|(key, value)| {
+                    assert!(value.is_empty());
+                    ObjectId::from_slice(&key[prefix.len()..]).unwrap()
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut both = vec![a.id, b.id];
+    both.sort();
+    assert_eq!(
+        listing(ObjectId::of(&shared)).await,
+        both,
+        "the shared chunk"
+    );
+    let own = ObjectId::of(&[1; 10]);
+    assert_eq!(listing(own).await, vec![a.id], "a chunk only one file has");
+    assert_eq!(
+        listing(a.id).await,
+        Vec::<ObjectId>::new(),
+        "a manifest is no chunk"
+    );
     assert_no_row_without_bytes(&kv, &serving).await;
 }
 

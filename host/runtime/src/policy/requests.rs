@@ -204,7 +204,8 @@ pub enum Settled {
     /// Nothing is left: every object the request names is denied (or,
     /// after a withdrawal, every denial is lifted).
     Done,
-    /// [`SETTLE_WITHIN`] passed first; the request's steps finish it.
+    /// [`SETTLE_WITHIN`] passed first, or the policy waits on another
+    /// request's work (`unavailable`); the request's steps finish it.
     Pending,
 }
 
@@ -245,11 +246,13 @@ pub fn settle(
         }
         let context = call();
         let actor = context.actor.clone();
-        let Some(commit) = policy
-            .plan_denial(context, id, action.now_ms)?
-            .map_err(RequestError::Refused)?
-        else {
-            return Ok(Settled::Done);
+        let commit = match policy.plan_denial(context, id, action.now_ms)? {
+            Ok(Some(commit)) => commit,
+            Ok(None) => return Ok(Settled::Done),
+            // The policy waits on something another request does first
+            // (its removal of a copy this one restores): its steps go on.
+            Err(PolicyError::Unavailable(_)) => return Ok(Settled::Pending),
+            Err(refused) => return Err(RequestError::Refused(refused)),
         };
         let records = plugin_records(&commit, action.now_ms, &actor);
         let mut batch = commit.batch;

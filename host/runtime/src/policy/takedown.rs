@@ -165,8 +165,8 @@ pub struct RequestStatus {
     pub repository: String,
     /// When it was filed.
     pub created_ms: u64,
-    /// The phase: `seed`, `acquire`, `closure`, `discover`, `retain`,
-    /// `purging` or `purged`.
+    /// The phase: `seed`, `acquire`, `closure`, `discover`, `remove`,
+    /// `retain`, `purging` or `purged`.
     pub phase: String,
     /// How far verification got.
     pub verification: String,

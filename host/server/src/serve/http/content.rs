@@ -100,7 +100,7 @@ use serde_json::{Value, json};
 
 use super::ApiError;
 use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
-use super::objects::TakenDown;
+use super::withheld::TakenDown;
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
@@ -129,26 +129,6 @@ pub(super) fn routes() -> Router<Arc<Host>> {
 
 // ---------------------------------------------------------------------------
 // Error mapping (the table in the module documentation)
-
-/// A content error as the API reports it: by its kind (see
-/// [`ApiError::of_kind`]); the index and the store name themselves.
-pub(super) fn content_error(error: ContentError) -> ApiError {
-    let kind = error.kind();
-    match error {
-        ContentError::Index(kv) => ApiError::of_kv(&kv, "the content index"),
-        ContentError::Store(object) => {
-            let mut api = ApiError::from(object);
-            api.message = format!("the serving store: {}", api.message);
-            api
-        }
-        // The client's own input: the reason alone, as every other
-        // refusal of input reads.
-        ContentError::InvalidArgument(message) => ApiError::of_kind(kind, message),
-        ContentError::TakenDown(withheld) => ApiError::from(withheld),
-        // Only a local file is read (`Read`), and an HTTP push reads none.
-        other => ApiError::of_kind(kind, other.to_string()),
-    }
-}
 
 /// The policy's own answer, by its kind, with two deliberate exceptions
 /// to the table (pinned by `refusals_map_to_stable_statuses_and_codes`).
@@ -264,14 +244,14 @@ pub(super) async fn push_file(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let (namespace, name, file) = path(params)?;
-    let repo = RepoName::new(&namespace, &name).map_err(content_error)?;
+    let repo = RepoName::new(&namespace, &name).map_err(ApiError::from)?;
     // Checked before the body is read, so a bad path costs no upload.
     if file.ends_with('/') {
         return Err(ApiError::invalid(format!(
             "path {file:?}: a file's path cannot end with '/'"
         )));
     }
-    content::index::validate_path(&file).map_err(content_error)?;
+    content::index::validate_path(&file).map_err(ApiError::from)?;
     let serving = host.store(content::SERVING_STORE)?.clone();
     let limit = BodyLimit {
         bytes: host.limits.max_object_bytes,
@@ -280,7 +260,7 @@ pub(super) async fn push_file(
     let bytes = read_body(body, &headers, limit).await?;
     let entry = push_bytes(host.kv.as_ref(), serving.as_ref(), &repo, &file, bytes)
         .await
-        .map_err(content_error)?;
+        .map_err(ApiError::from)?;
     Ok(Json(entry_json(&entry)))
 }
 
@@ -299,18 +279,18 @@ async fn list_files(
     list: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (namespace, name) = path(params)?;
-    let repo = RepoName::new(&namespace, &name).map_err(content_error)?;
+    let repo = RepoName::new(&namespace, &name).map_err(ApiError::from)?;
     let list = query(list)?;
     // A page is held and serialized whole: clamped like the store
     // listings (0 is still refused, by the index).
     let limit = list.limit.unwrap_or(MAX_PAGE_ENTRIES).min(MAX_PAGE_ENTRIES);
     let page = content::entries(host.kv.as_ref(), &repo, list.cursor.as_deref(), limit)
         .await
-        .map_err(content_error)?;
+        .map_err(ApiError::from)?;
     let ids: Vec<ObjectId> = page.entries.iter().map(|e| e.id).collect();
     let withheld = denial::check_many(host.kv.as_ref(), &ids)
         .await
-        .map_err(content_error)?;
+        .map_err(ApiError::from)?;
     let entries: Vec<Value> = page
         .entries
         .iter()
@@ -363,7 +343,7 @@ async fn create_takedown(
     let operator = operator(&headers)?;
     let filed: FileTakedown =
         json_body(body, &headers, REQUEST_LIMIT, "a takedown request").await?;
-    let repo = RepoName::parse(&filed.repository).map_err(content_error)?;
+    let repo = RepoName::parse(&filed.repository).map_err(ApiError::from)?;
     let objects = filed
         .objects
         .iter()
@@ -1047,12 +1027,12 @@ mod tests {
                 "unavailable",
             ),
             (
-                content_error(ContentError::Corrupt("bad row".into())),
+                ApiError::from(ContentError::Corrupt("bad row".into())),
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "corrupt",
             ),
             (
-                content_error(ContentError::Conflict("busy rows".into())),
+                ApiError::from(ContentError::Conflict("busy rows".into())),
                 StatusCode::CONFLICT,
                 "conflict",
             ),
@@ -1106,12 +1086,12 @@ mod tests {
                 "corrupt",
             ),
             (
-                content_error(ContentError::InvalidArgument("bad path".into())),
+                ApiError::from(ContentError::InvalidArgument("bad path".into())),
                 StatusCode::BAD_REQUEST,
                 "invalid_argument",
             ),
             (
-                content_error(ContentError::Index(KvError::Unavailable("down".into()))),
+                ApiError::from(ContentError::Index(KvError::Unavailable("down".into()))),
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
             ),
@@ -1142,11 +1122,11 @@ mod tests {
                  calls finish",
             ),
             (
-                content_error(ContentError::InvalidArgument("bad path".into())),
+                ApiError::from(ContentError::InvalidArgument("bad path".into())),
                 "bad path",
             ),
             (
-                content_error(ContentError::Index(KvError::Unavailable("down".into()))),
+                ApiError::from(ContentError::Index(KvError::Unavailable("down".into()))),
                 "the content index: kv unavailable: down",
             ),
         ];

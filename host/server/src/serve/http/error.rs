@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use custodian_base::error::ErrorKind;
-use custodian_core::content::Withheld;
+use custodian_core::content::{ContentError, Withheld};
 use custodian_kv::KvError;
 use custodian_object::ObjectError;
 
@@ -125,6 +125,29 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(LINK, link);
         }
         response
+    }
+}
+
+impl From<ContentError> for ApiError {
+    /// A content error by its kind (see [`ApiError::of_kind`]); the index
+    /// and the store name themselves.
+    fn from(error: ContentError) -> Self {
+        let kind = error.kind();
+        match error {
+            ContentError::Index(kv) => Self::of_kv(&kv, "the content index"),
+            ContentError::Store(object) => {
+                let mut api = Self::from(object);
+                api.message = format!("the serving store: {}", api.message);
+                api
+            }
+            // The client's own input: the reason alone, as every other
+            // refusal of input reads.
+            ContentError::InvalidArgument(message) => Self::of_kind(kind, message),
+            ContentError::TakenDown(withheld) => Self::from(withheld),
+            // Only a local file is read (`Read`), and an HTTP push reads
+            // none.
+            other => Self::of_kind(kind, other.to_string()),
+        }
     }
 }
 

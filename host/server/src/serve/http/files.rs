@@ -39,7 +39,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::ApiError;
 use super::byte_range::{parse_range, unsatisfiable};
-use super::content::{content_error, push_file};
+use super::content::push_file;
 use super::extract::path;
 use super::objects::headers::{CHECKSUM, header_text, value};
 use crate::serve::Host;
@@ -67,12 +67,12 @@ async fn read_file(
     request: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (namespace, name, file_path) = path(params)?;
-    let repo = RepoName::new(&namespace, &name).map_err(content_error)?;
-    content::index::validate_path(&file_path).map_err(content_error)?;
+    let repo = RepoName::new(&namespace, &name).map_err(ApiError::from)?;
+    content::index::validate_path(&file_path).map_err(ApiError::from)?;
     let serving = host.store(content::SERVING_STORE)?.clone();
     let file = read::open_file(host.kv.as_ref(), serving.as_ref(), &repo, &file_path)
         .await
-        .map_err(content_error)?;
+        .map_err(ApiError::from)?;
     let etag = format!("\"{}\"", file.entry.id);
     let mut headers = HeaderMap::new();
     headers.insert(ETAG, value(&etag)?);

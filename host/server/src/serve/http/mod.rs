@@ -41,6 +41,7 @@ mod plugins;
 #[cfg(test)]
 mod test_client;
 mod timers;
+mod withheld;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -81,6 +81,7 @@ use serde::{Deserialize, Serialize};
 use super::ApiError;
 use super::byte_range::{parse_range, unsatisfiable};
 use super::extract::{BodyLimit, path, query, read_body_inspecting};
+use super::withheld::TakenDown;
 use crate::serve::Host;
 use conditions::{check_guard, put_condition, read_guard};
 use custodian_base::checksum::{self, Crc64Nvme};
@@ -260,7 +261,7 @@ async fn refuse_withheld(host: &Host, store: &str, key: &str) -> Result<(), ApiE
     };
     denial::refuse_withheld(host.kv.as_ref(), &object)
         .await
-        .map_err(super::content::content_error)
+        .map_err(ApiError::from)
 }
 
 /// `GET`: the object (or one version), whole or one range.
@@ -366,24 +367,6 @@ struct ObjectItem<'a> {
     taken_down: Option<TakenDown>,
 }
 
-/// How a listing marks what a takedown withholds.
-#[derive(Debug, Serialize)]
-pub(super) struct TakenDown {
-    /// The request (64 hex digits).
-    request: String,
-    /// When its denial took effect.
-    since_ms: u64,
-}
-
-impl From<Withheld> for TakenDown {
-    fn from(withheld: Withheld) -> Self {
-        Self {
-            request: withheld.request.to_hex(),
-            since_ms: withheld.since_ms,
-        }
-    }
-}
-
 impl<'a> ObjectItem<'a> {
     fn new(item: &'a ListedObject, withheld: Option<Withheld>) -> Self {
         Self {
@@ -406,7 +389,7 @@ async fn withheld_keys<'k>(
     let ids: Vec<ObjectId> = objects.iter().flatten().copied().collect();
     let mut found = denial::check_many(host.kv.as_ref(), &ids)
         .await
-        .map_err(super::content::content_error)?
+        .map_err(ApiError::from)?
         .into_iter();
     Ok(objects
         .iter()

@@ -104,7 +104,7 @@ use super::withheld::TakenDown;
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
-use custodian_core::content::{self, ContentError, Entry, ObjectId, RepoName, denial};
+use custodian_core::content::{self, Entry, ObjectId, RepoName, denial};
 use custodian_core::timers::{self, TimerError};
 use custodian_kv::MAX_PAGE_ENTRIES;
 use custodian_runtime::CallError;
@@ -554,6 +554,7 @@ mod tests {
     use crate::serve::test_host::{test_host, test_host_with};
     use custodian_base::clock::FixedClock;
     use custodian_core::audit;
+    use custodian_core::content::ContentError;
     use custodian_kv::{KvError, Partition};
 
     const NOW: u64 = 1_700_000_000_000;

@@ -6,10 +6,9 @@
 //! them.
 
 use custodian_sdk::contract::content::{self as layout, index};
-use custodian_sdk::{Error, kv, objects};
+use custodian_sdk::{Error, kv};
 
 use crate::codec::{Id, corrupt, hex};
-use crate::preserved::{self, ReadError};
 
 /// The host's content index.
 pub const CONTENT: &str = layout::PARTITION;
@@ -95,35 +94,6 @@ pub fn object_rows(objects: &[Id]) -> Result<Vec<Option<ObjectRow>>, Error> {
         .collect()
 }
 
-/// Bytes `[offset, offset + length)` of `object`'s serving copy, cut at
-/// its end. A serving copy a takedown removed is read from the preserved
-/// copy of a request denying the object instead
-/// ([`crate::preserved::pick`]); a copy missing from both is data loss
-/// (`Corrupt`, naming it as `what`).
-pub fn read_serving(object: &Id, offset: u64, length: u64, what: &str) -> Result<Vec<u8>, Error> {
-    let key = crate::keys::serving_key(object);
-    let missing = match objects::get_range(SERVING, &key, offset, length, None) {
-        Ok(bytes) => return Ok(bytes),
-        Err(Error::NotFound(m)) => m,
-        Err(other) => return Err(other),
-    };
-    let Some(copy) = preserved::pick(object, None)? else {
-        return Err(corrupt(format!(
-            "{what} {} is missing from serving, and no request holds a verified preserved copy: {missing}",
-            hex(object)
-        )));
-    };
-    preserved::read_range(&copy.request, object, copy.info.size, offset, length).map_err(|error| {
-        match error {
-            ReadError::Unreadable(why) => corrupt(format!(
-                "{what} {} is missing from serving: {why}",
-                hex(object)
-            )),
-            ReadError::Host(error) => error,
-        }
-    })
-}
-
 fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
     index::holder_key(object, &repository.namespace, &repository.name)
 }
@@ -200,11 +170,7 @@ pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderP
 /// The manifest format ([`layout::manifest`]), with this policy's
 /// wording of what is wrong.
 pub mod manifest {
-    use custodian_sdk::Error;
-    use custodian_sdk::contract::content::ID_BYTES;
     use custodian_sdk::contract::content::manifest::{self as layout, ManifestError};
-
-    use crate::codec::{Id, corrupt, hex};
 
     pub use layout::{chunk_offset, count_for_size, file_length};
 
@@ -229,53 +195,6 @@ pub mod manifest {
                 // `check` judges neither the bounds nor the file length.
                 other => other.to_string(),
             })
-    }
-
-    /// Up to `max` chunk ids of `manifest` from chunk `next` on, read from
-    /// its serving copy, with its chunk count: `count` when a cursor knows
-    /// it already, else read from the header (magic, format and the count
-    /// bound checked). A missing, malformed or short manifest is
-    /// `Corrupt`, naming it.
-    pub fn read_chunks(
-        manifest: &Id,
-        next: u32,
-        count: Option<u32>,
-        max: u32,
-    ) -> Result<(u32, Vec<Id>), Error> {
-        let bad = |what: &str| corrupt(format!("manifest {}: {what}", hex(manifest)));
-        let count = match count {
-            Some(count) => count,
-            None => {
-                let header = super::read_serving(manifest, 0, HEADER, "manifest")?;
-                let header = <[u8; layout::HEADER_BYTES]>::try_from(header.as_slice())
-                    .map_err(|_| bad("shorter than a manifest header"))?;
-                let header =
-                    layout::Header::decode(&header).map_err(|why| bad(&why.to_string()))?;
-                if header.count > layout::MAX_CHUNKS {
-                    return Err(bad(&format!("{} chunks", header.count)));
-                }
-                header.count
-            }
-        };
-        if next > count {
-            return Err(bad("a cursor past its chunk list"));
-        }
-        let take = max.min(count - next);
-        if take == 0 {
-            return Ok((count, Vec::new()));
-        }
-        let length = u64::from(take) * ID_BYTES as u64;
-        let bytes = super::read_serving(manifest, chunk_offset(next), length, "manifest")?;
-        if bytes.len() as u64 != length {
-            return Err(bad("shorter than its chunk list"));
-        }
-        Ok((
-            count,
-            bytes
-                .chunks_exact(ID_BYTES)
-                .map(|c| Id::try_from(c).expect("chunks of 32 bytes"))
-                .collect(),
-        ))
     }
 }
 

@@ -10,21 +10,23 @@
 //! A takedown's first effect is that its content stops being served: the
 //! host refuses every read and push of an object that has a row in
 //! partition `denial` (the contract's `denial` module), and this policy
-//! writes those rows ([`denial`]). A request denies every object it
-//! names; for a pack, the pack and every member, nested packs and their
-//! members included, recursively; for a manifest, the manifest and every
-//! chunk it lists. Chunks are denied by id too (a chunk is a piece of the
+//! writes those rows ([`denial_work`]; its progress is the request's
+//! `denial` row, [`denial`]). A request denies every object it names; for
+//! a pack, the pack and every member, nested packs and their members
+//! included, recursively; for a manifest, the manifest and every chunk it
+//! lists. Chunks are denied by id too (a chunk is a piece of the
 //! taken-down file); the host checks a file read only against the file's
 //! own object, so another file that shares a chunk keeps serving by its
 //! path.
 //!
-//! `plan-create`'s commit denies as much as fits in it (a request naming
-//! a few blobs is fully denied by it); `plan-denial` commits do the rest,
-//! and a step of a request whose denial is not settled does one chunk of
-//! it and nothing else (no preservation before denial). `plan-withdraw`
-//! (refused once purging has begun, allowed under a legal hold) marks the
-//! request withdrawn; its denials are then lifted the same way, and its
-//! preserved copy follows retention as before.
+//! `plan-create`'s commit ([`create`]) denies as much as fits in it (a
+//! request naming a few blobs is fully denied by it); `plan-denial`
+//! commits do the rest, and a step of a request whose denial is not
+//! settled does one chunk of it and nothing else (no preservation before
+//! denial). `plan-withdraw` ([`withdraw`]; refused once purging has
+//! begun, allowed under a legal hold) marks the request withdrawn; its
+//! denials are then lifted the same way, and its preserved copy follows
+//! retention as before.
 //!
 //! # Removal and restoration
 //!
@@ -58,7 +60,7 @@
 //! A request filed after a serving copy was removed acquires the object
 //! from the preserved copy of a request denying it (verified, not being
 //! purged; [`acquire`]), and reads a removed pack or manifest's entries
-//! from one to deny them ([`content::read_serving`]).
+//! from one to seed or deny them ([`source`]).
 //!
 //! Each timer step is one bounded checkpoint transition
 //! (seed → acquire → closure → discover → remove → retain → purging →
@@ -179,6 +181,24 @@
 //! objects and 32 MiB (one object at least; one at a time in memory, each
 //! at most 16 MiB, under the plugin's 64 MiB), in ~150 host calls at the
 //! most ([`restore`]); its audit entries stay within 7.
+//!
+//! # Modules
+//!
+//! Each imports only modules listed before it (CI checks that the modules
+//! of a crate import each other in no cycle): the encodings and keys
+//! ([`codec`], [`keys`]) and deleting every version of a stored object
+//! ([`versions`]); the host's content index ([`content`]); the request
+//! record ([`request`]); the preservation state ([`state`]) and the
+//! `denial` row ([`denial`]); a step in progress ([`context`]); what
+//! every request denying an object holds of it ([`survey`]); pieces and
+//! the acquisition queue ([`copy`], [`queue`]); discovery, removal,
+//! closure and purging ([`discover`], [`remove`], [`closure`],
+//! [`purge`]); preserved copies read back ([`preserved`]); an object's
+//! bytes wherever a whole copy is ([`source`]); acquisition, restoration
+//! and seeding ([`acquire`], [`restore`], [`seed`]); denial work
+//! ([`denial_work`]); and the entry points: filing ([`create`]),
+//! withdrawing ([`withdraw`]), legal holds ([`hold`]), steps ([`step`])
+//! and status ([`status`]).
 
 pub mod acquire;
 pub mod closure;
@@ -186,7 +206,9 @@ pub mod codec;
 pub mod content;
 pub mod context;
 pub mod copy;
+pub mod create;
 pub mod denial;
+pub mod denial_work;
 pub mod discover;
 pub mod hold;
 pub mod keys;
@@ -197,11 +219,13 @@ pub mod remove;
 pub mod request;
 pub mod restore;
 pub mod seed;
+pub mod source;
 pub mod state;
 pub mod status;
 pub mod step;
 pub mod survey;
 pub mod versions;
+pub mod withdraw;
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
@@ -212,15 +236,15 @@ pub struct Policy;
 
 impl TakedownSteps for Policy {
     fn plan_create(request: Request, now_ms: u64) -> Result<WitCommit, Error> {
-        request::plan_create(request, now_ms)
+        create::plan(request, now_ms)
     }
 
     fn plan_denial(request: Vec<u8>, now_ms: u64) -> Result<Option<WitCommit>, Error> {
-        denial::plan(&request, now_ms)
+        denial_work::plan(&request, now_ms)
     }
 
     fn plan_withdraw(request: Vec<u8>, now_ms: u64) -> Result<WitCommit, Error> {
-        denial::plan_withdraw(&request, now_ms)
+        withdraw::plan(&request, now_ms)
     }
 
     fn step(timer: Timer) -> Result<StepResult, Error> {

@@ -1,7 +1,7 @@
 //! Preserved copies read back: by a withdrawal restoring a serving copy
 //! ([`crate::restore`]), and, once a serving copy is removed, by a later
 //! request acquiring the object ([`crate::acquire`]) or walking a pack or
-//! manifest to deny it ([`crate::content::read_serving`]).
+//! manifest to seed or deny it ([`crate::source`]).
 //!
 //! A copy is read from its pieces: each piece row (the intent) gives the
 //! piece's offset, length, CRC and key; every piece is checked against

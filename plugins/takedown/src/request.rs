@@ -1,15 +1,13 @@
-//! The request record: validating a new request, checking the repository
-//! holds what it names, and planning its creation.
+//! The request record: validating a new request, its `request` row and
+//! loading it, and the objects it names (its `actions` row). Filing one is
+//! [`crate::create`]'s.
 
-use custodian_sdk::audit::Entry;
-use custodian_sdk::steps::WitCommit;
 use custodian_sdk::takedown::Request as WitRequest;
-use custodian_sdk::{Batch, Commit, Error, kv};
+use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, decode, encode, hex, id_from_hex};
-use crate::content::{self, Repository};
-use crate::denial::{self, DenialState};
+use crate::content::Repository;
 use crate::keys::{self, PARTITION};
 
 /// Most objects one request may name: its record stays well inside the
@@ -19,9 +17,6 @@ pub const MAX_OBJECTS: usize = 1024;
 /// How long after a plan or step's `now` its commit may still land: a
 /// commit that waited longer acts on state that may have moved on.
 pub const APPLY_WINDOW_MS: u64 = 30_000;
-/// Most missing ids named in a `not-found` message: 1024 ids would make
-/// an error message of 66 KiB.
-const MAX_NAMED_MISSING: usize = 8;
 
 /// A request as this policy uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,13 +131,25 @@ pub fn validate(request: &WitRequest) -> Result<(Id, Request, Vec<Id>), Error> {
     ))
 }
 
-fn request_key(id: &Id) -> Vec<u8> {
+/// The `request` row's key of request `id`.
+pub fn key(id: &Id) -> Vec<u8> {
     keys::key(keys::REQUEST, id, &[])
+}
+
+/// The `request` row's value for `request`.
+pub fn encode_record(request: &Request) -> Result<Vec<u8>, Error> {
+    encode(&Stored {
+        version: 1,
+        repository: request.repository.to_string(),
+        created_ms: request.created_ms,
+        objects: request.objects,
+        pack: request.pack.map(|p| hex(&p)),
+    })
 }
 
 /// Request `id`, `None` if it does not exist.
 pub fn load(id: &Id) -> Result<Option<Request>, Error> {
-    let Some(raw) = kv::get(PARTITION, &request_key(id))? else {
+    let Some(raw) = kv::get(PARTITION, &key(id))? else {
         return Ok(None);
     };
     let stored: Stored = decode(&raw, "the request record")?;
@@ -190,85 +197,4 @@ pub fn require(id: &Id) -> Result<Request, Error> {
 /// bytes.
 pub fn id_arg(bytes: &[u8]) -> Result<Id, Error> {
     id_of(bytes, "the request id")
-}
-
-/// `plan-create`: see `wit/takedown.wit`.
-pub fn plan_create(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
-    let (id, request, objects) = validate(&filed)?;
-    let named: Vec<Id> = request.pack.map_or_else(|| objects.clone(), |p| vec![p]);
-    let missing = content::not_held(&request.repository, &named)?;
-    if !missing.is_empty() {
-        let listed: Vec<String> = missing
-            .iter()
-            .take(MAX_NAMED_MISSING)
-            .map(|o| hex(o))
-            .collect();
-        return Err(Error::NotFound(format!(
-            "{} does not hold {} of the named objects: {}{}",
-            request.repository,
-            missing.len(),
-            listed.join(", "),
-            if missing.len() > MAX_NAMED_MISSING {
-                ", …"
-            } else {
-                ""
-            }
-        )));
-    }
-    if let Some(pack) = request.pack {
-        let row = content::object_row(&pack)?;
-        if row.is_none_or(|row| row.kind != content::PACK) {
-            return Err(Error::NotFound(format!(
-                "{} is not a pack in the content index",
-                hex(&pack)
-            )));
-        }
-    }
-    let key = request_key(&id);
-    if kv::get(PARTITION, &key)?.is_some() {
-        return Err(Error::PreconditionFailed(format!(
-            "takedown request {} exists",
-            hex(&id)
-        )));
-    }
-    let stored = Stored {
-        version: 1,
-        repository: request.repository.to_string(),
-        created_ms: request.created_ms,
-        objects: request.objects,
-        pack: request.pack.map(|p| hex(&p)),
-    };
-    let mut batch = Batch::new()
-        .require_absent(PARTITION, key.clone())
-        .not_after(now.saturating_add(APPLY_WINDOW_MS))
-        .put(PARTITION, key, encode(&stored)?);
-    if !objects.is_empty() {
-        batch = batch.put(
-            PARTITION,
-            keys::key(keys::ACTIONS, &id, &[]),
-            objects.concat(),
-        );
-    }
-    // The denial takes effect with the filing: as much of it as fits in
-    // this commit, the rest through `plan-denial` (or the steps).
-    let denial_key = denial::state_key(&id);
-    let mut state = DenialState::initial(now);
-    let budget = denial::COMMIT_OPS.saturating_sub(batch.len() + 2);
-    let work = denial::work(&id, &request, Some(&named), &mut state, budget, now)?;
-    let batch = batch
-        .require_absent(PARTITION, denial_key.clone())
-        .extend(work.batch)
-        .put(PARTITION, denial_key, encode(&state)?);
-    let mut commit = Commit::new(batch).audit(Entry {
-        event: "TakedownRequested".into(),
-        targets: vec![hex(&id), request.repository.to_string()],
-        detail: Some(match request.pack {
-            Some(pack) => format!("pack {}", hex(&pack)),
-            None => format!("{} objects", request.objects),
-        }),
-    });
-    for event in work.events {
-        commit = commit.audit(event);
-    }
-    Ok(commit.into_wit())
 }

@@ -1,7 +1,7 @@
 //! Restore: a withdrawal puts back the serving copies its content needs
 //! before any of its denials is lifted.
 //!
-//! Lifting a withdrawn request's denials ([`crate::denial`]) runs in
+//! Lifting a withdrawn request's denials ([`crate::denial_work`]) runs in
 //! three stages, each in bounded chunks:
 //!
 //! 1. pending removals of the request are finished

@@ -6,11 +6,12 @@ use std::collections::BTreeSet;
 use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Id, corrupt, decode, encode, hex};
-use crate::content::{self, pack};
+use crate::codec::{Id, decode, encode};
+use crate::content;
 use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::queue;
+use crate::source;
 use crate::state::Phase;
 
 /// Actions or inventory entries handled per step: bounds the writes of
@@ -76,7 +77,7 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
     };
     let pack_id = keys::object_of(&entry.key, &start, "pack-todo")?;
     let mut cursor: PackCursor = decode(&entry.value, "a pack cursor")?;
-    let (count, members) = inventory(&pack_id, cursor.next, cursor.count, PER_STEP)?;
+    let (count, members) = source::pack_inventory(&pack_id, cursor.next, cursor.count, PER_STEP)?;
     // At most PER_STEP entries.
     let take = members.len() as u32;
     let nested: Vec<Id> = members
@@ -124,64 +125,6 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
         step.put(entry.key, encode(&cursor)?);
     }
     Ok(())
-}
-
-/// Up to `max` inventory entries (id, kind) of `pack_id` from entry
-/// `next` on, read from its serving copy, with its member count: `count`
-/// when a cursor knows it already, else read from the header. Shared by
-/// the seed's walk and the denial's ([`crate::denial`]). A missing or
-/// malformed pack, or a cursor past its inventory, is `Corrupt`.
-pub fn inventory(
-    pack_id: &Id,
-    next: u32,
-    count: Option<u32>,
-    max: u32,
-) -> Result<(u32, Vec<(Id, u8)>), Error> {
-    let count = match count {
-        Some(count) => count,
-        None => {
-            let header = content::read_serving(pack_id, 0, pack::HEADER, "pack")?;
-            pack::count(&header)
-                .map_err(|reason| corrupt(format!("pack {}: {reason}", hex(pack_id))))?
-        }
-    };
-    if next > count {
-        return Err(corrupt(format!(
-            "the cursor of pack {} is past its inventory",
-            hex(pack_id)
-        )));
-    }
-    let take = max.min(count - next);
-    if take == 0 {
-        return Ok((count, Vec::new()));
-    }
-    let offset = custodian_sdk::contract::content::pack::member_offset(next);
-    let length = pack::ENTRY * u64::from(take);
-    let bytes = content::read_serving(pack_id, offset, length, "pack")?;
-    if bytes.len() as u64 != length {
-        return Err(corrupt(format!(
-            "pack {} is shorter than its inventory",
-            hex(pack_id)
-        )));
-    }
-    Ok((count, parse_entries(pack_id, &bytes)?))
-}
-
-fn parse_entries(pack_id: &Id, bytes: &[u8]) -> Result<Vec<(Id, u8)>, Error> {
-    bytes
-        .chunks_exact(pack::ENTRY as usize)
-        .map(|entry| {
-            let kind = entry[32];
-            if !content::is_kind(kind) {
-                return Err(corrupt(format!(
-                    "pack {} lists a member of unknown kind {kind}",
-                    hex(pack_id)
-                )));
-            }
-            let id = Id::try_from(&entry[..32]).map_err(|_| corrupt("a pack entry"))?;
-            Ok((id, kind))
-        })
-        .collect()
 }
 
 fn already_seen(step: &Step, packs: &BTreeSet<Id>) -> Result<BTreeSet<Id>, Error> {

@@ -6,7 +6,7 @@
 //! which are committed on their own before bytes are written or deleted
 //! (see [`crate::copy`] and [`crate::remove`]). A request whose denial is
 //! not settled (activation, or lifting after a withdrawal) gets a chunk of
-//! denial work instead ([`crate::denial`]). In the remove phase, pending
+//! denial work instead ([`crate::denial_work`]). In the remove phase, pending
 //! removals are finished first, before even a purge may start.
 
 use custodian_sdk::Error;
@@ -14,7 +14,7 @@ use custodian_sdk::steps::{StepResult, Timer};
 
 use crate::context;
 use crate::state::Phase;
-use crate::{acquire, closure, denial, discover, purge, remove, seed};
+use crate::{acquire, closure, denial, denial_work, discover, purge, remove, seed};
 
 /// `step`: see `wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
@@ -23,7 +23,7 @@ pub fn run(timer: &Timer) -> Result<StepResult, Error> {
     if !denial.state.settled {
         // Denial first: nothing is preserved (or purged) before the
         // content stops being served, or while a withdrawal is lifted.
-        return denial::step(&id, &request, &denial, timer);
+        return denial_work::step(&id, &request, &denial, timer);
     }
     let mut step = context::load(timer, id, request, denial.raw, denial.state)?;
     let finished = step.state.phase == Phase::Remove && remove::finish_pending(&mut step)?;

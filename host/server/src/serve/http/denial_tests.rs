@@ -126,6 +126,11 @@ async fn a_filed_takedown_answers_451_on_every_read_path_of_both_repositories_at
         .expect(StatusCode::OK)
         .json();
     assert_eq!(store["objects"][0]["taken_down"]["request"], id);
+    let versions = get(&host, "/v1/stores/serving/versions?prefix=content/")
+        .await
+        .expect(StatusCode::OK)
+        .json();
+    assert_eq!(versions["versions"][0]["taken_down"]["request"], id);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -56,8 +56,8 @@
 //! In the `serving` store, a content object (`content/<id>`) a takedown
 //! withholds is 451 `taken_down` for `GET`, `HEAD` (any version) and
 //! `PUT` (no re-upload under its address), checked before the store is
-//! asked; a listing of the store marks it (`"taken_down": {"request",
-//! "since_ms"}`). See [`custodian_core::content::denial`].
+//! asked; a listing of the store's objects or versions marks it
+//! (`"taken_down": {"request", "since_ms"}`). See [`custodian_core::content::denial`].
 
 mod conditions;
 pub(super) mod headers;
@@ -408,10 +408,13 @@ struct VersionItem<'a> {
     is_current: bool,
     is_delete_marker: bool,
     last_modified_ms: Option<u64>,
+    /// Content a takedown withholds (listed, never served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    taken_down: Option<TakenDown>,
 }
 
-impl<'a> From<&'a ListedVersion> for VersionItem<'a> {
-    fn from(item: &'a ListedVersion) -> Self {
+impl<'a> VersionItem<'a> {
+    fn new(item: &'a ListedVersion, withheld: Option<Withheld>) -> Self {
         Self {
             key: &item.key,
             version_id: &item.version_id,
@@ -420,6 +423,7 @@ impl<'a> From<&'a ListedVersion> for VersionItem<'a> {
             is_current: item.is_current,
             is_delete_marker: item.is_delete_marker,
             last_modified_ms: item.last_modified_ms,
+            taken_down: withheld.map(TakenDown::from),
         }
     }
 }
@@ -485,8 +489,19 @@ async fn list_versions(
     let page = store
         .list_versions(&list.prefix, list.cursor.as_deref(), list.limit())
         .await?;
+    let withheld = withheld_keys(
+        &host,
+        &store_name,
+        page.items.iter().map(|i| i.key.as_str()),
+    )
+    .await?;
     let body = VersionPage {
-        versions: page.items.iter().map(VersionItem::from).collect(),
+        versions: page
+            .items
+            .iter()
+            .zip(withheld)
+            .map(|(item, withheld)| VersionItem::new(item, withheld))
+            .collect(),
         next_cursor: page.next.as_deref(),
     };
     // Serialized here, while the page it borrows is alive.

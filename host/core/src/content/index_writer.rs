@@ -14,11 +14,18 @@
 //!   pushed as a file can equal a pack's; the first kind recorded stays.)
 //! - *replaced* rows (`r`) are written unconditionally: a path's entry is
 //!   whatever was pushed to it last.
+//!
+//! An object's row and an entry naming an object may be buffered with a
+//! guard on that object not being taken down (its denial row absent),
+//! in the same batch: a takedown filed between a push's check of an
+//! object and the commit of those rows fails that commit, and the push
+//! answers [`ContentError::TakenDown`] rather than indexing or entering
+//! withheld content.
 
 use std::collections::HashSet;
 
 use super::index::{OBJECT_TAG, ObjectRow};
-use super::{ContentError, ObjectId, partition};
+use super::{ContentError, ObjectId, denial, partition};
 use custodian_kv::{
     Batch, Kv, MAX_BATCH_BYTES, MAX_BATCH_OPS, Outcome, Partition, Precondition, Write,
 };
@@ -37,6 +44,8 @@ pub(super) struct IndexWriter<'a> {
     replaced: Vec<(Vec<u8>, Vec<u8>)>,
     /// Keys of `created`, so a row buffered twice is written once.
     pending: HashSet<Vec<u8>>,
+    /// Objects the next batch is guarded on not being taken down.
+    objects: Vec<ObjectId>,
     ops: usize,
     bytes: usize,
 }
@@ -49,6 +58,7 @@ impl<'a> IndexWriter<'a> {
             created: Vec::new(),
             replaced: Vec::new(),
             pending: HashSet::new(),
+            objects: Vec::new(),
             ops: 0,
             bytes: 0,
         }
@@ -60,24 +70,44 @@ impl<'a> IndexWriter<'a> {
         key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<(), ContentError> {
+        self.create_unless_withheld(key, value, None).await
+    }
+
+    /// [`IndexWriter::create`], in a batch guarded on `object` (when
+    /// given) not being taken down.
+    pub(super) async fn create_unless_withheld(
+        &mut self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        object: Option<ObjectId>,
+    ) -> Result<(), ContentError> {
         if self.pending.contains(&key) {
             return Ok(());
         }
         // An `Absent` guard and a put, each carrying the key.
-        self.make_room(2, 2 * key.len() + value.len()).await?;
+        self.make_room(
+            2 + guard_ops(object),
+            2 * key.len() + value.len() + GUARD_BYTES,
+        )
+        .await?;
         self.pending.insert(key.clone());
         self.created.push((key, value));
+        self.objects.extend(object);
         Ok(())
     }
 
-    /// Buffers a row written whatever `key` holds.
-    pub(super) async fn replace(
+    /// Buffers a row written whatever `key` holds, in a batch guarded on
+    /// `object` (when given) not being taken down.
+    pub(super) async fn replace_unless_withheld(
         &mut self,
         key: Vec<u8>,
         value: Vec<u8>,
+        object: Option<ObjectId>,
     ) -> Result<(), ContentError> {
-        self.make_room(1, key.len() + value.len()).await?;
+        self.make_room(1 + guard_ops(object), key.len() + value.len() + GUARD_BYTES)
+            .await?;
         self.replaced.push((key, value));
+        self.objects.extend(object);
         Ok(())
     }
 
@@ -94,11 +124,12 @@ impl<'a> IndexWriter<'a> {
     ///
     /// # Errors
     /// [`ContentError::Corrupt`] when an existing object row disagrees
-    /// with the bytes; [`ContentError::Conflict`] when concurrent writers
-    /// kept winning; [`ContentError::Index`] if the KV fails. Nothing of
+    /// with the bytes; [`ContentError::TakenDown`] when a takedown denied
+    /// one of the batch's objects since it was checked;
+    /// [`ContentError::Conflict`] when concurrent writers kept winning; [`ContentError::Index`] if the KV fails. Nothing of
     /// the failed batch is written.
     pub(super) async fn flush(&mut self) -> Result<(), ContentError> {
-        if self.created.is_empty() && self.replaced.is_empty() {
+        if self.created.is_empty() && self.replaced.is_empty() && self.objects.is_empty() {
             return Ok(());
         }
         for _ in 0..MAX_ATTEMPTS {
@@ -109,6 +140,12 @@ impl<'a> IndexWriter<'a> {
                 self.kv.get_many(&self.partition, &keys).await?
             };
             let mut batch = Batch::default();
+            batch
+                .preconditions
+                .extend(self.objects.iter().map(|object| Precondition::Absent {
+                    partition: denial::partition(),
+                    key: custodian_contract::denial::key(&object.0),
+                }));
             for ((key, value), current) in self.created.iter().zip(current) {
                 match current {
                     Some(current) => agree(key, value, &current)?,
@@ -135,6 +172,19 @@ impl<'a> IndexWriter<'a> {
             let committed = batch.writes.is_empty()
                 || match self.kv.apply(&batch).await? {
                     Outcome::Committed => true,
+                    // A takedown denied one of the objects since it was
+                    // checked: none of the batch is written.
+                    Outcome::PreconditionFailed { index }
+                        if (index as usize) < self.objects.len() =>
+                    {
+                        let object = self.objects[index as usize];
+                        return Err(match denial::check(self.kv, &object).await? {
+                            Some(withheld) => ContentError::TakenDown(withheld),
+                            None => ContentError::Conflict(format!(
+                                "object {object} was taken down and withdrawn while it was pushed"
+                            )),
+                        });
+                    }
                     // Someone created one of the rows since we read: read
                     // again, and keep theirs.
                     Outcome::PreconditionFailed { .. } => false,
@@ -148,6 +198,7 @@ impl<'a> IndexWriter<'a> {
                 self.created.clear();
                 self.replaced.clear();
                 self.pending.clear();
+                self.objects.clear();
                 self.ops = 0;
                 self.bytes = 0;
                 return Ok(());
@@ -157,6 +208,16 @@ impl<'a> IndexWriter<'a> {
             "index rows kept being created by another writer through {MAX_ATTEMPTS} attempts"
         )))
     }
+}
+
+/// Bytes a not-withheld guard may carry: the denial partition's name and
+/// a denial key (tag and id); counted whether or not there is one, which
+/// only errs towards smaller batches.
+const GUARD_BYTES: usize = 6 + 33;
+
+/// Operations of a not-withheld guard on `object`, if any.
+fn guard_ops(object: Option<ObjectId>) -> usize {
+    usize::from(object.is_some())
 }
 
 /// Whether an existing created row may stand for the one we would write.

@@ -161,7 +161,11 @@ pub async fn push(
         };
         pusher
             .writer
-            .replace(index::entry_key(repo, &entry.path), entry.encode_value())
+            .replace_unless_withheld(
+                index::entry_key(repo, &entry.path),
+                entry.encode_value(),
+                Some(entry.id),
+            )
             .await?;
         entries.push(entry);
     }
@@ -227,7 +231,11 @@ pub async fn push_bytes(
     };
     pusher
         .writer
-        .replace(index::entry_key(repo, path), entry.encode_value())
+        .replace_unless_withheld(
+            index::entry_key(repo, path),
+            entry.encode_value(),
+            Some(entry.id),
+        )
         .await?;
     pusher.writer.flush().await?;
     Ok(entry)
@@ -541,7 +549,8 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
             return Ok(());
         }
         // No re-upload of what a takedown withholds, whole or as a piece
-        // of another file: checked before its bytes are stored.
+        // of another file: checked before its bytes are stored, and again
+        // by the commit of its row (a takedown filed in between).
         super::denial::refuse_withheld(self.kv, &chunk.id).await?;
         let row = ObjectRow {
             kind,
@@ -557,8 +566,9 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
                 .create(index::chunk_of_key(listed, &chunk.id), Vec::new())
                 .await?;
         }
+        let (key, value) = (index::object_row_key(&chunk.id), row.encode());
         self.writer
-            .create(index::object_row_key(&chunk.id), row.encode())
+            .create_unless_withheld(key, value, Some(chunk.id))
             .await?;
         self.writer
             .create(index::holder_key(&chunk.id, self.repo), Vec::new())

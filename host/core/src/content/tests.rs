@@ -440,6 +440,79 @@ impl Hook for Dying {
     }
 }
 
+/// Files a takedown of `object` (its denial row, as a takedown plugin
+/// writes it) just before the first batch that would commit an index row
+/// naming it: a filing that lands between a push's check and its commit.
+struct DeniedMeanwhile {
+    object: ObjectId,
+    filed: AtomicUsize,
+}
+
+#[async_trait]
+impl Hook for DeniedMeanwhile {
+    async fn before(&self, inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        let Call::Apply(batch) = call else {
+            return Ok(());
+        };
+        let names_it = batch.writes.iter().any(|write| match write {
+            custodian_kv::Write::Put { key, value, .. } => {
+                key.ends_with(&self.object.0) || value.starts_with(&self.object.0)
+            }
+            custodian_kv::Write::Delete { .. } => false,
+        });
+        if names_it && self.filed.fetch_add(1, Ordering::SeqCst) == 0 {
+            let denial = custodian_contract::denial::Denial {
+                request: [9; 32],
+                since_ms: NOW,
+            };
+            let row = custodian_kv::Batch {
+                preconditions: Vec::new(),
+                writes: vec![custodian_kv::Write::Put {
+                    partition: denial::partition(),
+                    key: custodian_contract::denial::key(&self.object.0),
+                    value: custodian_contract::denial::encode(&[denial]),
+                }],
+            };
+            inner.apply(&row).await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_takedown_filed_between_a_pushs_check_and_its_commit_fails_the_commit_and_enters_nothing()
+{
+    let bytes = b"taken down while it was pushed".to_vec();
+    let object = ObjectId::of(&bytes);
+    let kv = Intercepted {
+        inner: Arc::new(MemoryKv::new(clock())),
+        hook: DeniedMeanwhile {
+            object,
+            filed: AtomicUsize::new(0),
+        },
+    };
+    let serving = MemoryStore::versioned(clock());
+    let site = repo("acme/late");
+    let pushed = push_bytes(&kv, &serving, &site, "f", bytes.into()).await;
+
+    match pushed {
+        Err(ContentError::TakenDown(withheld)) => {
+            assert_eq!(withheld.object, object);
+            assert_eq!(withheld.request, ObjectId([9; 32]));
+        }
+        other => panic!("expected taken down, got {other:?}"),
+    }
+    assert_eq!(kv.filed.load(Ordering::SeqCst), 1, "the filing landed");
+    assert!(
+        read::entry(&kv, &site, "f").await.unwrap().is_none(),
+        "no entry"
+    );
+    assert!(
+        object_row(&kv, &object).await.unwrap().is_none(),
+        "no object row"
+    );
+}
+
 /// A directory of `count` small files, enough for several batches.
 fn wide_tree(count: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();

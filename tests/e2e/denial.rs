@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::server::{Server, agent, answer, bearer, json_body, wait_for};
 use crate::support::{outcome, run};
-use crate::takedown::{MINUTE, T0, noise, tick};
+use crate::takedown::{MINUTE, T0, noise, ok, status, tick};
 
 /// 4 MiB: a file larger than this is chunked under a manifest.
 const CHUNK: usize = 4 << 20;
@@ -182,145 +182,98 @@ fn path(p: &std::path::Path) -> &str {
 #[test]
 fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let data_dir = dir.path().join("data");
+    let data = path(&data_dir);
     let source = dir.path().join("report.bin");
     let bytes = noise(10_000, 7);
     std::fs::write(&source, &bytes).unwrap();
     for repo in ["alpha/one", "beta/two"] {
-        let pushed = run(&["repo", "push", repo, path(&source), "--data", path(&data)]);
-        assert_eq!(outcome(&pushed).0, 0, "{}", outcome(&pushed).2);
+        ok(&["repo", "push", repo, path(&source), "--data", data]);
     }
     let object = hex_id(&bytes);
+    let out = dir.path().join("out.bin");
+    // `repo get` of beta/two's copy into `out`: exit status and stderr.
+    let read_back = || {
+        let (code, _, stderr) = outcome(&run(&[
+            "repo",
+            "get",
+            "beta/two",
+            "report.bin",
+            "-o",
+            path(&out),
+            "--data",
+            data,
+        ]));
+        (code, stderr)
+    };
 
     let t0 = T0.to_string();
-    let filed = run(&[
+    let filed = ok(&[
         "takedown",
         "create",
         "alpha/one",
         "--object",
         &object,
         "--data",
-        path(&data),
+        data,
         "--json",
         "--now",
         &t0,
     ]);
-    let (code, stdout, stderr) = outcome(&filed);
-    assert_eq!(code, 0, "{stderr}");
-    let filed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let filed: Value = serde_json::from_str(filed.trim()).unwrap();
     assert_eq!(filed["denial_settled"], true);
     let request = filed["id"].as_str().unwrap().to_owned();
 
-    let out = dir.path().join("out.bin");
-    let read = run(&[
-        "repo",
-        "get",
-        "beta/two",
-        "report.bin",
-        "-o",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
-    let (code, _, stderr) = outcome(&read);
+    let (code, stderr) = read_back();
     assert_eq!(code, 4, "{stderr}");
     assert!(stderr.contains(&request), "{stderr}");
     assert!(!out.exists(), "nothing is written");
-    let again = run(&[
+    let again = outcome(&run(&[
         "repo",
         "push",
         "gamma/three",
         path(&source),
         "--data",
-        path(&data),
-    ]);
-    let (code, _, stderr) = outcome(&again);
-    assert_eq!(code, 4, "{stderr}");
-    assert!(stderr.contains(&request), "{stderr}");
-    let listed = run(&["repo", "ls", "alpha/one", "--json", "--data", path(&data)]);
-    let line: Value = serde_json::from_str(outcome(&listed).1.trim()).unwrap();
+        data,
+    ]));
+    assert_eq!(again.0, 4, "{}", again.2);
+    assert!(again.2.contains(&request), "{}", again.2);
+    let listed = ok(&["repo", "ls", "alpha/one", "--json", "--data", data]);
+    let line: Value = serde_json::from_str(listed.trim()).unwrap();
     assert_eq!(line["taken_down"]["request"], request.as_str());
-    let plain = outcome(&run(&["repo", "ls", "beta/two", "--data", path(&data)])).1;
+    let plain = ok(&["repo", "ls", "beta/two", "--data", data]);
     assert!(
         plain.contains(&format!("[taken down by {request}]")),
         "{plain}"
     );
-    let status = run(&[
-        "takedown",
-        "status",
-        &request,
-        "--json",
-        "--data",
-        path(&data),
-    ]);
-    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
-    assert_eq!(status["denial"]["denied"], 1, "{status}");
-    assert_eq!(status["denial"]["settled"], true, "{status}");
+    let filed_status = status(data, &request);
+    assert_eq!(filed_status["denial"]["denied"], 1, "{filed_status}");
+    assert_eq!(filed_status["denial"]["settled"], true, "{filed_status}");
 
     // The steps preserve it, then remove its serving copy; still 451.
-    tick(path(&data), T0, T0 + 10 * MINUTE);
-    let status = run(&[
-        "takedown",
-        "status",
-        &request,
-        "--json",
-        "--data",
-        path(&data),
-    ]);
-    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
-    assert_eq!(status["verification"], "verified", "{status}");
-    assert_eq!(status["denial"]["removed"], 1, "{status}");
-    let serving = crate::takedown::store(&data, "serving");
+    tick(data, T0, T0 + 10 * MINUTE);
+    let preserved = status(data, &request);
+    assert_eq!(preserved["verification"], "verified", "{preserved}");
+    assert_eq!(preserved["denial"]["removed"], 1, "{preserved}");
+    let serving = crate::takedown::store(&data_dir, "serving");
     assert!(
         crate::takedown::versions(serving.as_ref(), &format!("content/{object}")).is_empty(),
         "every version of the serving copy is gone"
     );
     drop(serving);
-    let read = run(&[
-        "repo",
-        "get",
-        "beta/two",
-        "report.bin",
-        "--data",
-        path(&data),
-    ]);
-    assert_eq!(outcome(&read).0, 4);
+    assert_eq!(read_back().0, 4);
 
-    let withdrawn = run(&[
-        "takedown",
-        "withdraw",
-        &request,
-        "--data",
-        path(&data),
-        "--now",
-        &(T0 + 10 * MINUTE).to_string(),
+    let later = (T0 + 10 * MINUTE).to_string();
+    ok(&[
+        "takedown", "withdraw", &request, "--data", data, "--now", &later,
     ]);
-    assert_eq!(outcome(&withdrawn).0, 0, "{}", outcome(&withdrawn).2);
-    let status = run(&[
-        "takedown",
-        "status",
-        &request,
-        "--json",
-        "--data",
-        path(&data),
-    ]);
-    let status: Value = serde_json::from_str(outcome(&status).1.trim()).unwrap();
-    assert_eq!(status["denial"]["restored"], 1, "{status}");
-    let read = run(&[
-        "repo",
-        "get",
-        "beta/two",
-        "report.bin",
-        "-o",
-        path(&out),
-        "--data",
-        path(&data),
-    ]);
-    assert_eq!(outcome(&read).0, 0, "{}", outcome(&read).2);
+    let withdrawn = status(data, &request);
+    assert_eq!(withdrawn["denial"]["restored"], 1, "{withdrawn}");
+    let (code, stderr) = read_back();
+    assert_eq!(code, 0, "{stderr}");
     assert_eq!(std::fs::read(&out).unwrap(), bytes);
-    let twice = run(&["takedown", "withdraw", &request, "--data", path(&data)]);
-    let (code, _, stderr) = outcome(&twice);
-    assert_eq!(code, 1, "a second withdrawal fails: {stderr}");
+    let twice = outcome(&run(&["takedown", "withdraw", &request, "--data", data]));
+    assert_eq!(twice.0, 1, "a second withdrawal fails: {}", twice.2);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use custodian::object::ObjectStoreExt;
+use custodian::object::{ObjectStore, ObjectStoreExt};
 
 use crate::support::{Rng, custodian};
 use crate::takedown::{
@@ -106,17 +106,13 @@ fn assert_denied(data: &str, files: &[(&str, &str)]) {
     }
 }
 
-/// Every content key `serving` holds now.
-fn serving_keys(data: &std::path::Path) -> BTreeSet<String> {
-    let serving = store(data, "serving");
+/// Every current key under `prefix` of `store`.
+fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
     block(async {
-        let mut keys = BTreeSet::new();
+        let mut keys = Vec::new();
         let mut cursor = None;
         loop {
-            let page = serving
-                .list("content/", cursor.as_deref(), 1000)
-                .await
-                .unwrap();
+            let page = store.list(prefix, cursor.as_deref(), 1000).await.unwrap();
             keys.extend(page.items.into_iter().map(|i| i.key));
             match page.next {
                 Some(next) => cursor = Some(next),
@@ -126,27 +122,20 @@ fn serving_keys(data: &std::path::Path) -> BTreeSet<String> {
     })
 }
 
+/// Every content key `serving` holds now.
+fn serving_keys(data: &std::path::Path) -> BTreeSet<String> {
+    keys(store(data, "serving").as_ref(), "content/")
+        .into_iter()
+        .collect()
+}
+
 /// Panics unless every object of `before` missing from `serving` now has a
 /// whole preserved copy (some request's pieces, contiguous, hashing to its
 /// id): a serving copy never goes before its preserved copy is verified.
 fn assert_removed_only_once_preserved(data: &std::path::Path, before: &BTreeSet<String>) {
     let now = serving_keys(data);
     let preserved = store(data, "preserved");
-    let piece_keys: Vec<String> = block(async {
-        let mut keys = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = preserved
-                .list("pieces/", cursor.as_deref(), 1000)
-                .await
-                .unwrap();
-            keys.extend(page.items.into_iter().map(|i| i.key));
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => return keys,
-            }
-        }
-    });
+    let piece_keys = keys(preserved.as_ref(), "pieces/");
     for key in before.difference(&now) {
         let object = key.strip_prefix("content/").unwrap();
         let mut by_request: BTreeMap<&str, Vec<(u64, Vec<u8>)>> = BTreeMap::new();

@@ -8,11 +8,11 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::Clock;
 use custodian::content::ObjectId;
-use custodian::kv::Precondition;
+use custodian::kv::{Kv, Precondition};
 use custodian::policy::PolicyError;
 use custodian::policy::requests::{self, Action, RequestError, Settled};
 use custodian::policy::takedown::{self, Request, TakedownPolicy};
-use custodian::runtime::World;
+use custodian::runtime::{CallContext, World};
 use custodian::timers;
 use serde_json::json;
 
@@ -157,6 +157,41 @@ impl TakedownPolicyArgs {
     }
 }
 
+impl TakedownPolicyArgs {
+    /// Runs operator action `act` at `now_ms` on the data directory: the
+    /// node assembled to change state, the current takedown plugin, the
+    /// guards its plans commit under, and the operator. An action that did
+    /// not take effect fails the command by its kind.
+    fn act<T>(
+        &self,
+        global: &Global,
+        now_ms: u64,
+        act: impl FnOnce(
+            &TakedownPolicy,
+            &dyn Fn() -> Arc<CallContext>,
+            &tokio::runtime::Handle,
+            &dyn Kv,
+            Action<'_>,
+        ) -> Result<T, RequestError>,
+    ) -> Result<T, Failure> {
+        let opened = self.open(global, clock(Some(now_ms)), true)?;
+        let (plugin, guards) = for_action(&opened)?;
+        let action = Action {
+            operator: &self.operator,
+            now_ms,
+            guard: &guards,
+        };
+        act(
+            &plugin,
+            &|| opened.assembly.plugins.takedown_call(&plugin),
+            opened.io.handle(),
+            opened.assembly.kv.as_ref(),
+            action,
+        )
+        .map_err(request_failure)
+    }
+}
+
 /// The current takedown policy and the guards an action it plans must
 /// commit under (the authority epoch and the shared plugin set).
 fn for_action(opened: &Assembled) -> Result<(Arc<TakedownPolicy>, Vec<Precondition>), Failure> {
@@ -209,20 +244,12 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 .as_deref()
                 .map(|p| parse_id(p, "pack id"))
                 .transpose()?;
-            let clock = clock(now);
-            let opened = policy.open(global, clock.clone(), true)?;
-            let (plugin, guards) = for_action(&opened)?;
-            let request = Request::new(repository, clock.now_ms(), objects, pack);
-            let action = Action {
-                operator: &policy.operator,
-                now_ms: clock.now_ms(),
-                guard: &guards,
-            };
-            let call = || opened.assembly.plugins.takedown_call(&plugin);
-            let (io, kv) = (opened.io.handle(), opened.assembly.kv.as_ref());
-            requests::create(&plugin, call, io, kv, &request, action).map_err(request_failure)?;
-            let settled = requests::settle(&plugin, call, io, kv, &request.id, action)
-                .map_err(request_failure)?;
+            let now_ms = clock(now).now_ms();
+            let request = Request::new(repository, now_ms, objects, pack);
+            let settled = policy.act(global, now_ms, |plugin, call, io, kv, action| {
+                requests::create(plugin, call, io, kv, &request, action)?;
+                requests::settle(plugin, call, io, kv, &request.id, action)
+            })?;
             let id = hex(&request.id);
             if json {
                 println!(
@@ -282,18 +309,15 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
         }
         TakedownCommand::Withdraw { policy, id, now } => {
             let id = parse_id(&id, "request id")?;
-            let clock = clock(now);
-            let opened = policy.open(global, clock.clone(), true)?;
-            let (plugin, guards) = for_action(&opened)?;
-            let action = Action {
-                operator: &policy.operator,
-                now_ms: clock.now_ms(),
-                guard: &guards,
-            };
-            let call = || opened.assembly.plugins.takedown_call(&plugin);
-            let (io, kv) = (opened.io.handle(), opened.assembly.kv.as_ref());
-            requests::withdraw(&plugin, call, io, kv, &id, action).map_err(request_failure)?;
-            match requests::settle(&plugin, call, io, kv, &id, action).map_err(request_failure)? {
+            let settled = policy.act(
+                global,
+                clock(now).now_ms(),
+                |plugin, call, io, kv, action| {
+                    requests::withdraw(plugin, call, io, kv, &id, action)?;
+                    requests::settle(plugin, call, io, kv, &id, action)
+                },
+            )?;
+            match settled {
                 Settled::Done => eprintln!("withdrew {}: its denials are lifted", hex(&id)),
                 Settled::Pending => eprintln!(
                     "withdrew {}: its denials are still being lifted; its next step finishes it",
@@ -309,24 +333,14 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             now,
         } => {
             let id = parse_id(&id, "request id")?;
-            let clock = clock(now);
-            let opened = policy.open(global, clock.clone(), true)?;
-            let (plugin, guards) = for_action(&opened)?;
             let enabled = state == "on";
-            requests::hold(
-                &plugin,
-                || opened.assembly.plugins.takedown_call(&plugin),
-                opened.io.handle(),
-                opened.assembly.kv.as_ref(),
-                &id,
-                enabled,
-                Action {
-                    operator: &policy.operator,
-                    now_ms: clock.now_ms(),
-                    guard: &guards,
+            policy.act(
+                global,
+                clock(now).now_ms(),
+                |plugin, call, io, kv, action| {
+                    requests::hold(plugin, call, io, kv, &id, enabled, action)
                 },
-            )
-            .map_err(request_failure)?;
+            )?;
             eprintln!(
                 "legal hold {} for {}",
                 if enabled { "set" } else { "cleared" },

@@ -119,6 +119,22 @@ pub fn prefix_range(prefix: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
     (prefix, end)
 }
 
+/// A scan's resume cursor, stored as hex: `None` to start at `start`,
+/// else a key inside `[start, end)`; anything else is a corrupt cursor
+/// (`what` names it).
+pub fn cursor(
+    text: Option<&str>,
+    (start, end): (&[u8], &[u8]),
+    what: &str,
+) -> Result<Option<Vec<u8>>, Error> {
+    text.map(|text| {
+        crate::codec::unhex(text)
+            .filter(|c| c.as_slice() >= start && c.as_slice() < end)
+            .ok_or_else(|| corrupt(format!("the {what} cursor is outside its rows")))
+    })
+    .transpose()
+}
+
 /// The object id a `TAG id object` row is about.
 pub fn object_of(row: &[u8], start: &[u8], what: &str) -> Result<Id, Error> {
     row.strip_prefix(start)

@@ -7,7 +7,7 @@
 use custodian_sdk::retention::{Stage, Verdict};
 use custodian_sdk::{Error, kv};
 
-use crate::codec::{corrupt, decode, hex, unhex};
+use crate::codec::{decode, hex};
 use crate::context::{MAX_AUDIT, Step};
 use crate::copy::Piece;
 use crate::keys::{self, PARTITION, PRESERVED};
@@ -51,14 +51,7 @@ pub fn start(step: &mut Step) -> Result<bool, Error> {
 /// One purge step.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::PIECE, &step.id);
-    let cursor = match &step.state.purge_after {
-        Some(text) => Some(
-            unhex(text)
-                .filter(|c| c.as_slice() >= start.as_slice() && c.as_slice() < end.as_slice())
-                .ok_or_else(|| corrupt("the purge cursor is outside the piece rows"))?,
-        ),
-        None => None,
-    };
+    let cursor = keys::cursor(step.state.purge_after.as_deref(), (&start, &end), "purge")?;
     let limit = PIECES_PER_STEP.saturating_sub(step.audit_len()).max(1);
     let page = kv::scan(
         PARTITION,

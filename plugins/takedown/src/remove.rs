@@ -93,7 +93,7 @@ use custodian_sdk::objects::{self, MAX_BODY_BYTES};
 use custodian_sdk::{Batch, Error, kv};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Id, bounded, corrupt, decode, encode, hex, unhex};
+use crate::codec::{Id, bounded, corrupt, decode, encode, hex};
 use crate::content::{self, SERVING};
 use crate::context::Step;
 use crate::denial::{self, DenialState};
@@ -296,14 +296,11 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         return Ok(());
     }
     let (start, end) = keys::range(keys::OBJECT, &step.id);
-    let cursor = match &step.state.remove_after {
-        Some(text) => Some(
-            unhex(text)
-                .filter(|c| c.as_slice() >= start.as_slice() && c.as_slice() < end.as_slice())
-                .ok_or_else(|| corrupt("the removal cursor is outside the object rows"))?,
-        ),
-        None => None,
-    };
+    let cursor = keys::cursor(
+        step.state.remove_after.as_deref(),
+        (&start, &end),
+        "removal",
+    )?;
     let page = kv::scan(
         PARTITION,
         &start,

@@ -72,7 +72,7 @@ use custodian_sdk::audit::Entry;
 use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::{Error, checksum, kv};
 
-use crate::codec::{Id, bounded, corrupt, hex, unhex};
+use crate::codec::{Id, bounded, hex};
 use crate::content::{self, ObjectRow, SERVING};
 use crate::denial::DenialState;
 use crate::keys::{self, PARTITION};
@@ -95,14 +95,7 @@ pub const MANIFESTS_PER_OBJECT: u32 = 64;
 /// records what it could not; returns its audit entries.
 pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
     let (start, end) = keys::range(keys::DENIED, id);
-    let cursor = match &state.restore_after {
-        Some(text) => Some(
-            unhex(text)
-                .filter(|c| c.as_slice() >= start.as_slice() && c.as_slice() < end.as_slice())
-                .ok_or_else(|| corrupt("the restore cursor is outside the denied rows"))?,
-        ),
-        None => None,
-    };
+    let cursor = keys::cursor(state.restore_after.as_deref(), (&start, &end), "restore")?;
     let page = kv::scan(
         PARTITION,
         &start,

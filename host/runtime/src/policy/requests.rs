@@ -187,12 +187,8 @@ pub fn create(
         let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
         batch.preconditions.extend(timer.preconditions);
         batch.writes.extend(timer.writes);
-        match io.block_on(kv.apply(&guarded(batch, guard)))? {
-            Outcome::Committed => return Ok(()),
-            Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
-                return Err(RequestError::Swapped);
-            }
-            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {}
+        if apply(io, kv, batch, guard)? == Applied::Committed {
+            return Ok(());
         }
     }
     Err(RequestError::Contention)
@@ -265,12 +261,9 @@ pub fn settle(
         ]
         .concat();
         add_audit(&mut batch, records, &unique)?;
-        match io.block_on(kv.apply(&guarded(batch, action.guard)))? {
-            Outcome::Committed => lost = 0,
-            Outcome::PreconditionFailed { index } if (index as usize) < action.guard.len() => {
-                return Err(RequestError::Swapped);
-            }
-            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {
+        match apply(io, kv, batch, action.guard)? {
+            Applied::Committed => lost = 0,
+            Applied::Lost => {
                 lost += 1;
                 if lost == ATTEMPTS {
                     return Err(RequestError::Contention);
@@ -389,16 +382,39 @@ fn act_on(
         )?;
         batch.preconditions.extend(schedule.preconditions);
         batch.writes.extend(schedule.writes);
-        match io.block_on(kv.apply(&guarded(batch, guard)))? {
-            Outcome::Committed => return Ok(()),
-            Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
-                return Err(RequestError::Swapped);
-            }
-            // A step moved the request or its timer meanwhile: plan again.
-            Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {}
+        if apply(io, kv, batch, guard)? == Applied::Committed {
+            return Ok(());
         }
     }
     Err(RequestError::Contention)
+}
+
+/// How an action's commit went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    Committed,
+    /// A guard of the plan failed (a step, another request or host moved
+    /// what it read) or its deadline passed: nothing was written; plan
+    /// again.
+    Lost,
+}
+
+/// Commits an action's `batch` under `guard` (checked first). The swap
+/// guard failing is [`RequestError::Swapped`]: the plugin that planned the
+/// batch is no longer the current one.
+fn apply(
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    batch: Batch,
+    guard: &[Precondition],
+) -> Result<Applied, RequestError> {
+    match io.block_on(kv.apply(&guarded(batch, guard)))? {
+        Outcome::Committed => Ok(Applied::Committed),
+        Outcome::PreconditionFailed { index } if (index as usize) < guard.len() => {
+            Err(RequestError::Swapped)
+        }
+        Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => Ok(Applied::Lost),
+    }
 }
 
 /// A 32-byte id as it is shown.

@@ -106,11 +106,11 @@ use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
 use custodian_core::content::{self, Entry, ObjectId, RepoName, denial};
 use custodian_core::timers::{self, TimerError};
-use custodian_kv::MAX_PAGE_ENTRIES;
-use custodian_runtime::CallError;
+use custodian_kv::{Kv, MAX_PAGE_ENTRIES};
 use custodian_runtime::policy::PolicyError;
 use custodian_runtime::policy::requests::{self, Action, RequestError, Settled};
-use custodian_runtime::policy::takedown::{self, Request};
+use custodian_runtime::policy::takedown::{self, Request, TakedownPolicy};
+use custodian_runtime::{CallContext, CallError};
 
 /// The content and takedown routes (a file's own route, `PUT` here and
 /// `GET` in [`files`](super::files), is registered there).
@@ -444,35 +444,10 @@ async fn set_hold(
     let operator = operator(&headers)?;
     let what = "a hold (`{\"enabled\": true|false}`)";
     let Hold { enabled } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
-    let now_ms = host.clock.now_ms();
-    let plugins = host.plugins.clone();
-    let (policy, guard) = plugins.takedown_for_action().await.map_err(fence_error)?;
-    let io = plugins.services().io.clone();
-    let kv = host.kv.clone();
-    blocking(move || {
-        let action = Action {
-            operator: &operator,
-            now_ms,
-            guard: &guard,
-        };
-        requests::hold(
-            &policy,
-            || plugins.takedown_call(&policy),
-            &io,
-            kv.as_ref(),
-            &id,
-            enabled,
-            action,
-        )
+    act_on_request(&host, id, operator, move |policy, call, io, kv, action| {
+        requests::hold(policy, call, io, kv, &id, enabled, action)
     })
-    .await?
-    .map_err(|e| match e {
-        RequestError::Refused(PolicyError::NotFound(_)) => ApiError::not_found(format!(
-            "there is no takedown request {}",
-            ObjectId(id).to_hex()
-        )),
-        other => request_error(other),
-    })?;
+    .await?;
     // The hold moved the request's timer to now: its next step sees it.
     host.wake_workers.notify_waiters();
     Ok(Json(status(&host, id).await?))
@@ -488,6 +463,32 @@ async fn withdraw_takedown(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&path(params)?, "request id")?;
     let operator = operator(&headers)?;
+    act_on_request(&host, id, operator, move |policy, call, io, kv, action| {
+        requests::withdraw(policy, call, io, kv, &id, action)?;
+        requests::settle(policy, call, io, kv, &id, action)
+    })
+    .await?;
+    host.wake_workers.notify_waiters();
+    Ok(Json(status(&host, id).await?))
+}
+
+/// Runs operator action `act` on request `id` on a blocking thread: the
+/// current takedown plugin with its swap guard, `operator` and now; an
+/// unknown request is 404.
+async fn act_on_request<T: Send + 'static>(
+    host: &Arc<Host>,
+    id: [u8; 32],
+    operator: String,
+    act: impl FnOnce(
+        &TakedownPolicy,
+        &dyn Fn() -> Arc<CallContext>,
+        &tokio::runtime::Handle,
+        &dyn Kv,
+        Action<'_>,
+    ) -> Result<T, RequestError>
+    + Send
+    + 'static,
+) -> Result<T, ApiError> {
     let now_ms = host.clock.now_ms();
     let plugins = host.plugins.clone();
     let (policy, guard) = plugins.takedown_for_action().await.map_err(fence_error)?;
@@ -499,9 +500,13 @@ async fn withdraw_takedown(
             now_ms,
             guard: &guard,
         };
-        let call = || plugins.takedown_call(&policy);
-        requests::withdraw(&policy, call, &io, kv.as_ref(), &id, action)?;
-        requests::settle(&policy, call, &io, kv.as_ref(), &id, action)
+        act(
+            &policy,
+            &|| plugins.takedown_call(&policy),
+            &io,
+            kv.as_ref(),
+            action,
+        )
     })
     .await?
     .map_err(|e| match e {
@@ -510,9 +515,7 @@ async fn withdraw_takedown(
             ObjectId(id).to_hex()
         )),
         other => request_error(other),
-    })?;
-    host.wake_workers.notify_waiters();
-    Ok(Json(status(&host, id).await?))
+    })
 }
 
 /// Request `id`'s status as `takedown status --json` prints it: the

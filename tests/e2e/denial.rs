@@ -7,10 +7,9 @@
 
 use std::time::Duration;
 
-use custodian::kv::etcd::local_server::EtcdCluster;
-use custodian::object::s3::local_server::{self, Kind};
 use serde_json::{Value, json};
 
+use crate::plugin_rollout::Cluster;
 use crate::server::{Server, agent, answer, bearer, json_body, wait_for};
 use crate::support::{outcome, run};
 use crate::takedown::{MINUTE, T0, noise, ok, status, tick};
@@ -278,37 +277,11 @@ fn offline_the_commands_refuse_taken_down_content_with_exit_4_until_withdrawn() 
 
 #[test]
 fn filed_on_one_host_a_takedown_is_451_on_another_sharing_etcd_at_its_next_read() {
-    let Some(etcd) = EtcdCluster::start_or_skip(1) else {
+    // A day's retention: nothing is purged while the test runs.
+    let Some(cluster) = Cluster::start(24 * 3_600_000) else {
         return;
     };
-    let Some(s3) = local_server::server(Kind::Moto) else {
-        return;
-    };
-    let io = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let serving = io.block_on(local_server::store(Kind::Moto)).unwrap();
-    let preserved = io.block_on(local_server::store(Kind::Moto)).unwrap();
-    let endpoints: Vec<String> = etcd.endpoints().iter().map(|e| format!("{e:?}")).collect();
-    let config = format!(
-        "[kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"denial-e2e/\"\n\n\
-         [stores.serving]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\n\
-         [stores.preserved]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n",
-        endpoints.join(", "),
-        serving.bucket(),
-        s3.endpoint,
-        preserved.bucket(),
-        s3.endpoint,
-    );
-    let credentials = local_server::credentials();
-    let env = [
-        ("AWS_ACCESS_KEY_ID", credentials.access_key_id()),
-        ("AWS_SECRET_ACCESS_KEY", credentials.secret_access_key()),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-    ];
-    let a = Server::start_in_env(&config, &[], &env, |_| {});
-    let b = Server::start_in_env(&config, &[], &env, |_| {});
+    let (a, b) = (cluster.host("a"), cluster.host("b"));
     let bytes = noise(50_000, 9);
     let object = push(&a.base, "alpha/one", "f.bin", &bytes);
     let (status, _) = get(&b.base, "/v1/repos/alpha/one/files/f.bin");

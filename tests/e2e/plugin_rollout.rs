@@ -40,10 +40,11 @@ const RETENTION_MS: u64 = 3_000;
 /// once a second).
 const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
 
-/// What the hosts share: the etcd member, the S3 server's buckets, and
-/// the KV prefix of this test.
-struct Cluster {
+/// What the hosts share: the etcd member, the S3 server's buckets, the
+/// KV prefix of this test and the deployer's retention.
+pub(crate) struct Cluster {
     etcd: EtcdCluster,
+    retention_ms: u64,
     s3: String,
     buckets: [String; 2],
     prefix: String,
@@ -51,9 +52,10 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// A fresh cluster, or `None` when etcd or moto is unavailable outside
-    /// CI (as in the scale-out test).
-    fn start() -> Option<Self> {
+    /// A fresh cluster keeping preserved copies `retention_ms`, or `None`
+    /// when etcd or moto is unavailable outside CI (as in the scale-out
+    /// test).
+    pub(crate) fn start(retention_ms: u64) -> Option<Self> {
         let etcd = EtcdCluster::start_or_skip(1)?;
         let s3 = local_server::server(Kind::Moto)?;
         let io = tokio::runtime::Builder::new_current_thread()
@@ -65,6 +67,7 @@ impl Cluster {
         let credentials = local_server::credentials();
         Some(Self {
             etcd,
+            retention_ms,
             s3: s3.endpoint.clone(),
             buckets: [serving.bucket().to_owned(), preserved.bucket().to_owned()],
             prefix: format!("e2e-{}/", Rng::from_env().below(1 << 40)),
@@ -90,11 +93,12 @@ impl Cluster {
         format!(
             "[server]\nnode = \"{node}\"\nworkers = 2\n\n\
              [kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"{}\"\n\n\
-             [retention]\nretention_ms = {RETENTION_MS}\n\n\
+             [retention]\nretention_ms = {}\n\n\
              [stores.serving]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n\n\
              [stores.preserved]\nurl = \"s3://{}\"\nendpoint = \"{}\"\nregion = \"us-east-1\"\n",
             endpoints.join(", "),
             self.prefix,
+            self.retention_ms,
             self.buckets[0],
             self.s3,
             self.buckets[1],
@@ -103,7 +107,7 @@ impl Cluster {
     }
 
     /// Starts host `node` with [`Cluster::config`].
-    fn host(&self, node: &str) -> Server {
+    pub(crate) fn host(&self, node: &str) -> Server {
         let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         Server::start_in_env(&self.config(node), &[], &env, |_| {})
     }
@@ -248,7 +252,7 @@ fn two_builds(dir: &Path, bundled: &str) -> [(std::path::PathBuf, String); 2] {
 
 #[test]
 fn a_swap_through_one_host_mid_run_is_adopted_by_the_other_and_no_old_step_commits_after_it() {
-    let Some(cluster) = Cluster::start() else {
+    let Some(cluster) = Cluster::start(RETENTION_MS) else {
         return;
     };
     let started = Instant::now();
@@ -403,7 +407,7 @@ fn a_swap_through_one_host_mid_run_is_adopted_by_the_other_and_no_old_step_commi
 
 #[test]
 fn restarted_and_new_hosts_follow_the_cluster_set_and_a_changed_config_swaps_the_cluster() {
-    let Some(cluster) = Cluster::start() else {
+    let Some(cluster) = Cluster::start(RETENTION_MS) else {
         return;
     };
     let started = Instant::now();

@@ -66,32 +66,21 @@ impl ArchivePolicy {
         let wanted = wit::VersionRef::from(wanted);
         let rows: Vec<wit::RegistryRow> = rows.iter().map(wit::RegistryRow::from).collect();
         let (plugin, call) = (&self.plugin, self.call.clone());
-        let answer: Result<wit::Hop, _> = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_archive_map()
-                        .call_next_hop(s, &wanted, size, etag, &rows)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_archive_map().call_next_hop(
-                        s,
-                        &wanted.convert(),
-                        size,
-                        etag,
-                        &rows.convert(),
-                    )
-                },
-            )?
-            .convert(),
-        };
+        let answer: Result<wit::Hop, _> = call_export!(
+            &self.pre,
+            plugin,
+            call,
+            |i, s| i
+                .custodian_policy_archive_map()
+                .call_next_hop(s, &wanted, size, etag, &rows),
+            v0_1: i.custodian_policy_archive_map().call_next_hop(
+                s,
+                &wanted.convert(),
+                size,
+                etag,
+                &rows.convert(),
+            )
+        );
         Ok(answer.map_err(PolicyError::from).map(|hop| match hop {
             wit::Hop::Follow(row) => Hop::Follow(row.into()),
             wit::Hop::Missing(reason) => Hop::Missing(reason),

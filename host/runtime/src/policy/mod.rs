@@ -8,6 +8,31 @@
 //! the 0.2 types. See `crate::bindings::v0_1` for why there are two
 //! generations and when the 0.1 one may be dropped.
 
+/// Calls one export of a loaded policy, whichever contract generation
+/// its plugin was built against: `$linked` is its [`Linked`] bindings,
+/// `$current` the call on instance `$i` in store `$s` of the current
+/// bindings and `$v0_1` the same call on the 0.1 bindings (written out
+/// only when its arguments need converting; otherwise the same tokens
+/// serve both). A 0.1 answer is converted to the current types, so the
+/// caller reads one answer type. Evaluates to the answer; a call that
+/// fails (a trap, a limit) returns its [`CallError`] from the enclosing
+/// function.
+macro_rules! call_export {
+    ($linked:expr, $plugin:expr, $call:expr, |$i:ident, $s:ident| $current:expr) => {
+        call_export!($linked, $plugin, $call, |$i, $s| $current, v0_1: $current)
+    };
+    ($linked:expr, $plugin:expr, $call:expr, |$i:ident, $s:ident| $current:expr, v0_1: $v0_1:expr) => {
+        match $linked {
+            $crate::policy::Linked::Current(pre) => {
+                $crate::policy::call($plugin, $call, |s| pre.instantiate(s), |$i, $s| $current)?
+            }
+            $crate::policy::Linked::V0_1(pre) => $crate::bindings::v0_1::Convert::convert(
+                $crate::policy::call($plugin, $call, |s| pre.instantiate(s), |$i, $s| $v0_1)?,
+            ),
+        }
+    };
+}
+
 pub mod archive;
 pub mod purge;
 pub mod requests;

@@ -60,31 +60,20 @@ impl PurgePolicy {
         let candidate = wit::Candidate::from(candidate);
         let governance = wit::Governance::from(governance);
         let (plugin, call) = (&self.plugin, self.call.clone());
-        let answer: Result<wit::Verdict, _> = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_purge_rules()
-                        .call_judge(s, &candidate, &governance, now_ms)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_purge_rules().call_judge(
-                        s,
-                        &candidate.convert(),
-                        &governance.convert(),
-                        now_ms,
-                    )
-                },
-            )?
-            .convert(),
-        };
+        let answer: Result<wit::Verdict, _> = call_export!(
+            &self.pre,
+            plugin,
+            call,
+            |i, s| i
+                .custodian_policy_purge_rules()
+                .call_judge(s, &candidate, &governance, now_ms),
+            v0_1: i.custodian_policy_purge_rules().call_judge(
+                s,
+                &candidate.convert(),
+                &governance.convert(),
+                now_ms,
+            )
+        );
         Ok(answer
             .map_err(PolicyError::from)
             .map(|verdict| match verdict {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use super::PolicyError;
 use crate::bindings::policy::retention::RetentionPre;
 use crate::bindings::policy::retention::exports::custodian::policy::retention_rules as wit;
-use crate::bindings::v0_1::Convert;
 use crate::bindings::v0_1::policy::retention::RetentionPre as RetentionPreV0_1;
 use crate::host::CallState;
 use crate::{CallContext, CallError, LoadError, Plugin, World};
@@ -58,27 +57,9 @@ impl RetentionPolicy {
         let plugin = &self.plugin;
         // `retention-types` is the 0.2 one in both generations: only the
         // error is converted.
-        let answer = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_retention_rules()
-                        .call_assess(s, settings, item, now_ms)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_retention_rules()
-                        .call_assess(s, settings, item, now_ms)
-                },
-            )?
-            .convert(),
-        };
+        let answer = call_export!(&self.pre, plugin, call, |i, s| i
+            .custodian_policy_retention_rules()
+            .call_assess(s, settings, item, now_ms));
         Ok(answer.map(Assessment::from).map_err(PolicyError::from))
     }
 
@@ -95,27 +76,9 @@ impl RetentionPolicy {
     ) -> Result<Result<Item, PolicyError>, CallError> {
         let item = wit::Item::from(item);
         let plugin = &self.plugin;
-        let answer = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_retention_rules()
-                        .call_set_hold(s, item, enabled)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_retention_rules()
-                        .call_set_hold(s, item, enabled)
-                },
-            )?
-            .convert(),
-        };
+        let answer = call_export!(&self.pre, plugin, call, |i, s| i
+            .custodian_policy_retention_rules()
+            .call_set_hold(s, item, enabled));
         Ok(answer.map(Item::from).map_err(PolicyError::from))
     }
 }

@@ -255,21 +255,10 @@ impl TakedownPolicy {
         };
         let plugin = &self.plugin;
         // `steps` is the 0.2 one in both generations.
-        let answer: Result<steps_wit::StepResult, _> = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| i.custodian_policy_takedown_steps().call_step(s, &timer),
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| i.custodian_policy_takedown_steps().call_step(s, &timer),
-            )?
-            .convert(),
-        };
+        let answer: Result<steps_wit::StepResult, _> =
+            call_export!(&self.pre, plugin, call, |i, s| i
+                .custodian_policy_takedown_steps()
+                .call_step(s, &timer));
         Ok(answer.map_err(PolicyError::from).and_then(|result| {
             Ok(match result {
                 steps_wit::StepResult::Reschedule(r) => Fired::Reschedule {
@@ -296,30 +285,19 @@ impl TakedownPolicy {
         let grants = call.grants.clone();
         let request = wit::Request::from(request);
         let plugin = &self.plugin;
-        let answer: Result<steps_wit::Commit, _> = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_takedown_steps()
-                        .call_plan_create(s, &request, now_ms)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_takedown_steps().call_plan_create(
-                        s,
-                        &request.convert(),
-                        now_ms,
-                    )
-                },
-            )?
-            .convert(),
-        };
+        let answer: Result<steps_wit::Commit, _> = call_export!(
+            &self.pre,
+            plugin,
+            call,
+            |i, s| i
+                .custodian_policy_takedown_steps()
+                .call_plan_create(s, &request, now_ms),
+            v0_1: i.custodian_policy_takedown_steps().call_plan_create(
+                s,
+                &request.convert(),
+                now_ms,
+            )
+        );
         Ok(answer
             .map_err(PolicyError::from)
             .and_then(|c| commit(&grants, c)))
@@ -370,27 +348,9 @@ impl TakedownPolicy {
     ) -> Result<Result<StepCommit, PolicyError>, CallError> {
         let grants = call.grants.clone();
         let plugin = &self.plugin;
-        let answer: Result<steps_wit::Commit, _> = match &self.pre {
-            super::Linked::Current(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_takedown_steps()
-                        .call_plan_hold(s, request, enabled, now_ms)
-                },
-            )?,
-            super::Linked::V0_1(pre) => super::call(
-                plugin,
-                call,
-                |s| pre.instantiate(s),
-                |i, s| {
-                    i.custodian_policy_takedown_steps()
-                        .call_plan_hold(s, request, enabled, now_ms)
-                },
-            )?
-            .convert(),
-        };
+        let answer: Result<steps_wit::Commit, _> = call_export!(&self.pre, plugin, call, |i, s| i
+            .custodian_policy_takedown_steps()
+            .call_plan_hold(s, request, enabled, now_ms));
         Ok(answer
             .map_err(PolicyError::from)
             .and_then(|c| commit(&grants, c)))

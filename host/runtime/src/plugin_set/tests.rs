@@ -272,6 +272,24 @@ async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
     assert_eq!(before.retain_until_ms, 1_000 + RETENTION_MS);
 }
 
+/// Pushes `bytes` to `acme/site` on `host`; a takedown request naming
+/// them, filed now.
+async fn pushed_and_named(
+    host: &TestHost,
+    bytes: &'static [u8],
+) -> crate::policy::takedown::Request {
+    use custodian_core::content::RepoName;
+    use custodian_core::content::push::push_bytes;
+
+    let repo = RepoName::parse("acme/site").unwrap();
+    let serving = host.stores["serving"].as_ref();
+    let entry = push_bytes(host.kv.as_ref(), serving, &repo, "a.txt", bytes.into())
+        .await
+        .unwrap();
+    let now_ms = host.clock.now_ms();
+    crate::policy::takedown::Request::new(repo.to_string(), now_ms, vec![entry.id.0], None)
+}
+
 /// Files `request` as an operator action planned by `policy` under `guard`.
 async fn file(
     host: &TestHost,
@@ -298,30 +316,12 @@ async fn file(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
     use crate::policy::requests::RequestError;
-    use crate::policy::takedown::Request;
-    use custodian_core::content::RepoName;
-    use custodian_core::content::push::push_bytes;
 
     let host = test_host().await;
-    let repo = RepoName::parse("acme/site").unwrap();
-    let entry = push_bytes(
-        host.kv.as_ref(),
-        host.stores["serving"].as_ref(),
-        &repo,
-        "a.txt",
-        bytes::Bytes::from_static(b"planned before the swap"),
-    )
-    .await
-    .unwrap();
+    let request = pushed_and_named(&host, b"planned before the swap").await;
     let planned = host.plugins.takedown_for_action().await.unwrap();
     swap_in_rebuilt(&host).await;
 
-    let request = Request::new(
-        repo.to_string(),
-        host.clock.now_ms(),
-        vec![entry.id.0],
-        None,
-    );
     let answer = file(&host, planned, request.clone()).await;
     assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
     assert!(
@@ -406,29 +406,11 @@ async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_action_planned_on_a_host_cannot_commit_after_another_host_swaps() {
     use crate::policy::requests::RequestError;
-    use crate::policy::takedown::Request;
-    use custodian_core::content::RepoName;
-    use custodian_core::content::push::push_bytes;
 
     let (_kv, alpha, beta) = two_hosts().await;
-    let repo = RepoName::parse("acme/site").unwrap();
-    let entry = push_bytes(
-        beta.kv.as_ref(),
-        beta.stores["serving"].as_ref(),
-        &repo,
-        "a.txt",
-        bytes::Bytes::from_static(b"planned on beta"),
-    )
-    .await
-    .unwrap();
+    let request = pushed_and_named(&beta, b"planned on beta").await;
     let planned = beta.plugins.takedown_for_action().await.unwrap();
     swap_in_rebuilt(&alpha).await;
-    let request = Request::new(
-        repo.to_string(),
-        beta.clock.now_ms(),
-        vec![entry.id.0],
-        None,
-    );
     let answer = file(&beta, planned, request.clone()).await;
     assert!(matches!(answer, Err(RequestError::Swapped)), "{answer:?}");
 

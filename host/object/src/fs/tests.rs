@@ -105,6 +105,23 @@ fn staging_files(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Starts a multipart upload of `key` without metadata; its id.
+fn start_upload(store: &FsStore, key: &str) -> String {
+    let options = UploadOptions {
+        metadata: &Metadata::new(),
+    };
+    block_on(store.create_upload(&ObjectKey::new(key).unwrap(), options)).unwrap()
+}
+
+/// Stores `body` as part `number` of upload `id` of key `k`.
+fn send_part(store: &FsStore, id: &str, number: u32, body: &Bytes) {
+    let data = PartData::Bytes {
+        body: body.clone(),
+        crc64: crc64_nvme(body),
+    };
+    block_on(store.upload_part(&ObjectKey::new("k").unwrap(), id, number, data)).unwrap();
+}
+
 #[test]
 fn versions_and_delete_markers_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
@@ -499,24 +516,9 @@ fn superseded_versions_left_by_a_crash_are_ignored_and_removed_on_open() {
 #[test]
 fn a_completed_upload_with_a_damaged_part_publishes_nothing() {
     let store = FsStore::temporary(true);
-    let id = block_on(store.create_upload(
-        &ObjectKey::new("k").unwrap(),
-        UploadOptions {
-            metadata: &Metadata::new(),
-        },
-    ))
-    .unwrap();
+    let id = start_upload(&store, "k");
     let part = Bytes::from_static(b"part bytes");
-    block_on(store.upload_part(
-        &ObjectKey::new("k").unwrap(),
-        &id,
-        1,
-        PartData::Bytes {
-            body: part.clone(),
-            crc64: crc64_nvme(&part),
-        },
-    ))
-    .unwrap();
+    send_part(&store, &id, 1, &part);
     let path = store.layout.upload_dir(&id).join("part-00001");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[0] ^= 1;
@@ -548,13 +550,7 @@ fn bootstrap_warns_about_uploads_pending_for_over_a_day() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(FixedClock::new(1_000_000));
     let store = FsStore::open(dir.path(), clock.clone(), true).unwrap();
-    block_on(store.create_upload(
-        &ObjectKey::new("old/k").unwrap(),
-        UploadOptions {
-            metadata: &Metadata::new(),
-        },
-    ))
-    .unwrap();
+    start_upload(&store, "old/k");
     assert!(block_on(store.bootstrap("")).unwrap().warnings.is_empty());
     clock.set(1_000_000 + 25 * 60 * 60 * 1000);
     let report = block_on(store.bootstrap("")).unwrap();
@@ -713,34 +709,10 @@ fn a_pending_upload_survives_reopening_and_completes() {
     let dir = tempfile::tempdir().unwrap();
     let (id, one, two) = {
         let store = open(dir.path(), true);
-        let id = block_on(store.create_upload(
-            &ObjectKey::new("k").unwrap(),
-            UploadOptions {
-                metadata: &Metadata::new(),
-            },
-        ))
-        .unwrap();
+        let id = start_upload(&store, "k");
         let (one, two) = (Bytes::from_static(b"first "), Bytes::from_static(b"second"));
-        block_on(store.upload_part(
-            &ObjectKey::new("k").unwrap(),
-            &id,
-            1,
-            PartData::Bytes {
-                body: one.clone(),
-                crc64: crc64_nvme(&one),
-            },
-        ))
-        .unwrap();
-        block_on(store.upload_part(
-            &ObjectKey::new("k").unwrap(),
-            &id,
-            2,
-            PartData::Bytes {
-                body: two.clone(),
-                crc64: crc64_nvme(&two),
-            },
-        ))
-        .unwrap();
+        send_part(&store, &id, 1, &one);
+        send_part(&store, &id, 2, &two);
         (id, one, two)
     };
     let store = open(dir.path(), true);
@@ -785,24 +757,9 @@ fn an_upload_left_without_its_record_by_a_crash_is_removed_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let id = {
         let store = open(dir.path(), true);
-        let id = block_on(store.create_upload(
-            &ObjectKey::new("k").unwrap(),
-            UploadOptions {
-                metadata: &Metadata::new(),
-            },
-        ))
-        .unwrap();
+        let id = start_upload(&store, "k");
         let part = Bytes::from_static(b"bytes");
-        block_on(store.upload_part(
-            &ObjectKey::new("k").unwrap(),
-            &id,
-            1,
-            PartData::Bytes {
-                body: part.clone(),
-                crc64: crc64_nvme(&part),
-            },
-        ))
-        .unwrap();
+        send_part(&store, &id, 1, &part);
         // The crash: an abort removed the record and no more.
         std::fs::remove_file(store.layout.upload_dir(&id).join(super::uploads::META)).unwrap();
         id

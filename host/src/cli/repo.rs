@@ -10,6 +10,8 @@ use clap::Subcommand;
 use custodian::checksum::Crc64Nvme;
 use custodian::clock::{Clock, SystemClock};
 use custodian::content::{self, ContentError, Entry, PushProgress, RepoName, Withheld, read};
+use custodian::kv::Kv;
+use custodian::object::ObjectStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -134,6 +136,32 @@ fn repository(text: &str) -> Result<RepoName, Failure> {
     RepoName::parse(text).map_err(|e| Failure::Usage(e.into()))
 }
 
+/// What pushing and reading content need: the I/O runtime, the data
+/// directory's KV and its `serving` store (the configuration's, else the
+/// data directory's own).
+struct Content {
+    io: tokio::runtime::Runtime,
+    kv: Arc<dyn Kv>,
+    serving: Arc<dyn ObjectStore>,
+}
+
+fn open_content(
+    global: &Global,
+    data: &DataArgs,
+    clock: Arc<dyn Clock>,
+) -> Result<Content, Failure> {
+    let config = super::config(global)?;
+    let io = io_runtime()?;
+    let kv = open_data(data, clock.clone())?;
+    let serving = io.block_on(super::stores::open_named(
+        config.as_ref(),
+        &data.data,
+        content::SERVING_STORE,
+        clock,
+    ))?;
+    Ok(Content { io, kv, serving })
+}
+
 fn print_entry(entry: &Entry, withheld: Option<&Withheld>, as_json: bool) {
     if as_json {
         let mut line = json!({
@@ -170,15 +198,7 @@ pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
             json,
         } => {
             let repo = repository(&name)?;
-            let config = super::config(global)?;
-            let io = io_runtime()?;
-            let kv = open_data(&data, clock.clone())?;
-            let serving = io.block_on(super::stores::open_named(
-                config.as_ref(),
-                &data.data,
-                content::SERVING_STORE,
-                clock.clone(),
-            ))?;
+            let Content { io, kv, serving } = open_content(global, &data, clock.clone())?;
             let mut bar = None;
             let pushed = io.block_on(content::push(
                 kv.as_ref(),
@@ -236,15 +256,7 @@ pub(super) fn run(global: &Global, command: RepoCommand) -> Outcome {
         } => {
             let repo = repository(&name)?;
             content::index::validate_path(&path).map_err(|e| Failure::Usage(e.into()))?;
-            let config = super::config(global)?;
-            let io = io_runtime()?;
-            let kv = open_data(&data, clock.clone())?;
-            let serving = io.block_on(super::stores::open_named(
-                config.as_ref(),
-                &data.data,
-                content::SERVING_STORE,
-                clock,
-            ))?;
+            let Content { io, kv, serving } = open_content(global, &data, clock)?;
             let what = || format!("cannot read {path:?} of {repo}");
             let file = io
                 .block_on(content::open_file(

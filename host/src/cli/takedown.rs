@@ -158,14 +158,15 @@ impl TakedownPolicyArgs {
 }
 
 impl TakedownPolicyArgs {
-    /// Runs operator action `act` at `now_ms` on the data directory: the
-    /// node assembled to change state, the current takedown plugin, the
-    /// guards its plans commit under, and the operator. An action that did
-    /// not take effect fails the command by its kind.
+    /// Runs operator action `act` on the data directory, on `clock` (now,
+    /// or the `--now` a command was given): the node assembled to change
+    /// state, the current takedown plugin, the guards its plans commit
+    /// under, and the operator. An action that did not take effect fails
+    /// the command by its kind.
     fn act<T>(
         &self,
         global: &Global,
-        now_ms: u64,
+        clock: Arc<dyn Clock>,
         act: impl FnOnce(
             &TakedownPolicy,
             &dyn Fn() -> Arc<CallContext>,
@@ -174,11 +175,11 @@ impl TakedownPolicyArgs {
             Action<'_>,
         ) -> Result<T, RequestError>,
     ) -> Result<T, Failure> {
-        let opened = self.open(global, clock(Some(now_ms)), true)?;
+        let opened = self.open(global, clock.clone(), true)?;
         let (plugin, guards) = for_action(&opened)?;
         let action = Action {
             operator: &self.operator,
-            now_ms,
+            now_ms: clock.now_ms(),
             guard: &guards,
         };
         act(
@@ -244,9 +245,9 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 .as_deref()
                 .map(|p| parse_id(p, "pack id"))
                 .transpose()?;
-            let now_ms = clock(now).now_ms();
-            let request = Request::new(repository, now_ms, objects, pack);
-            let settled = policy.act(global, now_ms, |plugin, call, io, kv, action| {
+            let clock = clock(now);
+            let request = Request::new(repository, clock.now_ms(), objects, pack);
+            let settled = policy.act(global, clock, |plugin, call, io, kv, action| {
                 requests::create(plugin, call, io, kv, &request, action)?;
                 requests::settle(plugin, call, io, kv, &request.id, action)
             })?;
@@ -309,14 +310,10 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
         }
         TakedownCommand::Withdraw { policy, id, now } => {
             let id = parse_id(&id, "request id")?;
-            let settled = policy.act(
-                global,
-                clock(now).now_ms(),
-                |plugin, call, io, kv, action| {
-                    requests::withdraw(plugin, call, io, kv, &id, action)?;
-                    requests::settle(plugin, call, io, kv, &id, action)
-                },
-            )?;
+            let settled = policy.act(global, clock(now), |plugin, call, io, kv, action| {
+                requests::withdraw(plugin, call, io, kv, &id, action)?;
+                requests::settle(plugin, call, io, kv, &id, action)
+            })?;
             match settled {
                 Settled::Done => eprintln!("withdrew {}: its denials are lifted", hex(&id)),
                 Settled::Pending => eprintln!(
@@ -334,13 +331,9 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
         } => {
             let id = parse_id(&id, "request id")?;
             let enabled = state == "on";
-            policy.act(
-                global,
-                clock(now).now_ms(),
-                |plugin, call, io, kv, action| {
-                    requests::hold(plugin, call, io, kv, &id, enabled, action)
-                },
-            )?;
+            policy.act(global, clock(now), |plugin, call, io, kv, action| {
+                requests::hold(plugin, call, io, kv, &id, enabled, action)
+            })?;
             eprintln!(
                 "legal hold {} for {}",
                 if enabled { "set" } else { "cleared" },

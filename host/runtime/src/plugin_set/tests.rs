@@ -167,6 +167,11 @@ async fn swap_in_rebuilt(host: &TestHost) -> SwapReport {
         .unwrap()
 }
 
+/// The hash of the plugin `host` serves for `world`.
+fn hash_of(host: &TestHost, world: World) -> String {
+    host.plugins.current(world).plugin().info().hash.clone()
+}
+
 async fn swap_events(kv: &dyn Kv) -> Vec<Record> {
     let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
     records
@@ -178,24 +183,12 @@ async fn swap_events(kv: &dyn Kv) -> Vec<Record> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_serves_the_new_plugin_raises_the_authority_and_audits_both_hashes() {
     let host = test_host().await;
-    let old = host
-        .plugins
-        .current(World::Takedown)
-        .plugin()
-        .info()
-        .hash
-        .clone();
+    let old = hash_of(&host, World::Takedown);
     let report = swap_in_rebuilt(&host).await;
     assert!(report.changed);
     assert_eq!(report.previous.hash, old);
     assert_eq!(report.authority_generation, 1);
-    let new = host
-        .plugins
-        .current(World::Takedown)
-        .plugin()
-        .info()
-        .hash
-        .clone();
+    let new = hash_of(&host, World::Takedown);
     assert_eq!(report.current.hash, new);
     assert_ne!(new, old);
     let events = swap_events(host.kv.as_ref()).await;
@@ -223,13 +216,7 @@ async fn swapping_in_the_same_bytes_changes_nothing_and_leaves_the_fence_alone()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
     let host = test_host().await;
-    let old = host
-        .plugins
-        .current(World::Purge)
-        .plugin()
-        .info()
-        .hash
-        .clone();
+    let old = hash_of(&host, World::Purge);
     let wrong = crate::bundled::plugin(World::Archive).unwrap().to_vec();
     let error = host
         .plugins
@@ -240,7 +227,7 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
         panic!("refused, not {error}")
     };
     assert!(reason.contains("is not a purge plugin"), "{reason}");
-    assert_eq!(host.plugins.current(World::Purge).plugin().info().hash, old);
+    assert_eq!(hash_of(&host, World::Purge), old);
     assert!(swap_events(host.kv.as_ref()).await.is_empty());
     assert!(host.events.swaps("purge", "refused") == 1);
 }
@@ -353,15 +340,6 @@ async fn restart(kv: &Arc<dyn Kv>, node: &str, sources: &BTreeMap<World, Source>
     test_host_on(kv.clone(), node, sources, Arc::new(SystemClock)).await
 }
 
-fn takedown_hash(host: &TestHost) -> String {
-    host.plugins
-        .current(World::Takedown)
-        .plugin()
-        .info()
-        .hash
-        .clone()
-}
-
 async fn events(kv: &dyn Kv, event: &str) -> Vec<Record> {
     let (records, _) = audit::read(kv, 0, None, 100).await.unwrap();
     records.into_iter().filter(|r| r.event == event).collect()
@@ -370,13 +348,17 @@ async fn events(kv: &dyn Kv, event: &str) -> Vec<Record> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_on_one_host_is_followed_by_the_others_from_the_shared_set() {
     let (kv, alpha, beta) = two_hosts().await;
-    let old = takedown_hash(&beta);
+    let old = hash_of(&beta, World::Takedown);
     let report = swap_in_rebuilt(&alpha).await;
-    assert_eq!(takedown_hash(&beta), old, "beta has not looked yet");
+    assert_eq!(
+        hash_of(&beta, World::Takedown),
+        old,
+        "beta has not looked yet"
+    );
 
     // The rebuilt plugin is not bundled: beta loads it from the KV.
     assert_eq!(beta.plugins.follow().await.unwrap(), vec![World::Takedown]);
-    assert_eq!(takedown_hash(&beta), report.current.hash);
+    assert_eq!(hash_of(&beta, World::Takedown), report.current.hash);
     assert!(beta.plugins.shared_view().in_sync);
     assert!(
         beta.plugins.follow().await.unwrap().is_empty(),
@@ -430,14 +412,14 @@ async fn a_restart_with_an_unchanged_configuration_keeps_a_swap_made_since() {
     let (kv, alpha, _beta) = two_hosts().await;
     let report = swap_in_rebuilt(&alpha).await;
     let again = restart(&kv, "beta", &BTreeMap::new()).await;
-    assert_eq!(takedown_hash(&again), report.current.hash);
+    assert_eq!(hash_of(&again, World::Takedown), report.current.hash);
     let adopted = events(kv.as_ref(), "plugin/adopt").await;
     assert_eq!(adopted.len(), 1, "{adopted:?}");
     assert_eq!(adopted[0].actor, "host:beta");
 
     // A node's first start follows the set too.
     let newcomer = restart(&kv, "gamma", &BTreeMap::new()).await;
-    assert_eq!(takedown_hash(&newcomer), report.current.hash);
+    assert_eq!(hash_of(&newcomer, World::Takedown), report.current.hash);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,10 +429,10 @@ async fn a_restart_with_a_changed_configuration_swaps_every_host() {
     let path = dir.path().join("takedown.wasm");
     std::fs::write(&path, rebuilt(World::Takedown)).unwrap();
     let changed = BTreeMap::from([(World::Takedown, Source::File(path))]);
-    let bundled_hash = takedown_hash(&alpha);
+    let bundled_hash = hash_of(&alpha, World::Takedown);
 
     let beta = restart(&kv, "beta", &changed).await;
-    let new = takedown_hash(&beta);
+    let new = hash_of(&beta, World::Takedown);
     assert_ne!(new, bundled_hash);
     let swaps = events(kv.as_ref(), "plugin/swap").await;
     assert_eq!(swaps.len(), 1, "{swaps:?}");
@@ -459,11 +441,11 @@ async fn a_restart_with_a_changed_configuration_swaps_every_host() {
     assert!(swaps[0].targets.contains(&format!("to:{new}")));
 
     alpha.plugins.follow().await.unwrap();
-    assert_eq!(takedown_hash(&alpha), new);
+    assert_eq!(hash_of(&alpha, World::Takedown), new);
 
     // Started again with the same file, beta changes nothing more.
     let beta = restart(&kv, "beta", &changed).await;
-    assert_eq!(takedown_hash(&beta), new);
+    assert_eq!(hash_of(&beta, World::Takedown), new);
     assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 1);
 }
 
@@ -478,7 +460,7 @@ async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewher
         outcomes.iter().map(|(w, _)| *w).collect::<Vec<_>>()
     );
     beta.plugins.follow().await.unwrap();
-    assert_eq!(takedown_hash(&beta), report.current.hash);
+    assert_eq!(hash_of(&beta, World::Takedown), report.current.hash);
 
     // A reload that does change a world swaps it everywhere.
     let dir = tempfile::tempdir().unwrap();
@@ -491,11 +473,8 @@ async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewher
     assert_eq!(*world, World::Retention);
     let retention = swapped.as_ref().unwrap().current.hash.clone();
     alpha.plugins.follow().await.unwrap();
-    assert_eq!(
-        alpha.plugins.current(World::Retention).plugin().info().hash,
-        retention
-    );
-    assert_eq!(takedown_hash(&alpha), report.current.hash);
+    assert_eq!(hash_of(&alpha, World::Retention), retention);
+    assert_eq!(hash_of(&alpha, World::Takedown), report.current.hash);
     assert_eq!(events(kv.as_ref(), "plugin/swap").await.len(), 2);
 }
 
@@ -521,8 +500,8 @@ async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
     let set = shared::read(kv.as_ref()).await.unwrap().unwrap().set;
     let last = &set.member(World::Takedown).unwrap().hash;
     assert!(*last == a.current.hash || *last == b.current.hash);
-    assert_eq!(&takedown_hash(&alpha), last);
-    assert_eq!(&takedown_hash(&beta), last);
+    assert_eq!(&hash_of(&alpha, World::Takedown), last);
+    assert_eq!(&hash_of(&beta, World::Takedown), last);
     // Ordered by the set: the later swap replaced the earlier one's plugin.
     let (first, second) = if *last == b.current.hash {
         (&a, &b)
@@ -578,11 +557,15 @@ async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
         .await
         .unwrap()
         .unwrap();
-    let before = takedown_hash(&beta);
+    let before = hash_of(&beta, World::Takedown);
 
     let error = beta.plugins.follow().await.unwrap_err();
     assert!(error.to_string().contains("missing"), "{error}");
-    assert_eq!(takedown_hash(&beta), before, "beta keeps its plugin");
+    assert_eq!(
+        hash_of(&beta, World::Takedown),
+        before,
+        "beta keeps its plugin"
+    );
     let view = beta.plugins.shared_view();
     assert!(!view.in_sync);
     assert!(view.last_error.unwrap().contains("missing"));

@@ -553,7 +553,7 @@ mod tests {
 
     use super::*;
     use crate::serve::RequestLimits;
-    use crate::serve::http::test_client::{Reply, get, send};
+    use crate::serve::http::test_client::{Reply, get, push, send};
     use crate::serve::test_host::{test_host, test_host_with};
     use custodian_base::clock::FixedClock;
     use custodian_core::audit;
@@ -561,14 +561,6 @@ mod tests {
     use custodian_kv::{KvError, Partition};
 
     const NOW: u64 = 1_700_000_000_000;
-
-    async fn push(host: &Arc<Host>, repo: &str, path: &str, bytes: Vec<u8>) -> Value {
-        let uri = format!("/v1/repos/{repo}/files/{path}");
-        send(host, Method::PUT, &uri, &[], bytes)
-            .await
-            .expect(StatusCode::OK)
-            .json()
-    }
 
     async fn file(host: &Arc<Host>, body: Value, headers: &[(&str, &str)]) -> Reply {
         send(

@@ -8,19 +8,10 @@ use axum::http::header::LINK;
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::test_client::{Reply, get, send};
+use super::test_client::{Reply, get, push, send};
 use crate::serve::Host;
 use crate::serve::test_host::test_host;
 use custodian_core::content::{CHUNK_BYTES, ObjectId};
-
-/// Pushes `bytes` to `repo`'s `path`; the entry.
-async fn push(host: &Arc<Host>, repo: &str, path: &str, bytes: Vec<u8>) -> Value {
-    let uri = format!("/v1/repos/{repo}/files/{path}");
-    send(host, Method::PUT, &uri, &[], bytes)
-        .await
-        .expect(StatusCode::OK)
-        .json()
-}
 
 /// Files a takedown of `objects` against `repo`; the filing's answer.
 async fn take_down(host: &Arc<Host>, repo: &str, objects: &[&str]) -> Value {

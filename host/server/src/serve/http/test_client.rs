@@ -91,3 +91,13 @@ pub(super) async fn send(
 pub(super) async fn get(host: &Arc<Host>, uri: &str) -> Reply {
     send(host, Method::GET, uri, &[], Body::empty()).await
 }
+
+/// Pushes `bytes` to `repo`'s file `path` through the API, expecting 200;
+/// the entry.
+pub(super) async fn push(host: &Arc<Host>, repo: &str, path: &str, bytes: Vec<u8>) -> Value {
+    let uri = format!("/v1/repos/{repo}/files/{path}");
+    send(host, Method::PUT, &uri, &[], bytes)
+        .await
+        .expect(StatusCode::OK)
+        .json()
+}

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use custodian::kv::etcd::local_server::EtcdCluster;
-use custodian::object::ObjectStore;
 use custodian::object::s3::local_server::{self, Kind};
+use custodian::object::{ObjectError, ObjectStore};
 use serde_json::{Value, json};
 
 use crate::server::{Server, agent, bearer, json_body};
@@ -227,18 +227,29 @@ impl Preserved {
     }
 
     /// Objects (or all `versions`) under `prefix`, every page counted.
+    /// A page the S3 server fails to list (moto answers an occasional 500
+    /// while the hosts write the same bucket) is asked for again, a few
+    /// times, as the hosts' own steps would retry it.
     fn count(&self, prefix: &str, versions: bool) -> usize {
         self.io.block_on(async {
             let (mut count, mut cursor) = (0, None::<String>);
             loop {
-                let (items, next) = if versions {
-                    let page = self.store.list_versions(prefix, cursor.as_deref(), 1000);
-                    let page = page.await.unwrap();
-                    (page.items.len(), page.next)
-                } else {
-                    let page = self.store.list(prefix, cursor.as_deref(), 1000);
-                    let page = page.await.unwrap();
-                    (page.items.len(), page.next)
+                let mut attempts = 0;
+                let (items, next) = loop {
+                    let page = if versions {
+                        let page = self.store.list_versions(prefix, cursor.as_deref(), 1000);
+                        page.await.map(|p| (p.items.len(), p.next))
+                    } else {
+                        let page = self.store.list(prefix, cursor.as_deref(), 1000);
+                        page.await.map(|p| (p.items.len(), p.next))
+                    };
+                    match page {
+                        Err(ObjectError::Unavailable(_)) if attempts < 5 => {
+                            attempts += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        page => break page.unwrap(),
+                    }
                 };
                 count += items;
                 match next {

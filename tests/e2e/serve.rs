@@ -633,6 +633,12 @@ fn sighup_swaps_the_plugin_whose_configured_file_changed_and_logs_json() {
         plugin_hash(&server, "takedown") != before
     });
     assert_eq!(plugin_hash(&server, "takedown"), plugin_hash_of(&rebuilt));
+    // The swap is counted just after the new plugin serves: wait for the
+    // count, then check it is exactly one.
+    let completed = "custodian_plugin_swaps_total{world=\"takedown\",result=\"completed\"}";
+    wait_for("the swap's count", Duration::from_secs(10), || {
+        metric(&server, completed) > 0
+    });
     // The other worlds' files did not change: nothing else was swapped.
     assert_eq!(
         metric(

@@ -34,6 +34,10 @@ pub enum ErrorKind {
     /// Withheld for legal reasons: a takedown denies the object, so it is
     /// neither served nor accepted again (HTTP 451).
     TakenDown,
+    /// A lock or the retention policy protects what the request would
+    /// destroy (a version under retention or legal hold): nothing was
+    /// changed, and no caller can waive it (HTTP 403 `retained`).
+    Retained,
 }
 
 impl ErrorKind {

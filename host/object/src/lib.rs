@@ -126,6 +126,9 @@ pub enum ObjectError {
     /// The caller's budget of store calls is spent (see
     /// the core crate's `budget`); the store was not called.
     BudgetExhausted(Detail),
+    /// A lock or the retention policy protects the version the call
+    /// would delete or overwrite; nothing was changed.
+    Retained(Detail),
 }
 
 impl ObjectError {
@@ -142,6 +145,7 @@ impl ObjectError {
             Self::Unavailable(_) | Self::Io(_) => ErrorKind::Unavailable,
             Self::Corrupt(_) => ErrorKind::Corrupt,
             Self::BudgetExhausted(_) => ErrorKind::BudgetExhausted,
+            Self::Retained(_) => ErrorKind::Retained,
         }
     }
 
@@ -159,7 +163,8 @@ impl ObjectError {
             | Self::Corrupt(d)
             | Self::NoSuchUpload(d)
             | Self::Io(d)
-            | Self::BudgetExhausted(d) => d,
+            | Self::BudgetExhausted(d)
+            | Self::Retained(d) => d,
         }
     }
 
@@ -189,6 +194,7 @@ impl std::fmt::Display for ObjectError {
             Self::NoSuchUpload(_) => "no such upload",
             Self::Io(_) => "store I/O",
             Self::BudgetExhausted(_) => "budget exhausted",
+            Self::Retained(_) => "retained",
         };
         write!(f, "{prefix}: {}", self.detail())
     }

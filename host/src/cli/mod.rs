@@ -41,6 +41,10 @@ pub enum Failure {
     /// A takedown withholds the content read or pushed (exit 4, the
     /// server's 451): not a failure a retry fixes.
     TakenDown(anyhow::Error),
+    /// A lock, a legal hold or the retention policy protects what the
+    /// command would destroy (exit 5, the server's 403 `retained`):
+    /// nothing was changed, and retrying cannot help until it expires.
+    Retained(anyhow::Error),
 }
 
 impl Failure {
@@ -54,6 +58,7 @@ impl Failure {
         match kind {
             ErrorKind::Busy => Failure::Busy(error),
             ErrorKind::TakenDown => Failure::TakenDown(error),
+            ErrorKind::Retained => Failure::Retained(error),
             ErrorKind::InvalidArgument => Failure::Usage(error),
             _ => Failure::Failed(error),
         }
@@ -65,12 +70,17 @@ impl Failure {
             Failure::Usage(_) => 2,
             Failure::Busy(_) => 3,
             Failure::TakenDown(_) => 4,
+            Failure::Retained(_) => 5,
         }
     }
 
     fn error(&self) -> &anyhow::Error {
         match self {
-            Failure::Failed(e) | Failure::Usage(e) | Failure::Busy(e) | Failure::TakenDown(e) => e,
+            Failure::Failed(e)
+            | Failure::Usage(e)
+            | Failure::Busy(e)
+            | Failure::TakenDown(e)
+            | Failure::Retained(e) => e,
         }
     }
 }

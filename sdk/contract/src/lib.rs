@@ -24,6 +24,7 @@ extern crate alloc;
 pub mod content;
 pub mod denial;
 pub mod limits;
+pub mod lock;
 pub mod name;
 pub mod object_key;
 pub mod object_metadata;

@@ -4,9 +4,11 @@
 //! types, so they never depend on the runtime that calls the plugins.
 //!
 //! - [`PolicyError`]: a policy's own error answer;
+//! - [`access`]: who may do what on the data plane;
 //! - [`retention`]: retain-until, legal hold and may-delete decisions;
 //! - [`purge`]: whether one exact version may be permanently deleted.
 
+pub mod access;
 pub mod purge;
 pub mod retention;
 
@@ -76,7 +78,9 @@ impl PolicyError {
                 Self::Unavailable(message)
             }
             ErrorKind::BudgetExhausted => Self::BudgetExhausted(message),
-            ErrorKind::AccessDenied | ErrorKind::TakenDown => Self::AccessDenied(message),
+            ErrorKind::AccessDenied | ErrorKind::TakenDown | ErrorKind::Retained => {
+                Self::AccessDenied(message)
+            }
             ErrorKind::InvalidArgument | ErrorKind::Unsupported => Self::InvalidArgument(message),
         }
     }

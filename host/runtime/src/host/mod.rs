@@ -59,7 +59,10 @@ pub(crate) fn guest_error(kind: ErrorKind, message: String) -> types::Error {
         ErrorKind::BudgetExhausted => Error::BudgetExhausted(message),
         // A guest reads content only through its grants, never the
         // serving path; should a denial reach it, it is a refusal.
-        ErrorKind::AccessDenied | ErrorKind::TakenDown => Error::AccessDenied(message),
+        // A lock refuses a plugin as it refuses anyone.
+        ErrorKind::AccessDenied | ErrorKind::TakenDown | ErrorKind::Retained => {
+            Error::AccessDenied(message)
+        }
         ErrorKind::InvalidArgument => Error::InvalidArgument(message),
         ErrorKind::Unsupported => Error::Unsupported(message),
         ErrorKind::Internal => Error::Other(message),

@@ -183,6 +183,7 @@ impl ApiError {
             ErrorKind::BudgetExhausted => (StatusCode::SERVICE_UNAVAILABLE, "budget_exhausted"),
             ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ErrorKind::TakenDown => (StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS, "taken_down"),
+            ErrorKind::Retained => (StatusCode::FORBIDDEN, "retained"),
         };
         Self::new(status, code, message)
     }
@@ -251,6 +252,7 @@ mod tests {
             (ErrorKind::BudgetExhausted, 503, "budget_exhausted"),
             (ErrorKind::Internal, 500, "internal"),
             (ErrorKind::TakenDown, 451, "taken_down"),
+            (ErrorKind::Retained, 403, "retained"),
         ];
         for (kind, status, code) in table {
             let error = ApiError::of_kind(kind, "m");

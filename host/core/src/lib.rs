@@ -5,6 +5,7 @@
 //! - [`timers`]: durable timers, stepped by workers, each step committed
 //!   once, guarded on its timer row;
 //! - [`audit`]: the append-only record of who did what;
+//! - [`principals`]: who may call, and the credentials that prove it;
 //! - [`budget`]: per-step bounds on host calls;
 //! - [`content`]: content-addressed repositories (blobs, manifests,
 //!   packs) and the index of who holds what;
@@ -20,6 +21,7 @@ pub mod budget;
 pub mod content;
 pub mod decisions;
 pub mod fence;
+pub mod principals;
 pub mod purge;
 pub mod timers;
 pub mod versions;

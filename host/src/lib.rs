@@ -17,7 +17,9 @@
 //! the end-to-end tests and the benchmarks use.
 
 pub use custodian_base::{checksum, clock, error};
-pub use custodian_core::{audit, budget, content, decisions, fence, purge, timers, versions};
+pub use custodian_core::{
+    audit, budget, content, decisions, fence, principals, purge, timers, versions,
+};
 pub use custodian_kv as kv;
 pub use custodian_object as object;
 pub use custodian_runtime as runtime;

@@ -9,6 +9,7 @@ use super::crc64::Crc64Args;
 use super::object::ObjectCommand;
 use super::options::Global;
 use super::plugin::PluginCommand;
+use super::principal::PrincipalCommand;
 use super::purge::PurgeCommand;
 use super::repo::RepoCommand;
 use super::run::RunArgs;
@@ -28,7 +29,8 @@ use super::versions::VersionsCommand;
 /// Exit codes: 0 success; 1 the operation failed (a policy refused or
 /// errored, a plugin trapped or hit a limit); 2 bad usage or a plugin that
 /// cannot be loaded; 3 the data directory is in use by another process
-/// (retry later).
+/// (retry later); 4 a takedown withholds the content; 5 a lock, legal
+/// hold or the retention policy protects what would be destroyed.
 #[derive(Debug, Parser)]
 #[command(
     name = "custodian",
@@ -213,6 +215,15 @@ pub enum Command {
     /// process; 1 anything else.
     #[command(verbatim_doc_comment)]
     Serve(ServeArgs),
+    /// Manage who may call the API: principals, their roles and their
+    /// tokens.
+    ///
+    /// Every API request names a principal by a bearer token, and the
+    /// access plugin decides what it may do from the principal's roles.
+    /// The server's bootstrap token (DATA/token) belongs to principal
+    /// `admin`. Tokens are stored hashed; a new one is printed once.
+    #[command(subcommand, verbatim_doc_comment)]
+    Principal(PrincipalCommand),
     /// Print an example configuration file, or check one.
     #[command(subcommand)]
     Config(ConfigCommand),

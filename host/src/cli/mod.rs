@@ -9,6 +9,7 @@ mod crc64;
 mod object;
 mod options;
 mod plugin;
+mod principal;
 mod purge;
 mod repo;
 mod run;
@@ -109,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Purge(command) => purge::run(&cli.global, command),
         Command::Serve(args) => serve::run(&cli.global, &args),
         Command::Config(command) => serve::config_command(command),
+        Command::Principal(command) => principal::run(&cli.global, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -56,7 +56,8 @@ pub enum PluginCommand {
     /// refused plugin leaves the old one serving; the reason is printed
     /// and the exit code is 1.
     ///
-    /// The token comes from $CUSTODIAN_TOKEN or --token-file.
+    /// The token comes from $CUSTODIAN_TOKEN or --token-file; the audit
+    /// names the token's principal, who needs the `admin` role.
     #[command(verbatim_doc_comment)]
     Swap {
         /// The world to swap.
@@ -74,9 +75,6 @@ pub enum PluginCommand {
         /// A file holding the API token (when $CUSTODIAN_TOKEN is unset).
         #[arg(long, value_name = "FILE")]
         token_file: Option<PathBuf>,
-        /// Who is swapping, for the audit log.
-        #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
-        operator: String,
         /// Print the server's JSON report.
         #[arg(long)]
         json: bool,
@@ -132,16 +130,8 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
             plugin,
             server,
             token_file,
-            operator,
             json,
-        } => swap(
-            world,
-            &plugin,
-            &server,
-            token_file.as_deref(),
-            &operator,
-            json,
-        ),
+        } => swap(world, &plugin, &server, token_file.as_deref(), json),
     }
 }
 
@@ -283,7 +273,6 @@ fn swap(
     plugin: &Path,
     server: &str,
     token_file: Option<&Path>,
-    operator: &str,
     as_json: bool,
 ) -> Outcome {
     let token = client_token(token_file)?;
@@ -300,7 +289,6 @@ fn swap(
     let mut response = agent
         .put(&url)
         .header("authorization", &format!("Bearer {token}"))
-        .header("x-custodian-operator", operator)
         .header("x-custodian-source", &plugin.display().to_string())
         .header("content-type", "application/wasm")
         // The server answers a refusal (a bad token, a bad world) before

@@ -8,9 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use custodian::clock::{Clock, SystemClock};
+use custodian::config::server::DEFAULT_CREDENTIAL_CACHE_MS;
 use custodian::config::{Config, DEFAULT_LISTEN};
 use custodian::node::{AssemblyError, AssemblyOptions, Entry, Node, PluginPlan};
 use custodian::plugin_set::{PluginSet, SwapError};
+use custodian::principals::Principals;
 use custodian::runtime::{Limits, RuntimeConfig, World};
 use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
@@ -273,6 +275,31 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         JobLimits::default(),
         Board::new(kv.clone(), node_name.clone(), clock.clone()),
     ));
+    let cache_ms = plan
+        .config
+        .server
+        .credential_cache_ms
+        .unwrap_or(DEFAULT_CREDENTIAL_CACHE_MS);
+    let principals = Arc::new(Principals::new(
+        kv.clone(),
+        clock.clone(),
+        Duration::from_millis(cache_ms),
+    ));
+    principals
+        .register_bootstrap(token.expose())
+        .await
+        .map_err(|e| {
+            Failure::of_kind(
+                e.kind(),
+                anyhow!(e).context("cannot register the bootstrap token"),
+            )
+        })?;
+    let access = plan
+        .config
+        .server
+        .access_checks
+        .unwrap_or(true)
+        .then(|| plugins.access());
     let host = Arc::new(Host {
         kv,
         clock,
@@ -281,8 +308,9 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         metrics,
         jobs,
         auth: Auth {
-            token,
+            principals,
             read_access: plan.config.server.read_access,
+            access,
         },
         limits: plan.limits,
         readiness: Readiness::default(),

@@ -177,8 +177,11 @@ impl TakedownPolicyArgs {
     ) -> Result<T, Failure> {
         let opened = self.open(global, clock.clone(), true)?;
         let (plugin, guards) = for_action(&opened)?;
+        // A command on the data directory has no principal: whoever can
+        // open the directory acts, under the name they give.
+        let actor = format!("operator:{}", self.operator);
         let action = Action {
-            operator: &self.operator,
+            actor: &actor,
             now_ms: clock.now_ms(),
             guard: &guards,
         };

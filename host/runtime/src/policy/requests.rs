@@ -73,16 +73,10 @@ impl RequestError {
     }
 }
 
-fn record(
-    now_ms: u64,
-    operator: &str,
-    event: &str,
-    targets: Vec<String>,
-    detail: String,
-) -> Record {
+fn record(now_ms: u64, actor: &str, event: &str, targets: Vec<String>, detail: String) -> Record {
     Record {
         at_ms: now_ms,
-        actor: format!("operator:{operator}"),
+        actor: actor.to_owned(),
         event: event.into(),
         targets,
         detail: Some(detail),
@@ -117,8 +111,10 @@ fn plugin_records(commit: &StepCommit, now_ms: u64, actor: &str) -> Vec<Record> 
 /// What an operator action commits with, beyond its own guards.
 #[derive(Debug, Clone, Copy)]
 pub struct Action<'a> {
-    /// Who is acting, for the audit log.
-    pub operator: &'a str,
+    /// Who is acting, as the audit log names them: `principal:NAME` for
+    /// an authenticated API caller, `operator:NAME` for a command run on
+    /// the data directory.
+    pub actor: &'a str,
     /// "Now", ms since the epoch.
     pub now_ms: u64,
     /// Preconditions the commit must also hold, checked first: a server
@@ -155,14 +151,14 @@ pub fn create(
     action: Action<'_>,
 ) -> Result<(), RequestError> {
     let Action {
-        operator,
+        actor,
         now_ms,
         guard,
     } = action;
     let id = hex(&request.id);
     for _ in 0..ATTEMPTS {
         let context = call();
-        let actor = context.actor.clone();
+        let plugin_actor = context.actor.clone();
         let commit = match policy.plan_create(context, request, now_ms)? {
             Ok(commit) => commit,
             Err(PolicyError::PreconditionFailed(_)) => return Err(RequestError::Exists(id)),
@@ -170,7 +166,7 @@ pub fn create(
         };
         let mut records = vec![record(
             now_ms,
-            operator,
+            actor,
             "takedown/create",
             vec![
                 format!("takedown:{id}"),
@@ -181,7 +177,7 @@ pub fn create(
                 None => format!("{} object(s)", request.objects.len()),
             },
         )];
-        records.extend(plugin_records(&commit, now_ms, &actor));
+        records.extend(plugin_records(&commit, now_ms, &plugin_actor));
         let mut batch = commit.batch;
         add_audit(&mut batch, records, &request.id)?;
         let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
@@ -241,7 +237,7 @@ pub fn settle(
             return Ok(Settled::Pending);
         }
         let context = call();
-        let actor = context.actor.clone();
+        let plugin_actor = context.actor.clone();
         let commit = match policy.plan_denial(context, id, action.now_ms)? {
             Ok(Some(commit)) => commit,
             Ok(None) => return Ok(Settled::Done),
@@ -250,7 +246,7 @@ pub fn settle(
             Err(PolicyError::Unavailable(_)) => return Ok(Settled::Pending),
             Err(refused) => return Err(RequestError::Refused(refused)),
         };
-        let records = plugin_records(&commit, action.now_ms, &actor);
+        let records = plugin_records(&commit, action.now_ms, &plugin_actor);
         let mut batch = commit.batch;
         let unique = [
             id.as_slice(),
@@ -351,23 +347,23 @@ fn act_on(
     plan: impl Fn(Arc<CallContext>) -> Result<Result<StepCommit, PolicyError>, CallError>,
 ) -> Result<(), RequestError> {
     let Action {
-        operator,
+        actor,
         now_ms,
         guard,
     } = action;
     for attempt in 0..ATTEMPTS {
         let context = call();
-        let actor = context.actor.clone();
+        let plugin_actor = context.actor.clone();
         let commit = plan(context)?.map_err(RequestError::Refused)?;
         let timer = io.block_on(timers::get(kv, KIND, id))?;
         let mut records = vec![record(
             now_ms,
-            operator,
+            actor,
             planned.event,
             vec![format!("takedown:{}", hex(id))],
             planned.detail.to_owned(),
         )];
-        records.extend(plugin_records(&commit, now_ms, &actor));
+        records.extend(plugin_records(&commit, now_ms, &plugin_actor));
         let mut batch = commit.batch;
         let unique = [id.as_slice(), &[planned.tag, attempt as u8]].concat();
         add_audit(&mut batch, records, &unique)?;

@@ -150,6 +150,16 @@ impl Config {
         if config.server.workers == Some(0) {
             return Err("[server] workers must be at least 1".into());
         }
+        if config
+            .server
+            .credential_cache_ms
+            .is_some_and(|ms| ms > server::MAX_CREDENTIAL_CACHE_MS)
+        {
+            return Err(format!(
+                "[server] credential_cache_ms is at most {}: a revocation must take effect",
+                server::MAX_CREDENTIAL_CACHE_MS
+            ));
+        }
         Ok(config)
     }
 

@@ -24,12 +24,21 @@ pub struct ServerConfig {
     pub data: Option<PathBuf>,
     /// Timer worker loops; each fires its share of the timers.
     pub workers: Option<u32>,
-    /// A file holding the bearer token (`$CUSTODIAN_TOKEN` overrides).
-    /// Without either, the server writes a fresh token to `DATA/token`.
+    /// A file holding the bootstrap token, a credential of the `admin`
+    /// principal (`$CUSTODIAN_TOKEN` overrides). Without either, the
+    /// server writes a fresh token to `DATA/token`.
     pub token_file: Option<PathBuf>,
-    /// Whether reads need the token: `token` (the default) or `open`.
+    /// Whether reads need a credential: `token` (the default) or `open`
+    /// (the access policy still decides, for principal `anonymous`).
     #[serde(default)]
     pub read_access: ReadAccess,
+    /// Whether the access plugin is asked about every request (default
+    /// true). Off, any authenticated principal may do anything.
+    pub access_checks: Option<bool>,
+    /// How long a credential lookup is trusted, in ms (default
+    /// [`DEFAULT_CREDENTIAL_CACHE_MS`]): the bound on how late a
+    /// revocation made on another host sharing the KV takes effect here.
+    pub credential_cache_ms: Option<u64>,
     /// How long shutdown waits for requests and steps in flight, in ms.
     pub drain_ms: Option<u64>,
     /// Largest object body a `PUT` may send, in MiB.
@@ -40,6 +49,14 @@ pub struct ServerConfig {
     /// keeps its name. `[a-z0-9._-]`, 1..=32 bytes.
     pub node: Option<String>,
 }
+
+/// How long a credential lookup is trusted by default, in ms: a second
+/// is short enough for a revocation to matter and saves a KV read (an etcd
+/// round trip) on all but one request a second per credential.
+pub const DEFAULT_CREDENTIAL_CACHE_MS: u64 = 1_000;
+
+/// Longest credential cache bound, in ms: a revocation must take effect.
+pub const MAX_CREDENTIAL_CACHE_MS: u64 = 60_000;
 
 /// Longest node name: it prefixes fence shard names (at most 64 bytes)
 /// with room for a worker index.

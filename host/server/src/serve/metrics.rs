@@ -87,6 +87,11 @@ struct Families {
     kv_calls: BTreeMap<&'static str, u64>,
     kv_errors: BTreeMap<&'static str, u64>,
     kv_batch: BatchSizes,
+    /// Access decisions by action, principal and outcome. Principals are
+    /// the deployer's (a bounded set), never a request's claim.
+    access: BTreeMap<(&'static str, String, &'static str), u64>,
+    /// Requests refused for want of a valid credential.
+    unauthenticated: u64,
 }
 
 /// What the KV's batches have weighed: totals and the largest seen.
@@ -127,6 +132,21 @@ impl Metrics {
     /// No observations yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Counts one access decision (`allowed`, `denied`, `unanswered`) on
+    /// `action` by `principal`.
+    pub fn access_decision(&self, action: &'static str, principal: &str, outcome: &'static str) {
+        self.with(|f| {
+            *f.access
+                .entry((action, principal.to_owned(), outcome))
+                .or_default() += 1;
+        });
+    }
+
+    /// Counts one request refused for want of a valid credential.
+    pub fn unauthenticated(&self) {
+        self.with(|f| f.unauthenticated += 1);
     }
 
     fn with<T>(&self, update: impl FnOnce(&mut Families) -> T) -> T {
@@ -225,6 +245,8 @@ impl Metrics {
                 kv_calls: f.kv_calls.clone(),
                 kv_errors: f.kv_errors.clone(),
                 kv_batch: f.kv_batch,
+                access: f.access.clone(),
+                unauthenticated: f.unauthenticated,
             }
         });
         let mut out = String::new();
@@ -392,6 +414,26 @@ impl Metrics {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
+        header(
+            &mut out,
+            "custodian_access_decisions_total",
+            "counter",
+            "Access decisions by action, principal and outcome (allowed, denied, unanswered).",
+        );
+        for ((action, principal, outcome), n) in &f.access {
+            let _ = writeln!(
+                out,
+                "custodian_access_decisions_total{{action=\"{action}\",principal=\"{}\",outcome=\"{outcome}\"}} {n}",
+                escape(principal)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_unauthenticated_total",
+            "counter",
+            "Requests refused for want of a valid credential.",
+        );
+        let _ = writeln!(out, "custodian_unauthenticated_total {}", f.unauthenticated);
         out
     }
 }

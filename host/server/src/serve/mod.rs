@@ -27,19 +27,34 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use custodian_base::clock::Clock;
+use custodian_core::decisions::access::AccessJudge;
+use custodian_core::principals::Principals;
 use custodian_kv::Kv;
 use custodian_object::ObjectStore;
 use custodian_runtime::plugin_set::PluginSet;
 
 pub use http::auth::{ReadAccess, Token};
 
-/// Who may call the API.
-#[derive(Debug, Clone)]
+/// Who may call the API, and who decides what they may do.
+#[derive(Clone)]
 pub struct Auth {
-    /// The bearer token every mutating and admin route needs.
-    pub token: Token,
-    /// Whether read routes need it too.
+    /// The principals and their credentials.
+    pub principals: Arc<Principals>,
+    /// Whether read routes need a credential.
     pub read_access: ReadAccess,
+    /// The access policy asked about every request; `None` turns access
+    /// checks off (`[server] access_checks = false`): every authenticated
+    /// principal may then do anything, as with one shared token.
+    pub access: Option<Arc<dyn AccessJudge>>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("read_access", &self.read_access)
+            .field("access_checks", &self.access.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Bounds on what one request may ask of the server.

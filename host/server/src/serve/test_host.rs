@@ -7,9 +7,10 @@ use std::sync::{Arc, OnceLock};
 
 use super::jobs::{Board, JobLimits, Jobs};
 use super::metrics::Metrics;
-use super::{Auth, Host, ReadAccess, Readiness, RequestLimits, Token};
+use super::{Auth, Host, ReadAccess, Readiness, RequestLimits};
 use custodian_base::clock::{Clock, SystemClock};
 use custodian_core::fence::{Coordinator, FenceConfig};
+use custodian_core::principals::Principals;
 use custodian_core::timers::Handlers;
 use custodian_kv::Kv;
 use custodian_kv::memory::MemoryKv;
@@ -106,6 +107,15 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         JobLimits::default(),
         Board::new(kv.clone(), node.to_owned(), clock.clone()),
     ));
+    let principals = Arc::new(Principals::new(
+        kv.clone(),
+        clock.clone(),
+        std::time::Duration::from_secs(1),
+    ));
+    principals
+        .register_bootstrap(TOKEN)
+        .await
+        .expect("the test token registers");
     Arc::new(Host {
         kv,
         clock,
@@ -114,8 +124,9 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         metrics,
         jobs,
         auth: Auth {
-            token: Token::new(TOKEN).expect("a valid token"),
+            principals,
             read_access: ReadAccess::Token,
+            access: Some(plugins.access()),
         },
         limits,
         readiness: Readiness::default(),

@@ -1,5 +1,6 @@
 //! `GET /v1/audit`: the audit log of a running server, whose data
-//! directory no other process may open while it runs.
+//! directory no other process may open while it runs; `?principal=NAME`
+//! keeps what that principal's requests did (and was refused).
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiError;
+use super::auth::actor;
 use super::extract::{cursor_from_hex, cursor_to_hex, query};
 use crate::serve::Host;
 use custodian_core::audit;
@@ -33,6 +35,11 @@ struct Page {
     cursor: Option<String>,
     /// Records per page, 1..=1000 (default 100).
     limit: Option<u32>,
+    /// Only the records this principal's requests made (actor
+    /// `principal:NAME`). A page is filtered after it is read, so it may
+    /// hold fewer than `limit` records (even none) before the log's end:
+    /// follow `next_cursor` until it is `null`.
+    principal: Option<String>,
 }
 
 async fn read(
@@ -54,6 +61,13 @@ async fn read(
     let (records, next) = audit::read(host.kv.as_ref(), page.since_ms, cursor.as_deref(), limit)
         .await
         .map_err(|e| ApiError::of_kv(&e, "cannot read the audit log"))?;
+    let records: Vec<_> = match &page.principal {
+        Some(name) => {
+            let actor = actor(name);
+            records.into_iter().filter(|r| r.actor == actor).collect()
+        }
+        None => records,
+    };
     let next = next.as_deref().map(cursor_to_hex);
     Ok(Json(json!({"records": records, "next_cursor": next})))
 }

@@ -1,47 +1,58 @@
-//! Bearer-token authentication.
+//! Who is calling: every request but the probes names a principal, by a
+//! bearer credential (`Authorization: Bearer <token>`), and is then put
+//! to the access policy ([`super::access`]) before any handler runs.
 //!
-//! Every mutating and admin route needs the token; read routes need it
-//! unless the deployer opened them. The comparison is constant-time over
-//! the token's bytes, so response timing says nothing about how much of a
-//! guess was right. The token never appears in logs or errors.
+//! A credential is looked up by its id in one KV point read (cached for
+//! the principals' cache bound) and its secret's hash compared in
+//! constant time, so response timing says nothing about how much of a
+//! guess was right; a value that cannot be a credential (too long, not
+//! printable) is refused before it is hashed. Credentials never appear
+//! in logs or errors.
 
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use subtle::ConstantTimeEq;
 
-use super::ApiError;
+use super::{ApiError, RetainedRefusal};
 use crate::serve::Host;
+use custodian_core::audit;
+use custodian_core::decisions::access::Principal;
+use custodian_core::principals::credential::{MAX_PRESENTED_BYTES, MIN_BOOTSTRAP_BYTES};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The server's secret, redacted in `Debug`.
+/// The server's bootstrap token (its token file), redacted in `Debug`:
+/// registered at start as a credential of the `admin` principal.
 #[derive(Clone)]
-pub struct Token(Vec<u8>);
+pub struct Token(String);
 
 impl Token {
     /// Shortest token accepted: a guessable token is no protection.
-    pub const MIN_BYTES: usize = 16;
+    pub const MIN_BYTES: usize = MIN_BOOTSTRAP_BYTES;
+    /// Longest token accepted: a longer value is never a credential.
+    pub const MAX_BYTES: usize = MAX_PRESENTED_BYTES;
 
     /// A token from its text (surrounding whitespace, such as a file's
     /// final newline, is not part of it).
     ///
     /// # Errors
-    /// A token shorter than [`Token::MIN_BYTES`] or with inner whitespace.
+    /// A token of fewer than [`Token::MIN_BYTES`] or more than
+    /// [`Token::MAX_BYTES`] bytes, or not printable ASCII.
     pub fn new(text: &str) -> Result<Self, String> {
         let text = text.trim();
-        if text.len() < Self::MIN_BYTES {
+        if !(Self::MIN_BYTES..=Self::MAX_BYTES).contains(&text.len()) {
             return Err(format!(
-                "the token is {} bytes; at least {} are required",
+                "the token is {} bytes; {} to {} are required",
                 text.len(),
-                Self::MIN_BYTES
+                Self::MIN_BYTES,
+                Self::MAX_BYTES
             ));
         }
-        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("the token contains whitespace or control characters".into());
+        if !text.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the token must be printable ASCII, without spaces".into());
         }
-        Ok(Self(text.as_bytes().to_vec()))
+        Ok(Self(text.to_owned()))
     }
 
     /// A fresh random token: 32 bytes from the OS, as hex.
@@ -51,18 +62,13 @@ impl Token {
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes)?;
-        Ok(Self(hex::encode(bytes).into_bytes()))
+        Ok(Self(hex::encode(bytes)))
     }
 
-    /// The token's text, to write to a file the operator reads.
+    /// The token's text, to write to a file the operator reads and to
+    /// register as a credential.
     pub fn expose(&self) -> &str {
-        std::str::from_utf8(&self.0).expect("tokens are text")
-    }
-
-    /// Whether `presented` is this token, in time independent of where
-    /// they differ.
-    pub fn matches(&self, presented: &[u8]) -> bool {
-        bool::from(self.0.ct_eq(presented))
+        &self.0
     }
 }
 
@@ -72,50 +78,121 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// Whether read routes need the token.
+/// Whether read routes need a credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ReadAccess {
-    /// Reads need the token like everything else.
+    /// Reads need a credential like everything else.
     #[default]
     Token,
-    /// Reads are open to anyone who can reach the server.
+    /// A read without a credential is made by [`ANONYMOUS`], with role
+    /// [`ANONYMOUS_ROLE`]: the access policy still decides what it may
+    /// read (the bundled one: what a `reader` may).
     Open,
 }
 
-/// Middleware: refuses a request without the right bearer token, unless
-/// it reads and reads are open. Health probes and metrics are always
-/// open: they carry no data (metrics are counts by route, plugin hash and
-/// store name).
-pub async fn require_token(
+/// The principal of a credential-less read when reads are open.
+pub const ANONYMOUS: &str = "anonymous";
+/// Its one role.
+pub const ANONYMOUS_ROLE: &str = "reader";
+
+/// The authenticated principal of a request, for its handler (the audit
+/// actor) and the decision log.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Principal);
+
+impl Caller {
+    /// How the audit log names the caller: `principal:NAME`.
+    pub fn actor(&self) -> String {
+        actor(&self.0.name)
+    }
+}
+
+/// How the audit log names principal `name`.
+pub fn actor(name: &str) -> String {
+    format!("principal:{name}")
+}
+
+/// Middleware: names the request's principal (401 without one), puts the
+/// request to the access policy (403 or 503 when it is not allowed; see
+/// [`super::access`]), and hands the handler a [`Caller`]. Health probes
+/// and metrics are open: they carry no data (metrics are counts by route,
+/// action, principal, plugin hash and store name).
+pub async fn authorize(
     State(host): State<Arc<Host>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let path = request.uri().path();
-    let probe = matches!(path, "/healthz" | "/readyz" | "/metrics");
-    // The plugin set, the audit log and the timers are admin reads: always behind
-    // the token.
-    let reads = matches!(*request.method(), Method::GET | Method::HEAD)
-        && !path.starts_with("/v1/plugins")
-        && !path.starts_with("/v1/audit")
-        && !path.starts_with("/v1/timers");
-    if probe || (reads && host.auth.read_access == ReadAccess::Open) {
+    if matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics") {
         return Ok(next.run(request).await);
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
-    let refusal = match presented {
-        Some(token) if host.auth.token.matches(token) => return Ok(next.run(request).await),
-        Some(_) => ApiError::unauthorized("the bearer token is not valid"),
-        None => {
-            ApiError::unauthorized("this route needs an `Authorization: Bearer <token>` header")
+    let principal = match who(&host, request.method(), request.headers()).await {
+        Ok(principal) => principal,
+        Err(refusal) => {
+            host.metrics.unauthenticated();
+            drain(request).await;
+            return Err(refusal);
         }
     };
-    drain(request).await;
-    Err(refusal)
+    let asked = match super::access::gate(&host, &principal, &mut request).await {
+        Ok(asked) => asked,
+        Err(refusal) => {
+            drain(request).await;
+            return Err(refusal);
+        }
+    };
+    request.extensions_mut().insert(Caller(principal.clone()));
+    let response = next.run(request).await;
+    // A lock refused what the handler tried: audited under the caller.
+    if let Some(RetainedRefusal(reason)) = response.extensions().get::<RetainedRefusal>()
+        && let Some((action, target)) = &asked
+    {
+        let record = super::access::refusal_record(
+            &host,
+            &principal,
+            *action,
+            target,
+            "lock/refused",
+            reason,
+        );
+        if let Err(error) = audit::append(host.kv.as_ref(), &record).await {
+            tracing::warn!(%error, "cannot audit a lock's refusal");
+        }
+    }
+    Ok(response)
+}
+
+/// The principal `headers` authenticate: a bearer credential's, else the
+/// anonymous reader when reads are open and this is one.
+async fn who(host: &Host, method: &Method, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        let read = matches!(*method, Method::GET | Method::HEAD);
+        if read && host.auth.read_access == ReadAccess::Open {
+            return Ok(Principal {
+                name: ANONYMOUS.into(),
+                roles: vec![ANONYMOUS_ROLE.into()],
+            });
+        }
+        return Err(ApiError::unauthorized(
+            "this route needs an `Authorization: Bearer <token>` header",
+        ));
+    };
+    let Some(presented) = value.as_bytes().strip_prefix(b"Bearer ") else {
+        return Err(ApiError::unauthorized(
+            "the `Authorization` header must be `Bearer <token>`",
+        ));
+    };
+    match host.auth.principals.authenticate(presented).await {
+        Ok(Some(principal)) => Ok(principal),
+        Ok(None) => Err(ApiError::unauthorized("the bearer token is not valid")),
+        Err(error) => {
+            tracing::warn!(%error, "cannot check a credential");
+            Err(ApiError::of_server_call(
+                error.kind(),
+                format!("cannot check the credential: {error}"),
+            ))
+        }
+    }
 }
 
 /// Most bytes of a refused request's body read (and dropped) before the
@@ -149,20 +226,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_token_matches_itself_and_nothing_else() {
-        let token = Token::new("0123456789abcdef0123").unwrap();
-        assert!(token.matches(b"0123456789abcdef0123"));
-        assert!(!token.matches(b"0123456789abcdef0124"));
-        assert!(!token.matches(b"0123456789abcdef012"));
-        assert!(!token.matches(b""));
-    }
-
-    #[test]
-    fn short_or_spaced_tokens_are_refused_and_a_final_newline_is_not_part() {
+    fn short_long_or_spaced_tokens_are_refused_and_a_final_newline_is_not_part() {
         assert!(Token::new("short").is_err());
         assert!(Token::new("0123456789 abcdef0123").is_err());
+        assert!(Token::new(&"a".repeat(Token::MAX_BYTES + 1)).is_err());
+        assert!(Token::new("0123456789abcdef\u{e9}0123").is_err());
         let token = Token::new("0123456789abcdef0123\n").unwrap();
-        assert!(token.matches(b"0123456789abcdef0123"));
+        assert_eq!(token.expose(), "0123456789abcdef0123");
     }
 
     #[test]

@@ -38,9 +38,8 @@
 //!
 //! # Takedowns
 //!
-//! Filing and holding are operator actions, audited under the
-//! `X-Custodian-Operator` header's name (1..=64 of `[A-Za-z0-9._@-]`,
-//! else 400; `api` when absent). The takedown plugin current when the
+//! Filing, holding and withdrawing are operator actions, audited under
+//! the caller's principal (`principal:NAME`). The takedown plugin current when the
 //! request arrives plans the action; its plan, the audit records and the
 //! request's timer commit together, and the timer workers are woken to
 //! run the first step. A request's id derives from its contents and the
@@ -94,12 +93,13 @@ use axum::http::header::LOCATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiError;
-use super::extract::{BodyLimit, json_body, operator, path, query, read_body};
+use super::auth::Caller;
+use super::extract::{BodyLimit, json_body, path, query, read_body};
 use super::withheld::TakenDown;
 use crate::serve::Host;
 use custodian_base::error::ErrorKind;
@@ -337,10 +337,11 @@ fn href(id: &str) -> String {
 /// `POST /v1/takedowns`: file a request.
 async fn create_takedown(
     State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let operator = operator(&headers)?;
+    let actor = caller.actor();
     let filed: FileTakedown =
         json_body(body, &headers, REQUEST_LIMIT, "a takedown request").await?;
     let repo = RepoName::parse(&filed.repository).map_err(ApiError::from)?;
@@ -375,7 +376,7 @@ async fn create_takedown(
     let keyed = key.is_some();
     let (status, settled) = blocking(move || {
         let action = Action {
-            operator: &operator,
+            actor: &actor,
             now_ms,
             guard: &guard,
         };
@@ -436,15 +437,16 @@ async fn show_takedown(
 /// the status after it.
 async fn set_hold(
     State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
     params: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&path(params)?, "request id")?;
-    let operator = operator(&headers)?;
+    let actor = caller.actor();
     let what = "a hold (`{\"enabled\": true|false}`)";
     let Hold { enabled } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
-    act_on_request(&host, id, operator, move |policy, call, io, kv, action| {
+    act_on_request(&host, id, actor, move |policy, call, io, kv, action| {
         requests::hold(policy, call, io, kv, &id, enabled, action)
     })
     .await?;
@@ -458,12 +460,12 @@ async fn set_hold(
 /// `denial.settled` false: its steps finish the lifting).
 async fn withdraw_takedown(
     State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
     params: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&path(params)?, "request id")?;
-    let operator = operator(&headers)?;
-    act_on_request(&host, id, operator, move |policy, call, io, kv, action| {
+    let actor = caller.actor();
+    act_on_request(&host, id, actor, move |policy, call, io, kv, action| {
         requests::withdraw(policy, call, io, kv, &id, action)?;
         requests::settle(policy, call, io, kv, &id, action)
     })
@@ -473,12 +475,12 @@ async fn withdraw_takedown(
 }
 
 /// Runs operator action `act` on request `id` on a blocking thread: the
-/// current takedown plugin with its swap guard, `operator` and now; an
+/// current takedown plugin with its swap guard, `actor` and now; an
 /// unknown request is 404.
 async fn act_on_request<T: Send + 'static>(
     host: &Arc<Host>,
     id: [u8; 32],
-    operator: String,
+    actor: String,
     act: impl FnOnce(
         &TakedownPolicy,
         &dyn Fn() -> Arc<CallContext>,
@@ -496,7 +498,7 @@ async fn act_on_request<T: Send + 'static>(
     let kv = host.kv.clone();
     blocking(move || {
         let action = Action {
-            operator: &operator,
+            actor: &actor,
             now_ms,
             guard: &guard,
         };

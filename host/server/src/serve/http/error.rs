@@ -66,6 +66,12 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// 403 `forbidden`: the caller is known, and may not do this (the
+    /// access policy's reason, or the host's own rule).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
     /// 503 `unavailable`: retry later.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
@@ -105,11 +111,22 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// Marks a response refused by a lock or the retention plugin, with the
+/// reason, so the layer that knows the caller audits it
+/// ([`super::auth::authorize`]).
+#[derive(Debug, Clone)]
+pub struct RetainedRefusal(pub String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let Some(withheld) = self.withheld else {
+            let retained = (self.code == "retained").then(|| RetainedRefusal(self.message.clone()));
             let body = json!({"error": {"code": self.code, "message": self.message}});
-            return (self.status, Json(body)).into_response();
+            let mut response = (self.status, Json(body)).into_response();
+            if let Some(retained) = retained {
+                response.extensions_mut().insert(retained);
+            }
+            return response;
         };
         let request = withheld.request.to_hex();
         let body = json!({"error": {

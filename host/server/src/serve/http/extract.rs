@@ -105,27 +105,6 @@ pub(super) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Api
         .map_err(|e| ApiError::invalid(e.body_text()))
 }
 
-/// Who did it, for the audit log: `X-Custodian-Operator`, else `api`.
-/// The token proves the caller may act; this only names them.
-pub(super) fn operator(headers: &HeaderMap) -> Result<String, ApiError> {
-    let Some(value) = headers.get("x-custodian-operator") else {
-        return Ok("api".to_owned());
-    };
-    let name = value
-        .to_str()
-        .ok()
-        .filter(|name| {
-            (1..=64).contains(&name.len())
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b))
-        })
-        .ok_or_else(|| {
-            ApiError::invalid("X-Custodian-Operator must be 1 to 64 characters of [A-Za-z0-9._@-]")
-        })?;
-    Ok(name.to_owned())
-}
-
 /// Longest cursor taken back, in bytes. A cursor is a KV key the server
 /// handed out, far shorter; the bound stops a client from making the
 /// server decode megabytes of hex into a scan's start.
@@ -234,32 +213,5 @@ mod tests {
             .await
             .unwrap_err();
         assert!(error.message.contains("stroe"), "{}", error.message);
-    }
-
-    #[test]
-    fn the_operator_is_api_unless_named_and_a_bad_name_is_invalid() {
-        assert_eq!(operator(&HeaderMap::new()).unwrap(), "api");
-        let named = |name: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert("x-custodian-operator", HeaderValue::from_str(name).unwrap());
-            operator(&headers)
-        };
-        assert_eq!(named("alice@example.org").unwrap(), "alice@example.org");
-        for bad in ["", "has space", "semi;colon", &"a".repeat(65)] {
-            assert_eq!(named(bad).unwrap_err().code, "invalid_argument", "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_cursor_round_trips_through_hex_and_anything_else_is_refused() {
-        let key = [0x00, 0x7f, 0x80, 0xff, 0x0a];
-        assert_eq!(cursor_to_hex(&key), "007f80ff0a");
-        assert_eq!(cursor_from_hex("007F80ff0a").unwrap(), key);
-        assert_eq!(cursor_from_hex("").unwrap(), Vec::<u8>::new());
-        let too_long = "00".repeat(MAX_CURSOR_BYTES + 1);
-        for bad in ["0", "0g", "+f", "é", too_long.as_str()] {
-            assert_eq!(cursor_from_hex(bad), None, "{bad:?}");
-        }
-        assert!(cursor_from_hex(&"00".repeat(MAX_CURSOR_BYTES)).is_some());
     }
 }

@@ -1,5 +1,7 @@
 //! The HTTP API: JSON in and out, errors as [`ApiError`] bodies with a
-//! stable code, a bearer token on every mutating and admin route. Content
+//! stable code. Every request but the probes names its principal by a
+//! bearer credential ([`auth`]) and is put to the access policy
+//! (`access.rs`) before its handler runs. Content
 //! a takedown withholds is 451 `taken_down` on every route that would
 //! serve or accept it.
 //!
@@ -24,7 +26,16 @@
 //! | `GET /v1/timers?cursor=&limit=` | the durable timers, in due order |
 //! | `GET /v1/plugins` | the loaded plugins, with hashes and versions |
 //! | `PUT /v1/plugins/{world}` | hot-swap a world's plugin (body: the `.wasm`) |
+//! | `GET/POST /v1/principals` | the principals; create one (answers its token) |
+//! | `GET/DELETE /v1/principals/{name}` | one principal; delete it and its credentials |
+//! | `PUT /v1/principals/{name}/roles` | replace its roles |
+//! | `POST /v1/principals/{name}/credentials` | issue it one more token |
+//! | `POST /v1/principals/{name}/rotate` | replace all its tokens with one new one |
+//! | `DELETE /v1/principals/{name}/credentials/{id}` | revoke one token |
 
+mod access;
+#[cfg(test)]
+mod access_tests;
 mod audit;
 pub mod auth;
 mod byte_range;
@@ -38,6 +49,7 @@ mod health;
 mod jobs;
 mod objects;
 mod plugins;
+mod principals;
 #[cfg(test)]
 mod test_client;
 mod timers;
@@ -51,7 +63,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 
-pub use error::ApiError;
+pub use error::{ApiError, RetainedRefusal};
 
 use super::Host;
 
@@ -66,10 +78,11 @@ pub fn router(host: Arc<Host>) -> Router {
         .merge(plugins::routes())
         .merge(audit::routes())
         .merge(timers::routes())
+        .merge(principals::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(
             host.clone(),
-            auth::require_token,
+            auth::authorize,
         ))
         .layer(middleware::from_fn_with_state(host.clone(), observe))
         .with_state(host)

@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, put};
+use axum::{Extension, Json, Router};
 use serde_json::{Value, json};
 
 use super::ApiError;
+use super::auth::Caller;
 use super::error::one_line;
-use super::extract::{BodyLimit, operator, path, read_body};
+use super::extract::{BodyLimit, path, read_body};
 use crate::serve::Host;
 use custodian_runtime::World;
 use custodian_runtime::plugin_set::SwapError;
@@ -36,12 +36,15 @@ async fn list(State(host): State<Arc<Host>>) -> Json<Value> {
 
 async fn swap(
     State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
     world: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let world: World = path(world)?.parse().map_err(ApiError::not_found)?;
-    let operator = operator(&headers)?;
+    // The set's audit names the operator; the API's operator is the
+    // authenticated principal.
+    let operator = caller.0.name.clone();
     let source = headers
         .get("x-custodian-source")
         .and_then(|v| v.to_str().ok())

@@ -1,0 +1,304 @@
+//! May they: every authenticated request is put to the access policy
+//! before its handler runs. [`classify`] is the one table from a route to
+//! the action and target the policy is asked about; [`gate`] asks and
+//! enforces the answer.
+//!
+//! - The host's own rule comes first, whatever the policy would say: the
+//!   `preserved` store holds evidence only the takedown policy writes, so
+//!   no principal writes or deletes in it through the object routes.
+//! - Fail closed: a policy that traps, runs past a limit or cannot be
+//!   called denies (503 `access_unavailable`), counted and audited.
+//! - The decision log: every denial is audited (principal, action,
+//!   target, plugin hash, reason); every decision is counted in
+//!   `custodian_access_decisions_total` by action, principal and outcome.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::RequestExt;
+use axum::extract::{MatchedPath, RawPathParams, Request};
+use axum::http::{Method, StatusCode, header};
+
+use super::ApiError;
+use super::auth::actor;
+use crate::serve::Host;
+use custodian_core::audit::{self, Record};
+use custodian_core::decisions::access::{
+    AccessRequest, Action, Decision, MAX_HEADERS, Principal, Target,
+};
+use custodian_runtime::policy::takedown::PRESERVED_STORE;
+
+/// Headers the policy sees, when the request has them: what a rule about
+/// sizes, conditions or clients could need, never a credential.
+const PASSED_HEADERS: [&str; 6] = [
+    "content-length",
+    "content-type",
+    "if-match",
+    "if-none-match",
+    "user-agent",
+    "idempotency-key",
+];
+const _: () = assert!(PASSED_HEADERS.len() <= MAX_HEADERS);
+
+/// Longest header value passed on: the policy's input stays small
+/// whatever a client sends.
+const MAX_HEADER_VALUE_BYTES: usize = 256;
+
+/// What a request asks to do: `method` on `route` (as matched) with path
+/// `params` and `query`, declaring a body of `size` bytes. `None` for a
+/// method the route does not have (its answer is a 405 that touches
+/// nothing).
+pub(super) fn classify(
+    method: &Method,
+    route: &str,
+    params: &HashMap<String, String>,
+    query: &HashMap<String, String>,
+    size: Option<u64>,
+) -> Option<(Action, Target)> {
+    let param = |name: &str| params.get(name).cloned();
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    let mut target = Target::default();
+    let action = match route {
+        "/v1/stores/{store}/objects/{*key}" => {
+            target.store = param("store");
+            target.key = param("key");
+            target.version = query.get("version_id").cloned();
+            match *method {
+                Method::GET | Method::HEAD => Action::Read,
+                Method::PUT => {
+                    target.size = size;
+                    Action::Write
+                }
+                Method::DELETE if target.version.is_some() => Action::DeleteVersion,
+                Method::DELETE => Action::Delete,
+                _ => return None,
+            }
+        }
+        "/v1/stores/{store}/objects" | "/v1/stores/{store}/versions" if read => {
+            target.store = param("store");
+            target.key = query.get("prefix").cloned();
+            Action::List
+        }
+        "/v1/repos/{ns}/{name}/files/{*path}" => {
+            target.repository = repository(&params);
+            target.key = param("path");
+            match *method {
+                Method::GET | Method::HEAD => Action::Read,
+                Method::PUT => {
+                    target.size = size;
+                    Action::Write
+                }
+                _ => return None,
+            }
+        }
+        "/v1/repos/{ns}/{name}/files" if read => {
+            target.repository = repository(&params);
+            Action::List
+        }
+        "/v1/takedowns" if method == Method::POST => Action::TakedownFile,
+        "/v1/takedowns/{id}" => {
+            target.subject = param("id");
+            match *method {
+                Method::GET | Method::HEAD => Action::TakedownStatus,
+                Method::DELETE => Action::Withdraw,
+                _ => return None,
+            }
+        }
+        "/v1/takedowns/{id}/hold" if method == Method::PUT => {
+            target.subject = param("id");
+            Action::Hold
+        }
+        "/v1/jobs/verify" | "/v1/jobs/purge" if method == Method::POST => {
+            target.subject = route.strip_prefix("/v1/jobs/").map(str::to_owned);
+            Action::StartJob
+        }
+        "/v1/jobs/{id}" if read => {
+            target.subject = param("id");
+            Action::Inspect
+        }
+        "/v1/jobs" | "/v1/audit" | "/v1/timers" | "/v1/plugins" if read => Action::Inspect,
+        "/v1/plugins/{world}" if method == Method::PUT => {
+            target.subject = param("world");
+            Action::SwapPlugin
+        }
+        route if route.starts_with("/v1/principals") => {
+            target.subject = param("name");
+            Action::Admin
+        }
+        _ => return None,
+    };
+    Some((action, target))
+}
+
+fn repository(params: &HashMap<String, String>) -> Option<String> {
+    Some(format!("{}/{}", params.get("ns")?, params.get("name")?))
+}
+
+/// The headers of `request` the policy sees.
+fn passed_headers(request: &Request) -> Vec<(String, String)> {
+    PASSED_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = request.headers().get(*name)?.to_str().ok()?;
+            let value = value.get(..MAX_HEADER_VALUE_BYTES).unwrap_or(value);
+            Some(((*name).to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+/// Puts `request`, made by `principal`, to the host's rule and the access
+/// policy; what it asked, `None` for a request no route takes.
+///
+/// # Errors
+/// 403 `forbidden` with the reason when either denies; 503
+/// `access_unavailable` when the policy could not answer.
+pub(super) async fn gate(
+    host: &Arc<Host>,
+    principal: &Principal,
+    request: &mut Request,
+) -> Result<Option<(Action, Target)>, ApiError> {
+    // No route matched: the fallback's 404 touches nothing.
+    let Some(route) = request.extensions().get::<MatchedPath>().cloned() else {
+        return Ok(None);
+    };
+    let params: HashMap<String, String> = request
+        .extract_parts::<RawPathParams>()
+        .await
+        .map(|params| {
+            params
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    // A query that does not parse is the handler's 400 to give; the
+    // policy is asked as if it had none.
+    let query: HashMap<String, String> = request
+        .uri()
+        .query()
+        .and_then(|q| serde_urlencoded::from_str(q).ok())
+        .unwrap_or_default();
+    let size = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let Some((action, target)) = classify(request.method(), route.as_str(), &params, &query, size)
+    else {
+        return Ok(None);
+    };
+    let writes = matches!(
+        action,
+        Action::Write | Action::Delete | Action::DeleteVersion
+    );
+    if writes && target.store.as_deref() == Some(PRESERVED_STORE) {
+        let reason = "the preserved store holds takedown evidence, written only by the \
+                      takedown policy: no principal writes or deletes in it through the API";
+        host.metrics
+            .access_decision(action.name(), &principal.name, "denied");
+        refuse(host, principal, action, &target, reason, "host").await;
+        return Err(ApiError::forbidden(reason));
+    }
+    let Some(judge) = host.auth.access.clone() else {
+        return Ok(Some((action, target)));
+    };
+    let asked = AccessRequest {
+        principal: principal.clone(),
+        action,
+        target,
+        headers: passed_headers(request),
+    };
+    // The plugin's host calls block on the I/O runtime: it runs on a
+    // blocking thread, never on this one.
+    let (answer, asked, hash) = tokio::task::spawn_blocking(move || {
+        let answer = judge.decide(&asked);
+        (answer, asked, judge.plugin_hash())
+    })
+    .await
+    .map_err(|e| ApiError::unavailable(format!("the access policy did not answer: {e}")))?;
+    match answer {
+        Ok(Decision::Allow) => {
+            host.metrics
+                .access_decision(action.name(), &principal.name, "allowed");
+            Ok(Some((action, asked.target)))
+        }
+        Ok(Decision::Deny(reason)) => {
+            host.metrics
+                .access_decision(action.name(), &principal.name, "denied");
+            refuse(host, principal, action, &asked.target, &reason, &hash).await;
+            Err(ApiError::forbidden(reason))
+        }
+        Err(unanswered) => {
+            host.metrics
+                .access_decision(action.name(), &principal.name, "unanswered");
+            let reason = unanswered.to_string();
+            refuse(host, principal, action, &asked.target, &reason, &hash).await;
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "access_unavailable",
+                format!("{reason}; the request is denied (access fails closed)"),
+            ))
+        }
+    }
+}
+
+/// Audits a refusal. A refusal stands even when its record cannot be
+/// written (it is logged instead): failing open because the audit log is
+/// unavailable would defeat the point.
+async fn refuse(
+    host: &Host,
+    principal: &Principal,
+    action: Action,
+    target: &Target,
+    reason: &str,
+    decided_by: &str,
+) {
+    let reason = format!("{reason} (decided by {decided_by})");
+    let record = refusal_record(host, principal, action, target, "access/denied", &reason);
+    if let Err(error) = audit::append(host.kv.as_ref(), &record).await {
+        tracing::warn!(%error, principal = %principal.name, %action, "cannot audit a refusal");
+    }
+}
+
+/// The audit record of `event`, a refusal of `action` on `target` by
+/// `principal` for `reason`.
+pub(super) fn refusal_record(
+    host: &Host,
+    principal: &Principal,
+    action: Action,
+    target: &Target,
+    event: &str,
+    reason: &str,
+) -> Record {
+    let mut targets = vec![format!("action:{action}")];
+    let parts = [
+        ("store", &target.store),
+        ("repo", &target.repository),
+        ("key", &target.key),
+        ("version", &target.version),
+        ("subject", &target.subject),
+    ];
+    for (label, value) in parts {
+        if let Some(value) = value {
+            targets.push(truncated(
+                &format!("{label}:{value}"),
+                audit::MAX_TARGET_BYTES,
+            ));
+        }
+    }
+    Record {
+        at_ms: host.clock.now_ms(),
+        actor: actor(&principal.name),
+        event: event.into(),
+        targets,
+        detail: Some(truncated(reason, audit::MAX_DETAIL_BYTES)),
+    }
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}

@@ -7,6 +7,8 @@ use crate::audit::Entry;
 use crate::log::Level;
 // Defined in the native host, whose state holds the installed one.
 pub use crate::native::retention_oracle::RetentionOracle;
+// Likewise held by the host state.
+pub use crate::native::guard::{Guard, ObjectWrite};
 
 /// Empties the host and sets its clock to `now_ms`.
 pub fn reset(now_ms: u64) {
@@ -19,6 +21,13 @@ pub fn reset(now_ms: u64) {
 /// Routes `retention-oracle` calls to `oracle` (until the next [`reset`]).
 pub fn set_retention(oracle: RetentionOracle) {
     crate::native::with(|host| host.retention = Some(oracle));
+}
+
+/// Shows every batch and object write to `guard` before it is made
+/// (until the next [`reset`]): a test's stand-in for the host's own
+/// enforcement below the plugin, such as its lock rules.
+pub fn set_guard(guard: Guard) {
+    crate::native::with(|host| host.guard = Some(guard));
 }
 
 /// Sets the host clock.

@@ -10,6 +10,7 @@ use custodian_sdk::{Batch, Commit, Error, kv, retention_oracle};
 use crate::codec::{Id, encode, hex};
 use crate::denial::DenialState;
 use crate::keys::{self, PARTITION};
+use crate::lock;
 use crate::request::{self, APPLY_WINDOW_MS, Request};
 use crate::state::{self, State};
 
@@ -39,6 +40,9 @@ pub struct Step {
     /// The `denial` row decoded (`None` with no row); a step that changes
     /// it (a removal's count) writes it with its commit.
     pub denial_state: Option<DenialState>,
+    /// The request's lock row as read; the step's commit writes the lock
+    /// its new state calls for, when that differs.
+    pub lock: lock::Loaded,
     denial_dirty: bool,
     batch: Batch,
     audit: Vec<Entry>,
@@ -139,6 +143,7 @@ pub fn load(
 ) -> Result<Step, Error> {
     let now = timer.now_ms;
     let loaded = state::load(&id, &request, now)?;
+    let lock = lock::load(&id, &request)?;
     Ok(Step {
         id,
         now,
@@ -147,6 +152,7 @@ pub fn load(
         old: loaded.raw,
         denial_state: denial.is_some().then_some(denial_state),
         denial,
+        lock,
         denial_dirty: false,
         batch: Batch::new(),
         audit: Vec::new(),
@@ -155,8 +161,8 @@ pub fn load(
 }
 
 /// Checks the stepped state and returns the commit: the new state guarded
-/// on the old one, the step's writes and audit entries, and when to step
-/// again.
+/// on the old one, the lock it calls for (guarded on the lock as read),
+/// the step's writes and audit entries, and when to step again.
 pub fn finish(mut step: Step) -> Result<StepResult, Error> {
     if step.audit.is_empty() {
         let phase = step.state.phase.name().to_owned();
@@ -179,7 +185,10 @@ pub fn finish(mut step: Step) -> Result<StepResult, Error> {
     }
     let key = step.state_key();
     let value = encode(&step.state)?;
-    let batch = std::mem::take(&mut step.batch)
+    let lock = step.lock.next(&step.request, &step.state);
+    let batch = step
+        .lock
+        .write(std::mem::take(&mut step.batch), &step.id, &lock)
         .require_observed(PARTITION, key.clone(), step.old.as_deref())
         .require_observed(
             PARTITION,

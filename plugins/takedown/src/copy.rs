@@ -1,6 +1,9 @@
 //! Pieces: each is recorded as a durable intent *before* its bytes are
 //! published to the preserved store, so a purge pass always finds every
-//! write that may exist, even one delayed past the purge.
+//! write that may exist, even one delayed past the purge. The intent's
+//! commit also locks the piece's key to the request ([`crate::lock`]), so
+//! the host keeps the piece from its first byte; the piece is published
+//! with `if-none-match: *`, never over an existing object.
 
 use custodian_sdk::kv::Outcome;
 use custodian_sdk::objects::{self, PutCondition};
@@ -10,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{Id, corrupt, encode, hex, id_from_hex};
 use crate::context::Step;
 use crate::keys::{self, PARTITION, PRESERVED};
+use crate::lock;
 use crate::request::APPLY_WINDOW_MS;
 use crate::state::ObjectInfo;
 
@@ -73,7 +77,7 @@ pub fn pieces(
     let deadline = if step.state.hold {
         step.now.saturating_add(APPLY_WINDOW_MS)
     } else {
-        step.state.retain_until
+        step.lock.retain_until(&step.state)
     };
     for _ in 0..PIECES_PER_STEP {
         let size = bytes.len() as u64;
@@ -92,15 +96,15 @@ pub fn pieces(
             crc64,
             key: keys::preserved_key(&step.id, object, offset),
         };
-        let outcome = Batch::new()
+        let intent = Batch::new()
             .require_equals(PARTITION, step.state_key(), old.clone())
             .not_after(deadline)
             .put(
                 PARTITION,
                 keys::piece_key(&step.id, object, offset),
                 encode(&piece)?,
-            )
-            .apply()?;
+            );
+        let outcome = lock::piece(intent, &step.id, &piece.key).apply()?;
         if outcome != Outcome::Committed {
             return Err(Error::Unavailable("preservation intent raced".into()));
         }
@@ -118,7 +122,9 @@ pub fn pieces(
 }
 
 /// Publishes a piece once. If it is already there (a run that crashed
-/// after the write), it is accepted only with the intent's CRC.
+/// after the write), it is accepted only with the intent's CRC. The host
+/// may refuse the put as an overwrite of a locked key (`access-denied`)
+/// before it judges the condition; that is the same case.
 fn publish(piece: &Piece, body: &[u8]) -> Result<(), Error> {
     match objects::put(
         PRESERVED,
@@ -129,8 +135,12 @@ fn publish(piece: &Piece, body: &[u8]) -> Result<(), Error> {
         &[],
     ) {
         Ok(_) => Ok(()),
-        Err(Error::PreconditionFailed(_)) => {
-            let meta = objects::head(PRESERVED, &piece.key)?;
+        Err(refused @ (Error::PreconditionFailed(_) | Error::AccessDenied(_))) => {
+            let meta = match objects::head(PRESERVED, &piece.key) {
+                Ok(meta) => meta,
+                Err(Error::NotFound(_)) => return Err(refused),
+                Err(other) => return Err(other),
+            };
             if meta.crc64 == Some(piece.crc64) && meta.size == piece.len {
                 Ok(())
             } else {

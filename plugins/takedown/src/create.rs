@@ -1,7 +1,9 @@
 //! Filing a request (`plan-create`): checks it (the repository holds what
-//! it names; a pack is one), writes its record and the objects it names,
-//! and denies as much as fits in the same commit ([`crate::denial_work`]);
-//! `plan-denial` or the steps do the rest.
+//! it names; a pack is one), writes its record, the objects it names, its
+//! first state and its lock ([`crate::lock`]: retain-until as the
+//! retention policy answers now, so the state and the lock agree from the
+//! start), and denies as much as fits in the same commit
+//! ([`crate::denial_work`]); `plan-denial` or the steps do the rest.
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::steps::WitCommit;
@@ -13,7 +15,9 @@ use crate::content;
 use crate::denial::{self, DenialState};
 use crate::denial_work;
 use crate::keys::{self, PARTITION};
+use crate::lock::{self, Loaded};
 use crate::request::{self, APPLY_WINDOW_MS};
+use crate::state;
 
 /// Most missing ids named in a `not-found` message: 1024 ids would make
 /// an error message of 66 KiB.
@@ -58,10 +62,26 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
             hex(&id)
         )));
     }
+    // Lock rows are never deleted: a request of this id whose other rows
+    // were removed left its lock, which this one cannot take over (it may
+    // be purging, or have another creation time).
+    if lock::row(&id)?.is_some() {
+        return Err(Error::PreconditionFailed(format!(
+            "takedown request {} has a lock already",
+            hex(&id)
+        )));
+    }
+    let preservation = state::first(&request, now)?;
+    let unlocked = Loaded::default();
+    let lock = unlocked.next(&request, &preservation);
+    let state_key = keys::key(keys::STATE, &id, &[]);
     let mut batch = Batch::new()
         .require_absent(PARTITION, key.clone())
         .not_after(now.saturating_add(APPLY_WINDOW_MS))
-        .put(PARTITION, key, request::encode_record(&request)?);
+        .put(PARTITION, key, request::encode_record(&request)?)
+        .require_absent(PARTITION, state_key.clone())
+        .put(PARTITION, state_key, encode(&preservation)?);
+    batch = unlocked.write(batch, &id, &lock);
     if !objects.is_empty() {
         batch = batch.put(
             PARTITION,

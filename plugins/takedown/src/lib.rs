@@ -70,10 +70,27 @@
 //! hold) are the deployer's retention plugin's, asked through
 //! `retention-oracle`.
 //!
+//! # Locks
+//!
+//! What a request preserves is locked, and the host enforces the locks
+//! for every caller, this policy included ([`lock`]): the filing writes
+//! the request's lock (retain-until as the retention policy answered, no
+//! hold, not purging); a legal hold's commit sets or clears its hold; each
+//! piece's intent commit locks the piece's key to the request before the
+//! piece is written; the step that begins the first purge pass sets it
+//! purging, which it does only once the lock's retain-until has passed
+//! with no hold. The host deletes a locked piece only then, and only when
+//! the retention plugin (which it asks itself) agrees; a delete it refuses
+//! is recorded, never retried in a loop ([`purge`]). Nothing else this
+//! policy does deletes or overwrites a preserved piece: pieces are put
+//! with `if-none-match: *`, and a corrupt or changed piece is reported,
+//! never replaced.
+//!
 //! # Grants
 //!
 //! KV partition `takedown` (read-write), `denial` (read-write, the rows
-//! the host checks before serving an object), `content` (read only, the
+//! the host checks before serving an object), `lock` (read-write, the
+//! locks the host enforces over preserved pieces), `content` (read only, the
 //! host's content index, see [`content`]), object stores `serving`
 //! (read-write: serving copies are removed once preserved and restored on
 //! a withdrawal) and `preserved` (read-write).
@@ -115,6 +132,11 @@
 //! requested_ms}`, for the host's cache server; a later request's plan
 //! replaces a pending one (the purge covers both).
 //!
+//! Partition `lock` (the contract's layout): `r` request id → the
+//! request's lock (created-ms, retain-until-ms, hold, purging); `k
+//! preserved 0x00 key` → the id of the request whose lock keeps that
+//! piece. Written only forward, never deleted.
+//!
 //! Preserved pieces live in store `preserved` at
 //! `pieces/<id hex>/<first byte of object, hex>/<object hex>/<offset as 16
 //! hex digits>`.
@@ -147,7 +169,8 @@
 //! - `PreservationDiscoveryComplete` / `PreservationDiscoveryIncomplete`:
 //!   every holder was found, with acquisition complete or not.
 //! - `PreservationPiecePurged` (id, object, preserved key): a piece was
-//!   visited by a purge pass; detail `deleted` or `absent`.
+//!   visited by a purge pass; detail `deleted`, `absent`, or `refused:`
+//!   and why (the host kept a locked piece).
 //! - `PreservationPurgeComplete`: a purge pass visited every piece.
 //! - `PreservationLegalHold`: `plan-hold`, detail `on` or `off`.
 //! - `ServingCopyRemoved` (id, object): the object's serving copy (every
@@ -189,13 +212,13 @@
 //! ([`codec`], [`keys`]) and deleting every version of a stored object
 //! ([`versions`]); the host's content index ([`content`]); the request
 //! record ([`request`]); the preservation state ([`state`]) and the
-//! `denial` row ([`denial`]); a step in progress ([`context`]); what
-//! every request denying an object holds of it ([`survey`]); pieces and
-//! the acquisition queue ([`copy`], [`queue`]); discovery, removal,
-//! closure and purging ([`discover`], [`remove`], [`closure`],
-//! [`purge`]); preserved copies read back ([`preserved`]); an object's
-//! bytes wherever a whole copy is ([`source`]); acquisition, restoration
-//! and seeding ([`acquire`], [`restore`], [`seed`]); denial work
+//! `denial` row ([`denial`]); the locks ([`lock`]); a step in progress
+//! ([`context`]); what every request denying an object holds of it
+//! ([`survey`]); pieces and the acquisition queue ([`copy`], [`queue`]);
+//! discovery, removal, closure and purging ([`discover`], [`remove`],
+//! [`closure`], [`purge`]); preserved copies read back ([`preserved`]);
+//! an object's bytes wherever a whole copy is ([`source`]); acquisition,
+//! restoration and seeding ([`acquire`], [`restore`], [`seed`]); denial work
 //! ([`denial_work`]); and the entry points: filing ([`create`]),
 //! withdrawing ([`withdraw`]), legal holds ([`hold`]), steps ([`step`])
 //! and status ([`status`]).
@@ -212,6 +235,7 @@ pub mod denial_work;
 pub mod discover;
 pub mod hold;
 pub mod keys;
+pub mod lock;
 pub mod preserved;
 pub mod purge;
 pub mod queue;

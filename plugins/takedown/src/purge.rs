@@ -3,11 +3,21 @@
 //! A purge never touches the serving store: a serving copy removed before
 //! it stays removed (the object stays denied, a purging request being
 //! beyond withdrawal), one kept stays.
+//!
+//! Every piece is locked to its request ([`crate::lock`]), and the host
+//! deletes a locked piece only while the lock releases it (purging,
+//! retain-until passed, no hold) and the retention plugin, which the host
+//! asks itself, agrees. So a pass begins only once the lock's retain-until
+//! has passed with no hold, whatever the retention policy answers here (a
+//! policy that allows a purge earlier would have every delete refused);
+//! and a delete the host refuses anyway (`access-denied`) is recorded for
+//! that piece (audited, `last_error`) and the pass goes on: the next
+//! re-sweep tries it again.
 
 use custodian_sdk::retention::{Stage, Verdict};
 use custodian_sdk::{Error, kv};
 
-use crate::codec::{decode, hex};
+use crate::codec::{decode, describe, hex};
 use crate::context::{MAX_AUDIT, Step};
 use crate::copy::Piece;
 use crate::keys::{self, PARTITION, PRESERVED};
@@ -19,12 +29,17 @@ use crate::versions;
 const PIECES_PER_STEP: usize = MAX_AUDIT;
 
 /// The purge check every step starts with: begins a purge pass when no
-/// hold is set, none is under way, the retention policy allows it and,
-/// once purged, the re-sweep is due. Returns whether it began one (the
-/// step does nothing else then).
+/// hold is set (in the state or the lock), none is under way, the lock's
+/// retain-until has passed, the retention policy allows it and, once
+/// purged, the re-sweep is due. Returns whether it began one (the step
+/// does nothing else then; its commit sets the lock purging).
 pub fn start(step: &mut Step) -> Result<bool, Error> {
     let state = &step.state;
-    if state.hold || state.phase == Phase::Purging {
+    if state.hold
+        || state.phase == Phase::Purging
+        || step.lock.hold()
+        || step.now < step.lock.retain_until(state)
+    {
         return Ok(false);
     }
     let item = state.item(&step.request, state.purge_check_stage());
@@ -66,16 +81,24 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         let object = piece.check(&step.id, &entry.key)?;
         // The intent is kept: a write delayed past this pass is found by
         // the next one.
-        let detail = if versions::destroy(PRESERVED, &piece.key, VERSION_PAGES)? > 0 {
-            step.state.counts.purged_pieces += 1;
-            "deleted"
-        } else {
-            "absent"
+        let detail = match versions::destroy(PRESERVED, &piece.key, VERSION_PAGES) {
+            Ok(0) => "absent".to_owned(),
+            Ok(_) => {
+                step.state.counts.purged_pieces += 1;
+                "deleted".to_owned()
+            }
+            Err(refused @ Error::AccessDenied(_)) => {
+                let why = describe(&refused);
+                step.state
+                    .set_error(&format!("preserved piece {}: {why}", piece.key));
+                format!("refused: {why}")
+            }
+            Err(other) => return Err(other),
         };
         step.event(
             "PreservationPiecePurged",
             &[hex(&object), piece.key.clone()],
-            Some(detail.into()),
+            Some(detail),
         );
         step.state.purge_after = Some(hex(&entry.key));
     }

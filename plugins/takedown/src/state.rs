@@ -172,6 +172,13 @@ impl State {
         }
     }
 
+    /// Whether purging has begun (a pass is under way or one completed):
+    /// the request can then no longer be held or withdrawn, and its lock
+    /// is purging.
+    pub fn purge_begun(&self) -> bool {
+        self.purged || self.phase == Phase::Purging
+    }
+
     /// Records `message` as the last error, bounded.
     pub fn set_error(&mut self, message: &str) {
         self.last_error = Some(bounded(message));
@@ -252,21 +259,27 @@ pub struct Loaded {
     pub raw: Option<Vec<u8>>,
 }
 
-/// The state of request `id`, or its initial state (retain-until from the
-/// retention policy) when none is stored yet.
+/// The first state of `request`, retain-until from the retention policy
+/// asked at `now`; checked.
+pub fn first(request: &Request, now: u64) -> Result<State, Error> {
+    let item = Item {
+        created_ms: request.created_ms,
+        noncurrent_since_ms: None,
+        hold: false,
+        stage: Stage::Active,
+    };
+    let state = State::initial(retention_oracle::assess(item, now)?.retain_until_ms);
+    state.check(request)?;
+    Ok(state)
+}
+
+/// The state of request `id`, or its first state ([`first`]) when none is
+/// stored (a request filed before its filing wrote one).
 pub fn load(id: &Id, request: &Request, now: u64) -> Result<Loaded, Error> {
     let raw = kv::get(PARTITION, &keys::key(keys::STATE, id, &[]))?;
     let state = match &raw {
         Some(raw) => decode(raw, "the takedown state")?,
-        None => {
-            let item = Item {
-                created_ms: request.created_ms,
-                noncurrent_since_ms: None,
-                hold: false,
-                stage: Stage::Active,
-            };
-            State::initial(retention_oracle::assess(item, now)?.retain_until_ms)
-        }
+        None => first(request, now)?,
     };
     state.check(request)?;
     Ok(Loaded { state, raw })

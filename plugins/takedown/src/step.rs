@@ -6,8 +6,10 @@
 //! which are committed on their own before bytes are written or deleted
 //! (see [`crate::copy`] and [`crate::remove`]). A request whose denial is
 //! not settled (activation, or lifting after a withdrawal) gets a chunk of
-//! denial work instead ([`crate::denial_work`]). In the remove phase, pending
-//! removals are finished first, before even a purge may start.
+//! denial work instead ([`crate::denial_work`]). A request filed before
+//! locks existed gets its lock in a step of its own ([`crate::lock`]). In
+//! the remove phase, pending removals are finished first, before even a
+//! purge may start.
 
 use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer};
@@ -26,8 +28,13 @@ pub fn run(timer: &Timer) -> Result<StepResult, Error> {
         return denial_work::step(&id, &request, &denial, timer);
     }
     let mut step = context::load(timer, id, request, denial.raw, denial.state)?;
-    let finished = step.state.phase == Phase::Remove && remove::finish_pending(&mut step)?;
-    if !purge::start(&mut step)? && !finished {
+    // A request without a lock (filed before locks) gets one from this
+    // step's commit, and nothing else: no piece is locked to it, nor a
+    // purge begun, before its lock is there.
+    let locking = step.lock.missing() && !step.state.purge_begun();
+    let finished =
+        !locking && step.state.phase == Phase::Remove && remove::finish_pending(&mut step)?;
+    if !locking && !purge::start(&mut step)? && !finished {
         match step.state.phase {
             Phase::Seed => seed::run(&mut step)?,
             // Nothing is acquired or verified after a purge: its bytes

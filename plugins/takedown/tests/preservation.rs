@@ -134,14 +134,18 @@ fn a_preserved_chunk_that_no_longer_matches_fails_closure_as_corrupt_naming_the_
         hex(&chunk),
         0
     );
-    objects::put(
-        "preserved",
-        &key,
-        &bytes(9, 400),
-        &PutCondition::Unconditional,
-        None,
-        &[],
-    )
+    // The lock keeps the piece from every caller: only a fault past the
+    // host changes it.
+    behind_the_host(|| {
+        objects::put(
+            "preserved",
+            &key,
+            &bytes(9, 400),
+            &PutCondition::Unconditional,
+            None,
+            &[],
+        )
+    })
     .unwrap();
     match driver.try_step() {
         Err(Error::Corrupt(message)) => assert!(message.contains(&hex(&m)), "{message}"),
@@ -351,16 +355,24 @@ fn a_preserved_piece_with_other_content_than_its_intent_is_corrupt() {
         hex(&a),
         0
     );
-    objects::put(
-        "preserved",
-        &key,
-        b"squatter",
-        &PutCondition::Unconditional,
-        None,
-        &[],
-    )
+    // Written past the host before the piece was even planned.
+    behind_the_host(|| {
+        objects::put(
+            "preserved",
+            &key,
+            b"squatter",
+            &PutCondition::Unconditional,
+            None,
+            &[],
+        )
+    })
     .unwrap();
     assert!(matches!(driver.try_step(), Err(Error::Corrupt(_))));
+    assert_eq!(
+        piece_lock(&key),
+        Some(driver.id),
+        "the piece was locked with its intent, before its put was tried"
+    );
 }
 
 #[test]

@@ -185,6 +185,7 @@ fn check_batch(batch: &WitBatch) -> Result<(), Error> {
 /// The native host's `kv.apply`; see `wit/deps/host/kv.wit`.
 pub fn apply(batch: &WitBatch) -> Result<Outcome, Error> {
     check_batch(batch)?;
+    super::guard::batch(batch)?;
     super::with(|host| {
         for (index, precondition) in batch.preconditions.iter().enumerate() {
             let current =

@@ -20,6 +20,7 @@
 pub(crate) mod audit;
 pub(crate) mod checksum;
 pub(crate) mod clock;
+pub(crate) mod guard;
 pub(crate) mod kv;
 pub(crate) mod log;
 pub(crate) mod objects;
@@ -53,6 +54,8 @@ pub(crate) struct State {
     pub publishes: u64,
     /// What `retention-oracle` answers with, when a test installed one.
     pub retention: Option<RetentionOracle>,
+    /// What checks writes before they are made, when a test installed it.
+    pub guard: Option<guard::Guard>,
 }
 
 thread_local! {

@@ -5,6 +5,7 @@
 //! checks, never a copy of them.
 
 use super::StoredObject;
+use super::guard::ObjectWrite;
 use crate::Error;
 use crate::bindings::host::custodian::host::objects::{
     ListedObject, ObjectMeta, ObjectPage, PutCondition, VersionPage,
@@ -116,6 +117,7 @@ fn publish(
     condition: &PutCondition,
     metadata: Vec<(String, String)>,
 ) -> Result<ObjectMeta, Error> {
+    super::guard::object(store, key, ObjectWrite::Put)?;
     super::with(|host| {
         let existing = host.stores.get(store).and_then(|s| s.get(key));
         let refused = match (condition, existing) {
@@ -216,6 +218,7 @@ pub fn copy(
 /// The native host's `objects.delete`; see `wit/deps/host/objects.wit`.
 pub fn delete(store: &str, key: &str) -> Result<(), Error> {
     check_key(key)?;
+    super::guard::object(store, key, ObjectWrite::Delete)?;
     super::with(|host| {
         if let Some(objects) = host.stores.get_mut(store) {
             objects.remove(key);

@@ -44,6 +44,10 @@ pub const PRESERVED_STORE: &str = "preserved";
 /// Which objects a takedown withholds: the takedown plugin decides and
 /// writes (read and write), the host checks every read and push.
 pub const DENIAL_PARTITION: &str = custodian_core::content::denial::PARTITION;
+/// The object locks over preserved pieces: the takedown plugin writes
+/// them (read and write) in its commits, the host refuses any write that
+/// weakens one and any delete or overwrite of a locked object.
+pub const LOCK_PARTITION: &str = custodian_contract::lock::PARTITION;
 
 /// A takedown request as an operator files it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,13 +149,14 @@ pub struct Counts {
     pub purged_pieces: u64,
 }
 
-/// What a takedown plugin reaches: its own partition and the denial rows,
-/// the content index to read, the serving copies to remove (once
+/// What a takedown plugin reaches: its own partition, the denial rows and
+/// the lock rows, the content index to read, the serving copies to remove (once
 /// preserved) and restore (on a withdrawal), and the preserved store.
 pub fn grants() -> Grants {
     Grants::none()
         .partition(PARTITION)
         .and_then(|g| g.partition(DENIAL_PARTITION))
+        .and_then(|g| g.partition(LOCK_PARTITION))
         .and_then(|g| g.read_partition(CONTENT_PARTITION))
         .expect("the takedown partitions are valid, grantable names")
         .store(SERVING_STORE)

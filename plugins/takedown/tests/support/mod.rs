@@ -1,18 +1,22 @@
-//! A content fixture writer and a step driver over the SDK's native host.
+//! A content fixture writer and a step driver over the SDK's native host,
+//! with the host's lock rules enforced below the policy.
 
 #![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
 
 use custodian_plugin_retention::Policy as Retention;
 use custodian_plugin_takedown::Policy;
 use custodian_sdk::audit::Entry;
 use custodian_sdk::contract::denial;
-use custodian_sdk::kv::Outcome;
+use custodian_sdk::contract::lock::{self as locks, RequestLock, RowKey};
+use custodian_sdk::kv::{Outcome, WitBatch, Write};
 use custodian_sdk::objects::{self, PutCondition};
-use custodian_sdk::retention::{RetentionRules, Settings};
+use custodian_sdk::retention::{Assessment, Item, RetentionRules, Settings, Stage, Verdict};
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::takedown::{Request, RequestStatus, TakedownSteps};
-use custodian_sdk::testing::{self, RetentionOracle};
-use custodian_sdk::{Batch, Error, checksum, kv};
+use custodian_sdk::testing::{self, Guard, ObjectWrite, RetentionOracle};
+use custodian_sdk::{Batch, Error, checksum, clock, kv, retention_oracle};
 
 pub type Id = [u8; 32];
 
@@ -30,14 +34,156 @@ fn settings() -> Settings {
     }
 }
 
-/// An empty native host at [`T0`], with the bundled retention policy
-/// answering `retention-oracle`.
-pub fn setup() {
-    testing::reset(T0);
+/// The bundled retention policy's assessment with these tests' settings.
+pub fn bundled_assess(item: Item, now: u64) -> Result<Assessment, Error> {
+    Retention::assess(settings(), item, now)
+}
+
+/// Routes `retention-oracle.assess` to `assess` (holds as the bundled
+/// policy decides them): a retention plugin swapped in by a test.
+pub fn swap_retention(assess: fn(Item, u64) -> Result<Assessment, Error>) {
     testing::set_retention(RetentionOracle {
-        assess: |item, now| Retention::assess(settings(), item, now),
+        assess,
         set_hold: |item, enabled| Retention::set_hold(item, enabled),
     });
+}
+
+/// An empty native host at [`T0`], with the bundled retention policy
+/// answering `retention-oracle` and the host's lock rules enforced
+/// ([`host_lock_rows`], [`host_locked_objects`]).
+pub fn setup() {
+    testing::reset(T0);
+    REFUSALS.with(|r| r.borrow_mut().clear());
+    swap_retention(bundled_assess);
+    testing::set_guard(Guard {
+        batch: host_lock_rows,
+        object: host_locked_objects,
+    });
+}
+
+thread_local! {
+    /// Set while a test writes behind the host's back.
+    static BEHIND: Cell<bool> = const { Cell::new(false) };
+    /// Every write the host's lock rules refused, with why.
+    static REFUSALS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `write` as a fault or an operator on the raw storage would, past
+/// the host's lock rules (a test tampering with preserved pieces or lock
+/// rows).
+pub fn behind_the_host<T>(write: impl FnOnce() -> T) -> T {
+    BEHIND.with(|b| b.set(true));
+    let out = write();
+    BEHIND.with(|b| b.set(false));
+    out
+}
+
+/// Every write the host's lock rules refused so far, with why.
+pub fn refusals() -> Vec<String> {
+    REFUSALS.with(|r| r.borrow().clone())
+}
+
+fn refuse(why: String) -> Error {
+    REFUSALS.with(|r| r.borrow_mut().push(why.clone()));
+    Error::AccessDenied(why)
+}
+
+/// The host's check of a batch's writes to partition `lock`, as it makes
+/// it for every caller: a request's lock only moves forward
+/// ([`RequestLock::check_transition`] at the host's now), a piece's lock
+/// never changes hands and names a request whose lock is there, and no
+/// lock row is ever deleted.
+fn host_lock_rows(batch: &WitBatch) -> Result<(), Error> {
+    if BEHIND.with(Cell::get) {
+        return Ok(());
+    }
+    let now = clock::now_ms();
+    for write in &batch.writes {
+        match write {
+            Write::Put(e) if e.partition == locks::PARTITION => {
+                let current = kv::get(locks::PARTITION, &e.key)?;
+                let checked = match locks::parse_key(&e.key) {
+                    Some(RowKey::Request(_)) => match RequestLock::decode(&e.value) {
+                        Ok(next) => {
+                            let current = current
+                                .map(|c| RequestLock::decode(&c).expect("stored locks decode"));
+                            RequestLock::check_transition(current.as_ref(), &next, now)
+                                .map_err(|r| r.0)
+                        }
+                        Err(why) => Err(why.to_string()),
+                    },
+                    Some(RowKey::Piece { .. }) => match locks::decode_piece(&e.value) {
+                        Ok(request) if request_lock(&request).is_none() => {
+                            Err("a piece locked to a request with no lock".into())
+                        }
+                        Ok(_) => {
+                            locks::check_piece_write(current.as_deref(), &e.value).map_err(|r| r.0)
+                        }
+                        Err(why) => Err(why.to_string()),
+                    },
+                    None => Err(format!("{:?} is not a lock row", e.key)),
+                };
+                checked.map_err(refuse)?;
+            }
+            Write::Delete(r) if r.partition == locks::PARTITION => {
+                return Err(refuse("lock rows are never deleted".into()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The host's check of an object write: a delete, or a put over an
+/// existing object, of a key with a piece lock goes only while the lock
+/// releases it and the retention plugin (asked by the host) allows the
+/// delete. Beyond the host, a check of this policy: nothing is written to
+/// `preserved` before its key is locked.
+fn host_locked_objects(store: &str, key: &str, write: ObjectWrite) -> Result<(), Error> {
+    if BEHIND.with(Cell::get) {
+        return Ok(());
+    }
+    let Some(owner) = kv::get(locks::PARTITION, &locks::piece_key(store, key))? else {
+        assert!(
+            store != "preserved" || write == ObjectWrite::Delete,
+            "{key} was written to preserved before its lock"
+        );
+        return Ok(());
+    };
+    let exists = objects::head(store, key).is_ok();
+    if write == ObjectWrite::Put && !exists {
+        return Ok(());
+    }
+    let owner = locks::decode_piece(&owner).expect("piece locks decode");
+    let lock = request_lock(&owner).expect("a locked piece's request has a lock");
+    let now = clock::now_ms();
+    if !lock.releases(now) {
+        return Err(refuse(format!("{store}/{key}: its lock holds it")));
+    }
+    let item = Item {
+        created_ms: lock.created_ms,
+        noncurrent_since_ms: None,
+        hold: lock.hold,
+        stage: Stage::Purging,
+    };
+    match retention_oracle::assess(item, now)?.may_delete {
+        Verdict::Allow => Ok(()),
+        Verdict::Deny(why) => Err(refuse(format!("{store}/{key}: retention: {why}"))),
+    }
+}
+
+/// Request `id`'s lock, if it has one.
+pub fn request_lock(id: &Id) -> Option<RequestLock> {
+    kv::get(locks::PARTITION, &locks::request_key(id))
+        .unwrap()
+        .map(|raw| RequestLock::decode(&raw).expect("stored locks decode"))
+}
+
+/// The request whose lock keeps `key` in `preserved`, if any.
+pub fn piece_lock(key: &str) -> Option<Id> {
+    kv::get(locks::PARTITION, &locks::piece_key("preserved", key))
+        .unwrap()
+        .map(|raw| locks::decode_piece(&raw).expect("piece locks decode"))
 }
 
 pub fn hex(bytes: &[u8]) -> String {

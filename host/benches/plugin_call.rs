@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use custodian::clock::{Clock, FixedClock};
 use custodian::kv::memory::MemoryKv;
 use custodian::kv::{Batch, Kv, Partition, Write};
+use custodian::policy::access::{AccessPolicy, AccessRequest, Action, Principal, Target};
 use custodian::policy::retention::{Item, RetentionPolicy, Settings, Stage};
 use custodian::runtime::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
 use custodian_plugin_retention::Policy;
+use custodian_sdk::access::AccessRules;
 use custodian_sdk::retention::RetentionRules;
 
 include!("../runtime/build/wasm.rs");
@@ -275,6 +277,68 @@ fn main() {
             "retention assess, native build",
             native,
             &format!("native/wasm = {:.3}x", native / wasm),
+        );
+    }
+
+    if wanted("access") {
+        // The same access logic, natively and as a component, on the warm
+        // instances the host asks it on for every API request.
+        let path = custodian::bundled::path(custodian::runtime::World::Access).expect("bundled");
+        let plugin = Arc::new(runtime.load_file(path).unwrap());
+        let policy = AccessPolicy::new(plugin, call.services.clone(), Limits::default()).unwrap();
+        let request = |roles: &[&str]| AccessRequest {
+            principal: Principal {
+                name: "bob".into(),
+                roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+            },
+            action: Action::Write,
+            target: Target {
+                store: Some("serving".into()),
+                key: Some("docs/a.txt".into()),
+                size: Some(4096),
+                ..Target::default()
+            },
+            headers: vec![("content-type".into(), "text/plain".into())],
+        };
+        let allowed = request(&["reader", "writer:store/serving"]);
+        let denied = request(&["reader", "writer:store/preserved"]);
+        let allow = per_call(50_000, || {
+            black_box(policy.decide(&allowed).unwrap());
+        });
+        let deny = per_call(50_000, || {
+            black_box(policy.decide(&denied).unwrap());
+        });
+        let native_request = custodian_sdk::access::AccessRequest {
+            principal: custodian_sdk::access::Principal {
+                name: allowed.principal.name.clone(),
+                roles: allowed.principal.roles.clone(),
+            },
+            action: custodian_sdk::access::Action::Write,
+            target: custodian_sdk::access::Target {
+                store: allowed.target.store.clone(),
+                repository: None,
+                key: allowed.target.key.clone(),
+                version: None,
+                size: allowed.target.size,
+                subject: None,
+            },
+            headers: allowed.headers.clone(),
+        };
+        let native = per_call(1_000_000, || {
+            black_box(custodian_plugin_access::Policy::decide(black_box(
+                native_request.clone(),
+            )));
+        });
+        row(
+            "access decide, wasm (warm instance), allow",
+            allow,
+            "target: a few µs",
+        );
+        row("access decide, wasm (warm instance), deny", deny, "");
+        row(
+            "access decide, native build, allow",
+            native,
+            &format!("native/wasm = {:.3}x", native / allow),
         );
     }
 }

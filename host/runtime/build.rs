@@ -7,7 +7,7 @@ include!("build/wasm.rs");
 
 /// The bundled plugins: `plugins/<world>` is package
 /// `custodian-plugin-<world>`, exposed as `CUSTODIAN_BUNDLED_<WORLD>`.
-const BUNDLED: &[&str] = &["retention", "takedown", "archive", "purge"];
+const BUNDLED: &[&str] = &["retention", "takedown", "archive", "purge", "access"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));

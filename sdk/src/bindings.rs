@@ -68,3 +68,9 @@ policy_world!(
     "export_archive",
     "custodian_sdk::bindings::archive"
 );
+policy_world!(
+    access,
+    "custodian:policy/access@0.2.0",
+    "export_access",
+    "custodian_sdk::bindings::access"
+);

@@ -39,7 +39,7 @@ mod native;
 pub use batch::{Batch, Commit};
 /// The contract facts the host enforces: limits, version, names.
 pub use custodian_contract as contract;
-pub use policies::{archive, purge, retention, steps, takedown};
+pub use policies::{access, archive, purge, retention, steps, takedown};
 
 /// Why a host call failed; see `wit/deps/host/types.wit` for each case.
 /// Since contract 0.2 it has [`Error::Unsupported`] (the store or backend
@@ -88,5 +88,15 @@ macro_rules! export_archive {
     ($ty:ident) => {
         #[cfg(target_arch = "wasm32")]
         $crate::bindings::archive::export_archive!($ty with_types_in $crate::bindings::archive);
+    };
+}
+
+/// Exports a type implementing [`access::AccessRules`] as this component's
+/// access policy. Expands to nothing in a native build.
+#[macro_export]
+macro_rules! export_access {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::access::export_access!($ty with_types_in $crate::bindings::access);
     };
 }

@@ -36,3 +36,11 @@ pub mod archive {
         Guest as ArchiveMap, Hop, RegistryRow, VersionRef,
     };
 }
+
+/// The access world: [`AccessRules`](access::AccessRules) decides who may
+/// do what on the data plane, for every API request.
+pub mod access {
+    pub use crate::bindings::access::exports::custodian::policy::access_rules::{
+        AccessRequest, Action, Decision, Guest as AccessRules, Principal, Target,
+    };
+}

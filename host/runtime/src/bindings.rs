@@ -47,6 +47,13 @@ pub(crate) mod policy {
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
+    pub(crate) mod access {
+        wasmtime::component::bindgen!({
+            path: "../../wit",
+            world: "custodian:policy/access@0.2.0",
+            with: { "custodian:host": crate::bindings::host::custodian::host },
+        });
+    }
     pub(crate) mod takedown {
         wasmtime::component::bindgen!({
             path: "../../wit",

@@ -12,6 +12,7 @@ pub fn plugin(world: World) -> Option<&'static [u8]> {
         World::Takedown => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_TAKEDOWN"))),
         World::Archive => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_ARCHIVE"))),
         World::Purge => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_PURGE"))),
+        World::Access => Some(include_bytes!(env!("CUSTODIAN_BUNDLED_ACCESS"))),
     }
 }
 
@@ -28,6 +29,7 @@ pub fn path(world: World) -> Option<&'static Path> {
         World::Takedown => Some(Path::new(env!("CUSTODIAN_BUNDLED_TAKEDOWN"))),
         World::Archive => Some(Path::new(env!("CUSTODIAN_BUNDLED_ARCHIVE"))),
         World::Purge => Some(Path::new(env!("CUSTODIAN_BUNDLED_PURGE"))),
+        World::Access => Some(Path::new(env!("CUSTODIAN_BUNDLED_ACCESS"))),
     }
 }
 

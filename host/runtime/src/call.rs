@@ -102,19 +102,29 @@ impl Plugin {
 
     /// A fresh store for one call, with every limit armed.
     pub(crate) fn new_store(&self, call: Arc<CallContext>) -> Store<CallState> {
-        let ticks = call
-            .limits
-            .timeout
-            .as_nanos()
-            .div_ceil(EPOCH_TICK.as_nanos());
         let mut store = Store::new(self.pre.engine(), CallState::new(call));
         store.limiter(|state| state);
-        // One tick more than the timeout: the first tick may come at once.
-        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1));
+        arm_deadline(&mut store);
         store.epoch_deadline_trap();
         store
     }
+}
 
+/// Sets the store's deadline to its call's timeout from now: at its
+/// creation, and again before each call of a store that serves several.
+pub(crate) fn arm_deadline(store: &mut Store<CallState>) {
+    let ticks = store
+        .data()
+        .call
+        .limits
+        .timeout
+        .as_nanos()
+        .div_ceil(EPOCH_TICK.as_nanos());
+    // One tick more than the timeout: the first tick may come at once.
+    store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1));
+}
+
+impl Plugin {
     /// A fresh store and instance for one call.
     pub(crate) fn instantiate(
         &self,

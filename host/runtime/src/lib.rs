@@ -1,5 +1,6 @@
 //! The WebAssembly runtime: one engine, plugins loaded from paths, a fresh
-//! store per call; the host-side drivers of each policy world
+//! store per call (except the access world's warm instances, asked on
+//! every API request: see [`policy::access`]); the host-side drivers of each policy world
 //! ([`policy`]), the plugins bundled as defaults ([`bundled`]), and the
 //! plugin set every host sharing a KV runs, with its hot swap
 //! ([`plugin_set`]). This is the only crate that links wasmtime.
@@ -28,6 +29,8 @@ mod limits;
 mod load;
 pub mod plugin_set;
 pub mod policy;
+#[cfg(test)]
+mod test_guests;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

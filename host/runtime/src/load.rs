@@ -27,15 +27,18 @@ pub enum World {
     Purge,
     /// Where an archived version now lives.
     Archive,
+    /// Who may do what on the data plane, for every API request.
+    Access,
 }
 
 impl World {
     /// Every world, in a stable order.
-    pub const ALL: [World; 4] = [
+    pub const ALL: [World; 5] = [
         World::Takedown,
         World::Retention,
         World::Purge,
         World::Archive,
+        World::Access,
     ];
 
     /// The world's name, as in the WIT.
@@ -45,6 +48,7 @@ impl World {
             World::Retention => "retention",
             World::Purge => "purge",
             World::Archive => "archive",
+            World::Access => "access",
         }
     }
 
@@ -55,6 +59,7 @@ impl World {
             World::Retention => "retention-rules",
             World::Purge => "purge-rules",
             World::Archive => "archive-map",
+            World::Access => "access-rules",
         }
     }
 
@@ -75,7 +80,8 @@ impl std::str::FromStr for World {
             .into_iter()
             .find(|w| w.name() == s)
             .ok_or_else(|| {
-                format!("unknown world {s:?}; the worlds are takedown, retention, purge, archive")
+                let worlds: Vec<&str> = World::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown world {s:?}; the worlds are {}", worlds.join(", "))
             })
     }
 }

@@ -23,8 +23,8 @@ use super::{Failure, Outcome, open_data, runtime};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The plugin's world (takedown, retention, purge, archive), or a full
-    /// exported interface name such as `ns:pkg/iface@1.0.0`.
+    /// The plugin's world (takedown, retention, purge, archive, access), or
+    /// a full exported interface name such as `ns:pkg/iface@1.0.0`.
     pub world: String,
     /// The function to call, as the WIT spells it (e.g. `assess`).
     pub function: String,

@@ -148,6 +148,20 @@ impl CallState {
         }
     }
 
+    /// Whether a store that answered a call may serve another: not after a
+    /// limit stopped it, nor once the guest wrote to stderr (the pipe is
+    /// bounded per store, and a full one would fail a later call's write).
+    pub(crate) fn reusable(&self) -> bool {
+        self.stopped_by.is_none() && self.stderr.contents().is_empty()
+    }
+
+    /// Readies the store for its next call: a fresh budget of host calls
+    /// and log lines, and a deadline for host calls from now. (The epoch
+    /// deadline is the store's: see `crate::call::arm_deadline`.)
+    pub(crate) fn rearm(&mut self) {
+        self.meter = Meter::new(&self.call.limits);
+    }
+
     /// Charges one capability call against the budget.
     pub(crate) fn charge(meter: &mut Meter) -> Result<(), HostError> {
         match meter.charge() {

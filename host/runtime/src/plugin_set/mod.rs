@@ -71,6 +71,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::policy::PolicyError;
+use crate::policy::access::{AccessJudge, AccessPolicy, AccessRequest, Decision, Unanswered};
 use crate::policy::archive::ArchivePolicy;
 use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{
@@ -149,6 +150,7 @@ enum Policy {
     Retention(Arc<RetentionPolicy>),
     Purge(Arc<PurgePolicy>),
     Archive(Arc<ArchivePolicy>),
+    Access(Arc<AccessPolicy>),
 }
 
 /// A loaded plugin as `GET /v1/plugins` shows it.
@@ -332,6 +334,35 @@ impl RetentionOracle for CurrentRetention {
 
     fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
         self.route()?.set_hold(item, enabled)
+    }
+}
+
+/// Access questions answered by whichever access plugin is current when
+/// each is asked: a judge obtained before a swap decides with the new
+/// plugin after it. Finding the current plugin is a read lock and an `Arc`
+/// clone, nothing next to the call.
+struct CurrentAccess {
+    slot: Arc<Slot>,
+}
+
+impl CurrentAccess {
+    fn policy(&self) -> Result<Arc<AccessPolicy>, Unanswered> {
+        match &self.slot.get().policy {
+            Policy::Access(policy) => Ok(policy.clone()),
+            _ => Err(Unanswered("the access slot holds no access plugin".into())),
+        }
+    }
+}
+
+impl AccessJudge for CurrentAccess {
+    fn decide(&self, request: &AccessRequest) -> Result<Decision, Unanswered> {
+        AccessJudge::decide(self.policy()?.as_ref(), request)
+    }
+
+    /// The current plugin's hash: during a swap, possibly the plugin that
+    /// replaced the one a racing `decide` asked.
+    fn plugin_hash(&self) -> String {
+        self.slot.get().plugin.info().hash.clone()
     }
 }
 
@@ -857,6 +888,14 @@ impl PluginSet {
         }
     }
 
+    /// Access questions, answered by the access plugin current when each
+    /// is asked: the judge follows swaps, so it may be kept.
+    pub fn access(&self) -> Arc<dyn AccessJudge> {
+        Arc::new(CurrentAccess {
+            slot: self.slot(World::Access).clone(),
+        })
+    }
+
     /// The current archive policy.
     pub fn archive(&self) -> Arc<ArchivePolicy> {
         match &self.slot(World::Archive).get().policy {
@@ -1150,6 +1189,6 @@ pub fn default_grants(world: World) -> Grants {
     match world {
         World::Takedown => takedown::grants(),
         // The others decide from what the host hands them.
-        World::Retention | World::Purge | World::Archive => Grants::none(),
+        World::Retention | World::Purge | World::Archive | World::Access => Grants::none(),
     }
 }

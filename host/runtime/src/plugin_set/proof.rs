@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Loaded, Policy, Source, SwapError, WorldSettings};
+use crate::policy::access::{AccessPolicy, AccessRequest, Action, Principal, Target};
 use crate::policy::archive::ArchivePolicy;
 use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
@@ -68,6 +69,9 @@ pub(super) async fn prove(
             )),
             World::Archive => Policy::Archive(Arc::new(
                 ArchivePolicy::new(plugin.clone(), isolated.clone(), limits).map_err(refused)?,
+            )),
+            World::Access => Policy::Access(Arc::new(
+                AccessPolicy::new(plugin.clone(), isolated.clone(), limits).map_err(refused)?,
             )),
         };
         smoke(&policy, &plugin, &isolated, &clock, &settings)
@@ -158,6 +162,18 @@ fn smoke(
                 version_id: "smoke-version".into(),
             };
             policy.choose(&wanted, None, None, &[]).map(drop)
+        }
+        Policy::Access(policy) => {
+            let request = AccessRequest {
+                principal: Principal {
+                    name: "smoke".into(),
+                    roles: Vec::new(),
+                },
+                action: Action::Inspect,
+                target: Target::default(),
+                headers: Vec::new(),
+            };
+            policy.decide(&request).map(drop)
         }
     }
 }

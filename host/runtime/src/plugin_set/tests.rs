@@ -2,6 +2,7 @@
 
 use super::shared;
 use super::*;
+use crate::policy::access::{Action, Principal, Target};
 use crate::policy::retention::Item;
 use crate::policy::retention::Stage;
 use crate::policy::takedown::{self, TakedownPolicy};
@@ -230,6 +231,80 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
     assert_eq!(hash_of(&host, World::Purge), old);
     assert!(swap_events(host.kv.as_ref()).await.is_empty());
     assert!(host.events.swaps("purge", "refused") == 1);
+}
+
+/// A write by an admin to `serving`.
+fn admin_write() -> AccessRequest {
+    AccessRequest {
+        principal: Principal {
+            name: "root".into(),
+            roles: vec!["admin".into()],
+        },
+        action: Action::Write,
+        target: Target {
+            store: Some("serving".into()),
+            key: Some("a".into()),
+            ..Default::default()
+        },
+        headers: Vec::new(),
+    }
+}
+
+/// `judge`'s decision on `request`, asked on a blocking thread as the
+/// judge requires (a guest's WASI call, such as its panic message, blocks
+/// on the runtime).
+async fn decide(
+    judge: &Arc<dyn AccessJudge>,
+    request: AccessRequest,
+) -> Result<Decision, Unanswered> {
+    let judge = judge.clone();
+    tokio::task::spawn_blocking(move || judge.decide(&request))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_judge_obtained_before_a_swap_decides_with_the_new_plugin_after_it() {
+    let host = test_host().await;
+    let judge = host.plugins.access();
+    assert_eq!(decide(&judge, admin_write()).await, Ok(Decision::Allow));
+    assert_eq!(judge.plugin_hash(), hash_of(&host, World::Access));
+    let gatekeeper = crate::test_guests::gatekeeper().to_vec();
+    let report = host
+        .plugins
+        .swap(World::Access, gatekeeper, "gatekeeper".into(), "alice")
+        .await
+        .unwrap();
+    assert!(report.changed);
+    assert_eq!(
+        decide(&judge, admin_write()).await,
+        Ok(Decision::Deny(
+            "the gatekeeper lets only reads through".into()
+        ))
+    );
+    assert_eq!(judge.plugin_hash(), report.current.hash);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_in_access_plugin_that_traps_leaves_requests_unanswered() {
+    let host = test_host().await;
+    let gatekeeper = crate::test_guests::gatekeeper().to_vec();
+    // It passes its smoke call: it traps only when asked by `trap`.
+    host.plugins
+        .swap(World::Access, gatekeeper, "gatekeeper".into(), "alice")
+        .await
+        .unwrap();
+    let mut request = admin_write();
+    request.principal.name = "trap".into();
+    let judge = host.plugins.access();
+    let unanswered = decide(&judge, request.clone()).await.unwrap_err();
+    assert!(
+        unanswered.to_string().contains("traps when asked to"),
+        "{unanswered}"
+    );
+    request.principal.name = "root".into();
+    request.action = Action::Read;
+    assert_eq!(decide(&judge, request).await, Ok(Decision::Allow));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

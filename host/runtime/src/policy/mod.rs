@@ -33,11 +33,13 @@ macro_rules! call_export {
     };
 }
 
+pub mod access;
 pub mod archive;
 pub mod purge;
 pub mod requests;
 pub mod retention;
 pub mod takedown;
+mod warm;
 
 use std::sync::Arc;
 

@@ -1,0 +1,137 @@
+//! The access world's driver: asks an access plugin whether a request may
+//! go on. The host asks on every API request, so calls run on warm
+//! instances ([`super::warm`]); the plugin is granted nothing.
+
+use std::sync::Arc;
+
+use crate::bindings::policy::access::exports::custodian::policy::access_rules as wit;
+use crate::bindings::policy::access::{Access, AccessPre};
+use crate::host::CallState;
+use crate::{CallContext, CallError, Limits, LoadError, Plugin, Services, World};
+pub use custodian_core::decisions::access::{
+    AccessJudge, AccessRequest, Action, Decision, Principal, Target, Unanswered,
+};
+
+use super::warm::WarmInstances;
+
+/// A loaded access plugin, ready to be asked.
+pub struct AccessPolicy {
+    plugin: Arc<Plugin>,
+    pre: AccessPre<CallState>,
+    call: Arc<CallContext>,
+    warm: WarmInstances<Access>,
+}
+
+impl AccessPolicy {
+    /// Wraps `plugin`, which must implement the access world; its calls
+    /// run with `limits` (`services` supplies only the clock and I/O
+    /// runtime: nothing is granted). There is no 0.1 access world, so a
+    /// 0.1 plugin never implements it.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`], or [`LoadError::Link`] if its exports do
+    /// not have the access world's types.
+    pub fn new(
+        plugin: Arc<Plugin>,
+        services: Arc<Services>,
+        limits: Limits,
+    ) -> Result<Self, LoadError> {
+        let pre = super::link(&plugin, World::Access, AccessPre::new)?;
+        let call = super::isolated_call(&plugin, services, limits);
+        Ok(Self {
+            plugin,
+            pre,
+            call,
+            warm: WarmInstances::new(),
+        })
+    }
+
+    /// The plugin asked.
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// The plugin's decision on `request`. A deny's reason is kept to
+    /// [`custodian_core::decisions::access::MAX_REASON_BYTES`].
+    ///
+    /// # Errors
+    /// [`CallError::Input`] for a request outside the bounds the plugin is
+    /// promised (it is not asked); otherwise the call failing (a trap, a
+    /// limit, no free instance).
+    pub fn decide(&self, request: &AccessRequest) -> Result<Decision, CallError> {
+        request
+            .check_bounds()
+            .map_err(|e| CallError::Input(e.to_string()))?;
+        let request = wit::AccessRequest::from(request);
+        let answer = self.warm.call(
+            &self.plugin,
+            &self.call,
+            |s| self.pre.instantiate(s),
+            |i, s| i.custodian_policy_access_rules().call_decide(s, &request),
+        )?;
+        Ok(match answer {
+            wit::Decision::Allow => Decision::Allow,
+            wit::Decision::Deny(reason) => Decision::deny(reason),
+        })
+    }
+}
+
+impl AccessJudge for AccessPolicy {
+    fn decide(&self, request: &AccessRequest) -> Result<Decision, Unanswered> {
+        AccessPolicy::decide(self, request).map_err(|e| Unanswered(e.to_string()))
+    }
+
+    fn plugin_hash(&self) -> String {
+        self.plugin.info().hash.clone()
+    }
+}
+
+impl From<Action> for wit::Action {
+    fn from(action: Action) -> Self {
+        match action {
+            Action::Read => Self::Read,
+            Action::List => Self::List,
+            Action::Write => Self::Write,
+            Action::Delete => Self::Delete,
+            Action::DeleteVersion => Self::DeleteVersion,
+            Action::TakedownFile => Self::TakedownFile,
+            Action::TakedownStatus => Self::TakedownStatus,
+            Action::Hold => Self::Hold,
+            Action::Withdraw => Self::Withdraw,
+            Action::StartJob => Self::StartJob,
+            Action::Inspect => Self::Inspect,
+            Action::SwapPlugin => Self::SwapPlugin,
+            Action::Admin => Self::Admin,
+        }
+    }
+}
+
+impl From<&Target> for wit::Target {
+    fn from(t: &Target) -> Self {
+        Self {
+            store: t.store.clone(),
+            repository: t.repository.clone(),
+            key: t.key.clone(),
+            version: t.version.clone(),
+            size: t.size,
+            subject: t.subject.clone(),
+        }
+    }
+}
+
+impl From<&AccessRequest> for wit::AccessRequest {
+    fn from(r: &AccessRequest) -> Self {
+        Self {
+            principal: wit::Principal {
+                name: r.principal.name.clone(),
+                roles: r.principal.roles.clone(),
+            },
+            action: r.action.into(),
+            target: (&r.target).into(),
+            headers: r.headers.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

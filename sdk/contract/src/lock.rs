@@ -134,7 +134,7 @@ impl RequestLock {
         let mut value = [0u8; REQUEST_LOCK_BYTES];
         value[..8].copy_from_slice(&self.created_ms.to_be_bytes());
         value[8..16].copy_from_slice(&self.retain_until_ms.to_be_bytes());
-        value[16] = u8::from(self.hold) * HOLD | u8::from(self.purging) * PURGING;
+        value[16] = (u8::from(self.hold) * HOLD) | (u8::from(self.purging) * PURGING);
         value
     }
 

@@ -11,6 +11,8 @@
 //!   packs) and the index of who holds what;
 //! - [`versions`]: exact-version reads through archive registries;
 //! - [`purge`]: permanent retirement of exact versions;
+//! - [`locks`]: object locks no caller can waive, on the KV and every
+//!   store;
 //! - [`decisions`]: what the host asks policies, and their answers.
 //!
 //! Nothing here links the WebAssembly runtime: policies are reached
@@ -21,6 +23,7 @@ pub mod budget;
 pub mod content;
 pub mod decisions;
 pub mod fence;
+pub mod locks;
 pub mod principals;
 pub mod purge;
 pub mod timers;

@@ -102,6 +102,10 @@ pub enum KvError {
     /// The store is held by another process (an embedded engine admits
     /// one at a time).
     InUse(Detail),
+    /// The batch writes a lock row (partition `lock`) in a way the lock
+    /// rules forbid: shortening a retain-until, lifting a purge, handing a
+    /// piece to another request, deleting a row. Nothing was written.
+    Retained(Detail),
 }
 
 impl KvError {
@@ -113,6 +117,7 @@ impl KvError {
             Self::Corrupt(_) => ErrorKind::Corrupt,
             Self::BudgetExhausted(_) => ErrorKind::BudgetExhausted,
             Self::InUse(_) => ErrorKind::Busy,
+            Self::Retained(_) => ErrorKind::Retained,
         }
     }
 
@@ -123,7 +128,8 @@ impl KvError {
             | Self::Unavailable(d)
             | Self::Corrupt(d)
             | Self::BudgetExhausted(d)
-            | Self::InUse(d) => d,
+            | Self::InUse(d)
+            | Self::Retained(d) => d,
         }
     }
 
@@ -158,6 +164,7 @@ impl std::fmt::Display for KvError {
             Self::Corrupt(d) => write!(f, "kv data corrupt: {d}"),
             Self::BudgetExhausted(d) => write!(f, "budget exhausted: {d}"),
             Self::InUse(d) => write!(f, "{d}"),
+            Self::Retained(d) => write!(f, "retained: {d}"),
         }
     }
 }

@@ -157,6 +157,7 @@ fn open_content(
         config.as_ref(),
         &data.data,
         content::SERVING_STORE,
+        kv.clone(),
         clock,
     ))?;
     Ok(Content { io, kv, serving })

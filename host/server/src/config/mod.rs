@@ -101,6 +101,12 @@ pub struct StoreConfig {
     pub endpoint: Option<String>,
     /// For `s3://`: the region.
     pub region: Option<String>,
+    /// Every version is under retention: a delete of a version, a delete
+    /// that leaves no current version, and an overwrite each ask the
+    /// retention plugin about the version they would destroy, and are
+    /// refused (`retained`) if it says no.
+    #[serde(default)]
+    pub locked: bool,
 }
 
 impl Config {
@@ -163,6 +169,12 @@ impl Config {
         Ok(config)
     }
 
+    /// Whether the store named `name` is configured `locked` (an
+    /// unconfigured store is not).
+    pub fn store_locked(&self, name: &str) -> bool {
+        self.stores.get(name).is_some_and(|store| store.locked)
+    }
+
     /// The store named `name`, with its endpoint and region applied.
     ///
     /// # Errors
@@ -215,6 +227,18 @@ mod tests {
         assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(s3.region.as_deref(), Some("us-east-1"));
         assert!(s3.force_path_style);
+    }
+
+    #[test]
+    fn a_store_is_locked_only_when_its_section_says_so() {
+        let config = Config::parse(
+            "[stores.docs]\nurl = \"mem://\"\nlocked = true\n[stores.tmp]\nurl = \"mem://\"",
+        )
+        .unwrap();
+        assert!(config.store_locked("docs"));
+        assert!(!config.store_locked("tmp"));
+        assert!(!config.store_locked("unconfigured"));
+        assert!(Config::parse("[stores.a]\nurl = \"mem://\"\nlocked = \"yes\"").is_err());
     }
 
     #[test]

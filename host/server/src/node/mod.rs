@@ -9,8 +9,31 @@
 //! it here, so a command run on a server's directory reads and writes the
 //! same KV and stores the server does, under the same rules, and commits
 //! under the same plugin-set guard.
+//!
+//! # Locks
+//!
+//! This is the one place the KV and the stores are wrapped in the locks
+//! no caller can waive ([`custodian_core::locks`]): the KV a node opens is
+//! only ever handed out behind a [`LockGuard`], and every store it opens
+//! ([`Node::store`], [`open_named_store`]) behind its lock, so the HTTP
+//! API, every command on a data directory, plugins' host calls and jobs
+//! all go through them. The retention plugin the stores ask exists only
+//! once [`Node::assemble`] has loaded the plugin set, which is given the
+//! stores: it is bound then ([`LateRetention`]), and until then a request
+//! that needs its answer is refused. A command that never assembles
+//! plugins can therefore write and delete what no lock keeps, and nothing
+//! a lock keeps.
+//!
+//! `custodian object` opens a store by URL with no data directory and no
+//! KV: it is a client of the backend itself, as the backend's own tools
+//! are, and what it can do is bounded by the backend's credentials, not by
+//! these locks (a preserved bucket wants the backend's own object lock
+//! too).
 
 mod plugins;
+
+#[cfg(test)]
+mod lock_tests;
 
 pub use plugins::{Assembly, AssemblyError, AssemblyOptions, Entry, PluginPlan};
 
@@ -20,7 +43,9 @@ use std::time::Duration;
 
 use custodian_base::clock::Clock;
 use custodian_base::error::ErrorKind;
+use custodian_core::decisions::retention::RetentionOracle;
 use custodian_core::fence::FenceConfig;
+use custodian_core::locks::{LateRetention, LockGuard, Locks};
 use custodian_kv::etcd::{EtcdConfig, EtcdKv};
 use custodian_kv::{Kv, KvError, Partition};
 use custodian_object::ObjectStore;
@@ -92,9 +117,15 @@ impl NodeError {
 /// A data directory opened with its KV.
 pub struct Node {
     dir: DataDir,
+    /// The KV behind its lock guard: never handed out bare.
     kv: Arc<dyn Kv>,
     config: Config,
     clock: Arc<dyn Clock>,
+    /// The retention plugin every store's lock asks, bound by
+    /// [`Node::assemble`].
+    retention: Arc<LateRetention>,
+    /// What every store this node opens is locked with.
+    locks: Locks,
     /// Held while the KV is not a file in the directory (a redb file
     /// holds its own lock).
     _lock: Option<DirLock>,
@@ -154,14 +185,7 @@ impl Node {
         let timers = Partition::new(custodian_core::timers::PARTITION)
             .expect("the timers partition has a valid name");
         etcd.get(&timers, b"r").await.map_err(unreachable)?;
-        let kv: Arc<dyn Kv> = Arc::new(etcd);
-        Ok(Self {
-            dir,
-            kv,
-            config,
-            clock,
-            _lock: Some(lock),
-        })
+        Ok(Self::locked(dir, Arc::new(etcd), config, clock, Some(lock)))
     }
 
     /// Opens the data directory `data` on the embedded default: the KV is
@@ -179,16 +203,33 @@ impl Node {
         let kv = dir
             .open_kv(clock.clone())
             .map_err(|e| NodeError::kv(format!("cannot open the KV in {}", data.display()), e))?;
-        Ok(Self {
+        Ok(Self::locked(dir, kv, config, clock, None))
+    }
+
+    /// The node over `kv`, which is wrapped in the lock guard here and
+    /// only here, as every store it opens is in its lock.
+    fn locked(
+        dir: DataDir,
+        kv: Arc<dyn Kv>,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        lock: Option<DirLock>,
+    ) -> Self {
+        let kv: Arc<dyn Kv> = Arc::new(LockGuard::new(kv, clock.clone()));
+        let retention = Arc::new(LateRetention::new());
+        let locks = Locks::new(kv.clone(), clock.clone(), retention.clone());
+        Self {
             dir,
             kv,
             config,
             clock,
-            _lock: None,
-        })
+            retention,
+            locks,
+            _lock: lock,
+        }
     }
 
-    /// The KV.
+    /// The KV, behind its lock guard.
     pub fn kv(&self) -> &Arc<dyn Kv> {
         &self.kv
     }
@@ -246,21 +287,31 @@ impl Node {
         self.config.kv.backend == KvBackend::Etcd
     }
 
-    /// Opens the store called `name`: the configuration's `[stores.NAME]`
-    /// when present, else the filesystem store `DATA/NAME` (versioned when
-    /// new).
+    /// Opens the store called `name`, behind its lock: the
+    /// configuration's `[stores.NAME]` when present, else the filesystem
+    /// store `DATA/NAME` (versioned when new).
     ///
     /// # Errors
     /// [`NodeError::Config`] when the configured store's URL is unusable;
     /// [`NodeError::Open`] when the store cannot be opened.
     pub async fn store(&self, name: &str) -> Result<Arc<dyn ObjectStore>, NodeError> {
-        open_store(
+        let store = open_store(
             Some(&self.config),
             || Ok(self.dir.clone()),
             name,
             self.clock.clone(),
         )
-        .await
+        .await?;
+        Ok(self
+            .locks
+            .store(name, store, self.config.store_locked(name)))
+    }
+
+    /// Lets every store this node opened, and will open, ask `oracle` (one
+    /// that follows the current retention plugin) before it destroys a
+    /// locked version.
+    pub fn bind_retention(&self, oracle: Arc<dyn RetentionOracle>) {
+        self.retention.bind(oracle);
     }
 }
 
@@ -272,9 +323,11 @@ pub fn etcd_request_timeout_ms(config: &Config) -> u64 {
         .unwrap_or(DEFAULT_ETCD_REQUEST_TIMEOUT_MS)
 }
 
-/// Opens the store called `name` for a command that needs no KV: the
-/// configuration's `[stores.NAME]` when present, else `NAME` in the data
-/// directory `data` (which is then created, owner-only, if missing). See
+/// Opens the store called `name` for a command that loads no plugins,
+/// behind its lock read from `kv` (a [`Node::kv`]): the configuration's
+/// `[stores.NAME]` when present, else `NAME` in the data directory `data`
+/// (which is then created, owner-only, if missing). With no retention
+/// plugin to ask, a request that needs its answer is refused. See
 /// [`Node::store`].
 ///
 /// # Errors
@@ -283,9 +336,13 @@ pub async fn open_named_store(
     config: Option<&Config>,
     data: &Path,
     name: &str,
+    kv: Arc<dyn Kv>,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn ObjectStore>, NodeError> {
-    open_store(config, || create(data), name, clock).await
+    let store = open_store(config, || create(data), name, clock.clone()).await?;
+    let locked = config.is_some_and(|config| config.store_locked(name));
+    let unbound = Arc::new(LateRetention::new());
+    Ok(Locks::new(kv, clock, unbound).store(name, store, locked))
 }
 
 /// The data directory `data`, created owner-only if missing.

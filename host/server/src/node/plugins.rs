@@ -199,6 +199,9 @@ impl Node {
                 PluginSet::attach(parts, &options.plan.sources, attach).await?
             }
         };
+        // The set's route follows hot swaps: the stores ask whichever
+        // retention plugin is current when they ask.
+        self.bind_retention(plugins.retention());
         Ok(Assembly {
             kv,
             stores,

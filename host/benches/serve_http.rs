@@ -26,6 +26,14 @@
 //! the swap runs to the steady ones and of checked to unchecked GETs. The
 //! load generator shares the machine's cores with the server; compare
 //! ratios, not absolutes.
+//!
+//! `cargo bench -p custodian --bench serve_http -- SECONDS access` instead
+//! measures the access plugin's cost: two servers of the same build, one
+//! asking the bundled access plugin about every request and one with
+//! `[server] access_checks = false`, each called by a principal with role
+//! `writer:store/serving` (so the plugin matches a scoped role), PUT and
+//! then GET alternated between them twice; it prints the ratios of checked
+//! to unchecked req/s and both p99s.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -181,18 +189,19 @@ fn print(label: &str, f: &Figures) {
     );
 }
 
-fn main() {
-    let seconds: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(10);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
+/// Starts the real binary on a free port with data directory `DIR/name`
+/// and configuration `config` (TOML; empty for none), the token
+/// [`TOKEN`] its admin's.
+fn start(dir: &Path, name: &str, config: &str) -> (Server, String) {
+    let config_path = dir.join(format!("{name}.toml"));
+    std::fs::write(&config_path, config).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .arg("--config")
+        .arg(&config_path)
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.path().join("data"))
+        .arg(dir.join(name))
         .env("CUSTODIAN_TOKEN", TOKEN)
-        .env("CUSTODIAN_CACHE_DIR", &cache)
+        .env("CUSTODIAN_CACHE_DIR", dir.join("cache"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -202,13 +211,93 @@ fn main() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let _server = Server(child);
     let base = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap()
         .to_owned();
+    (Server(child), base)
+}
 
+/// Creates principal `name` with `role` on the (stopped) data directory
+/// `data`; its token.
+fn principal(data: &Path, name: &str, role: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_custodian"))
+        .args(["principal", "create", name, "--role", role, "--data"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// The access plugin's cost: see the module documentation.
+fn access(dir: &Path, seconds: u64) {
+    let mut servers = Vec::new();
+    for (name, config) in [
+        ("checked", ""),
+        ("unchecked", "[server]\naccess_checks = false\n"),
+    ] {
+        let token = principal(&dir.join(name), "bench-writer", "writer:store/serving");
+        let (server, base) = start(dir, name, config);
+        servers.push((name, server, base, token));
+    }
+    println!(
+        "access plugin on vs off, 64 KiB objects, wrk -t2 -c16, {seconds} s per run, principal with role writer:store/serving"
+    );
+    let mut totals = std::collections::BTreeMap::<(&str, &str), (f64, f64)>::new();
+    for round in 1..=2u8 {
+        for (method, template) in [("PUT", PUT_LUA), ("GET", GET_LUA)] {
+            for (name, _, base, token) in &servers {
+                let run = format!("access{round}");
+                let limit = totals.get(&("PUT", *name)).map_or(1, |(rps, _)| {
+                    ((rps / f64::from(round).max(1.0) * seconds as f64) / 4.0) as u64
+                });
+                let path = script(
+                    dir,
+                    &format!("{method}-{name}-{round}.lua"),
+                    (template, PLAIN_KEY),
+                    (&run, round),
+                    limit.clamp(1, 10_000),
+                );
+                let text = std::fs::read_to_string(&path)
+                    .unwrap()
+                    .replace(TOKEN, token);
+                std::fs::write(&path, text).unwrap();
+                let figures = wrk(base, seconds, Some(&path), "/");
+                print(&format!("{method} {name}, round {round}"), &figures);
+                assert_eq!(figures.errors, 0, "requests failed");
+                let total = totals.entry((method, *name)).or_default();
+                total.0 += figures.rps;
+                total.1 = total.1.max(figures.p99_ms);
+            }
+        }
+    }
+    for method in ["PUT", "GET"] {
+        let (checked, checked_p99) = totals[&(method, "checked")];
+        let (unchecked, unchecked_p99) = totals[&(method, "unchecked")];
+        println!(
+            "ratio: {method} with the access plugin / access checks off {:.3} (p99 {checked_p99:.2} ms vs {unchecked_p99:.2} ms, worst of the rounds)",
+            checked / unchecked
+        );
+    }
+}
+
+fn main() {
+    let seconds: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(10);
+    let dir = tempfile::tempdir().unwrap();
+    if std::env::args().any(|a| a == "access") {
+        access(dir.path(), seconds);
+        return;
+    }
+    let (_server, base) = start(dir.path(), "data", "");
     // Two builds of the takedown policy to swap between.
     let original = std::fs::read(
         custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled"),

@@ -1,6 +1,7 @@
 //! End-to-end tests: real `.wasm` plugins and guests, the real runtime and
 //! the real `custodian` binary.
 
+mod access;
 mod archive;
 mod cli;
 mod contract;

@@ -30,6 +30,7 @@ fn guests() -> &'static [PathBuf] {
                 "custodian-guest-stepper",
                 "custodian-guest-trapper",
                 "custodian-guest-legacy",
+                "custodian-guest-gatekeeper",
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"))
@@ -62,6 +63,12 @@ pub fn trapper() -> &'static Path {
 /// frozen 0.1 contract.
 pub fn legacy_contract() -> &'static Path {
     &guests()[4]
+}
+
+/// `tests/guests/gatekeeper`: an access-world guest that allows reads
+/// only, and traps for a principal named `trap`.
+pub fn gatekeeper() -> &'static Path {
+    &guests()[5]
 }
 
 /// The bundled retention plugin, as built from `plugins/retention`.

@@ -10,6 +10,8 @@ use crate::bindings::HostError;
 use crate::bindings::host::custodian::host::objects as wit;
 use crate::bindings::host::custodian::host::types::Error;
 use custodian_base::checksum;
+use custodian_base::error::ErrorKind;
+use custodian_core::audit::{self, Record};
 use custodian_object::ObjectStoreExt;
 use custodian_object::{
     ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
@@ -20,6 +22,37 @@ use custodian_contract::limits::MAX_BODY_BYTES;
 
 fn object_error(error: ObjectError) -> HostError {
     HostError::Guest(super::guest_error(error.kind(), error.into_message()))
+}
+
+impl HostView<'_> {
+    /// `outcome` of a destructive call on `key` in `store`, as the guest
+    /// sees it; a lock's refusal is also audited under this plugin, so a
+    /// plugin that tries to destroy evidence leaves a record of trying.
+    /// The audit's own failure is only logged: the refusal stands.
+    fn destroyed<T>(
+        &self,
+        store: &str,
+        key: &str,
+        outcome: Result<T, ObjectError>,
+    ) -> Result<T, HostError> {
+        if let Err(error) = &outcome
+            && error.kind() == ErrorKind::Retained
+        {
+            let record = Record {
+                at_ms: self.call.services.clock.now_ms(),
+                actor: self.call.actor.clone(),
+                event: "lock/refused".into(),
+                targets: vec![format!("store:{store}"), format!("key:{key}")],
+                detail: Some(error.to_string()),
+            };
+            let kv = self.call.services.kv.clone();
+            if let Ok(Err(e)) = self.wait(async move { audit::append(kv.as_ref(), &record).await })
+            {
+                tracing::warn!(error = %e, "cannot audit a lock's refusal of a plugin");
+            }
+        }
+        outcome.map_err(object_error)
+    }
 }
 
 fn invalid(message: String) -> HostError {
@@ -158,7 +191,8 @@ impl wit::Host for HostView<'_> {
         pairs: Vec<(String, String)>,
     ) -> Result<wit::ObjectMeta, HostError> {
         self.charge()?;
-        let store = self.writable_store(&store)?;
+        let name = store;
+        let store = self.writable_store(&name)?;
         if body.len() as u64 > MAX_BODY_BYTES {
             return Err(invalid(format!(
                 "a body of {} bytes exceeds {MAX_BODY_BYTES}",
@@ -168,9 +202,9 @@ impl wit::Host for HostView<'_> {
         let crc64 = crc64.unwrap_or_else(|| checksum::crc64_nvme(&body));
         let metadata = metadata(pairs)?;
         let condition = condition(put_condition);
-        self.wait(store.put_whole(&key, Bytes::from(body), &condition, &metadata, crc64))?
-            .map(meta)
-            .map_err(object_error)
+        let outcome =
+            self.wait(store.put_whole(&key, Bytes::from(body), &condition, &metadata, crc64))?;
+        self.destroyed(&name, &key, outcome.map(meta))
     }
 
     fn copy(
@@ -183,24 +217,26 @@ impl wit::Host for HostView<'_> {
         pairs: Vec<(String, String)>,
     ) -> Result<wit::ObjectMeta, HostError> {
         self.charge()?;
-        let store = self.writable_store(&store)?;
+        let name = store;
+        let store = self.writable_store(&name)?;
         let metadata = metadata(pairs)?;
         let condition = condition(put_condition);
-        self.wait(store.copy_object(
+        let outcome = self.wait(store.copy_object(
             &source,
             source_if_match.as_deref(),
             &destination,
             &condition,
             &metadata,
-        ))?
-        .map(meta)
-        .map_err(object_error)
+        ))?;
+        self.destroyed(&name, &destination, outcome.map(meta))
     }
 
     fn delete(&mut self, store: String, key: String) -> Result<(), HostError> {
         self.charge()?;
-        let store = self.writable_store(&store)?;
-        self.wait(store.delete(&key))?.map_err(object_error)
+        let name = store;
+        let store = self.writable_store(&name)?;
+        let outcome = self.wait(store.delete(&key))?;
+        self.destroyed(&name, &key, outcome)
     }
 
     fn list(
@@ -266,9 +302,10 @@ impl wit::Host for HostView<'_> {
         version_id: String,
     ) -> Result<(), HostError> {
         self.charge()?;
-        let store = self.writable_store(&store)?;
-        self.wait(store.delete_version(&key, &version_id))?
-            .map_err(object_error)
+        let name = store;
+        let store = self.writable_store(&name)?;
+        let outcome = self.wait(store.delete_version(&key, &version_id))?;
+        self.destroyed(&name, &key, outcome)
     }
 
     fn list_versions(

@@ -365,7 +365,7 @@ async fn file(
     let now_ms = request.created_ms;
     tokio::task::spawn_blocking(move || {
         let action = Action {
-            operator: "alice",
+            actor: "operator:alice",
             now_ms,
             guard: &guard,
         };

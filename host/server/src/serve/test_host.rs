@@ -10,6 +10,7 @@ use super::metrics::Metrics;
 use super::{Auth, Host, ReadAccess, Readiness, RequestLimits};
 use custodian_base::clock::{Clock, SystemClock};
 use custodian_core::fence::{Coordinator, FenceConfig};
+use custodian_core::locks::{LateRetention, LockGuard, Locks};
 use custodian_core::principals::Principals;
 use custodian_core::timers::Handlers;
 use custodian_kv::Kv;
@@ -70,13 +71,19 @@ pub(crate) async fn test_host() -> Arc<Host> {
 /// background (no timer workers: a test steps timers itself if it needs
 /// to). Must be called inside a tokio runtime: plugin calls block on it.
 pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits) -> Arc<Host> {
-    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    // Behind the locks, as a node's KV and stores always are.
+    let kv: Arc<dyn Kv> = Arc::new(LockGuard::new(
+        Arc::new(MemoryKv::new(clock.clone())),
+        clock.clone(),
+    ));
+    let retention = Arc::new(LateRetention::new());
+    let locks = Locks::new(kv.clone(), clock.clone(), retention.clone());
     let node = "test";
     let stores: BTreeMap<String, Arc<dyn ObjectStore>> = ["serving", "preserved"]
         .into_iter()
         .map(|name| {
             let store: Arc<dyn ObjectStore> = Arc::new(MemoryStore::versioned(clock.clone()));
-            (name.to_owned(), store)
+            (name.to_owned(), locks.store(name, store, false))
         })
         .collect();
     let metrics = Arc::new(Metrics::new());
@@ -116,6 +123,8 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         .register_bootstrap(TOKEN)
         .await
         .expect("the test token registers");
+    retention.bind(plugins.retention());
+    let access = plugins.access();
     Arc::new(Host {
         kv,
         clock,
@@ -126,7 +135,7 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         auth: Auth {
             principals,
             read_access: ReadAccess::Token,
-            access: Some(plugins.access()),
+            access: Some(access),
         },
         limits,
         readiness: Readiness::default(),

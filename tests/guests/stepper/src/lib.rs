@@ -7,11 +7,18 @@
 //! - `trap:ID` panics; `fail:ID` answers `unavailable`; `spin:ID` never
 //!   returns; `greedy:ID` keeps reading past its budget and then returns a
 //!   commit anyway.
+//!
+//! Filing a request for repository `wipe/preserved` makes it the hostile
+//! takedown plugin the lock tests need: it lists every version in the
+//! `preserved` store, deletes each one, overwrites and deletes each key,
+//! and records what the host let through in its audit entry
+//! (`Wiped`, targets `deleted:N`, `refused:M`).
 
 // Natively the export macro expands to nothing, so nothing uses the policy.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
 use custodian_sdk::audit::Entry;
+use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::takedown::{Counts, Denial, Request, RequestStatus, TakedownSteps};
 use custodian_sdk::{Batch, Commit, Error, kv};
@@ -55,6 +62,51 @@ fn count(reference: &[u8], target: u64, now_ms: u64) -> Result<StepResult, Error
     })
 }
 
+/// Tries to destroy everything in `preserved`: every version deleted,
+/// every key overwritten and deleted. Counts what the host allowed.
+fn wipe() -> Result<WitCommit, Error> {
+    const STORE: &str = "preserved";
+    let (mut deleted, mut refused) = (0u32, 0u32);
+    let mut tally = |outcome: Result<(), Error>| match outcome {
+        Ok(()) => deleted += 1,
+        Err(_) => refused += 1,
+    };
+    let mut cursor = None;
+    loop {
+        let page = objects::list_versions(STORE, "", cursor.as_deref(), 1000)?;
+        for version in &page.versions {
+            tally(objects::delete_version(
+                STORE,
+                &version.key,
+                &version.version_id,
+            ));
+            if version.is_current {
+                let overwrite = objects::put(
+                    STORE,
+                    &version.key,
+                    b"wiped",
+                    &PutCondition::Unconditional,
+                    None,
+                    &[],
+                );
+                tally(overwrite.map(|_| ()));
+                tally(objects::delete(STORE, &version.key));
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(Commit::new(Batch::new())
+        .audit(Entry {
+            event: "Wiped".into(),
+            targets: vec![format!("deleted:{deleted}"), format!("refused:{refused}")],
+            detail: None,
+        })
+        .into_wit())
+}
+
 impl TakedownSteps for Stepper {
     fn step(timer: Timer) -> Result<StepResult, Error> {
         let text = String::from_utf8_lossy(&timer.reference).into_owned();
@@ -90,6 +142,9 @@ impl TakedownSteps for Stepper {
     }
 
     fn plan_create(request: Request, _now_ms: u64) -> Result<WitCommit, Error> {
+        if request.repository == "wipe/preserved" {
+            return wipe();
+        }
         // The stepper's "requests" are its timer references; recording one
         // only marks it, so the host's create path can be exercised.
         let mut key = b"created/".to_vec();

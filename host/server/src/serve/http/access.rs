@@ -207,6 +207,11 @@ pub(super) async fn gate(
         target,
         headers: passed_headers(request),
     };
+    // A target past the policy's promised bounds (an 8 KiB key) names
+    // nothing any route accepts: the caller's error, not the policy's.
+    asked
+        .check_bounds()
+        .map_err(|e| ApiError::invalid(format!("the request is out of bounds: {e}")))?;
     // The plugin's host calls block on the I/O runtime: it runs on a
     // blocking thread, never on this one.
     let (answer, asked, hash) = tokio::task::spawn_blocking(move || {

@@ -690,7 +690,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn a_takedown_of_a_pushed_object_is_filed_audited_under_the_operator_and_seeded() {
+    async fn a_takedown_of_a_pushed_object_is_filed_audited_under_the_principal_and_seeded() {
         let host = still_host().await;
         let entry = push(&host, "acme/site", "a.txt", b"take me down".to_vec()).await;
         let wake = host.wake_workers.clone();
@@ -701,7 +701,7 @@ mod tests {
         let reply = file(
             &host,
             json!({"repository": "acme/site", "objects": [entry["id"]]}),
-            &[("x-custodian-operator", "alice@example.org")],
+            &[],
         )
         .await
         .expect(StatusCode::CREATED);
@@ -734,7 +734,7 @@ mod tests {
             .iter()
             .find(|r| r.event == "takedown/create")
             .expect("the filing is audited");
-        assert_eq!(created.actor, "operator:alice@example.org");
+        assert_eq!(created.actor, "principal:admin");
         assert!(created.targets.contains(&format!("takedown:{id}")));
     }
 
@@ -894,7 +894,7 @@ mod tests {
         // clock stands still here.
         let mut events: Vec<_> = records
             .iter()
-            .filter(|r| r.actor == "operator:api")
+            .filter(|r| r.actor == "principal:admin")
             .map(|r| r.event.as_str())
             .collect();
         events.sort_unstable();
@@ -939,21 +939,6 @@ mod tests {
             .await
             .expect(StatusCode::BAD_REQUEST);
         assert_eq!(malformed.code(), "invalid_argument");
-        assert_eq!(takedown_rows(&host).await, 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn a_bad_operator_header_is_400_and_files_nothing() {
-        let host = still_host().await;
-        let entry = push(&host, "acme/site", "a.txt", b"x".to_vec()).await;
-        let body = json!({"repository": "acme/site", "objects": [entry["id"]]});
-        let too_long = "a".repeat(65);
-        for operator in ["has space", "semi;colon", too_long.as_str()] {
-            let reply = file(&host, body.clone(), &[("x-custodian-operator", operator)])
-                .await
-                .expect(StatusCode::BAD_REQUEST);
-            assert_eq!(reply.code(), "invalid_argument", "{operator:?}");
-        }
         assert_eq!(takedown_rows(&host).await, 0);
     }
 

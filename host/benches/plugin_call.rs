@@ -285,7 +285,8 @@ fn main() {
         // instances the host asks it on for every API request.
         let path = custodian::bundled::path(custodian::runtime::World::Access).expect("bundled");
         let plugin = Arc::new(runtime.load_file(path).unwrap());
-        let policy = AccessPolicy::new(plugin, call.services.clone(), Limits::default()).unwrap();
+        let policy =
+            Arc::new(AccessPolicy::new(plugin, call.services.clone(), Limits::default()).unwrap());
         let request = |roles: &[&str]| AccessRequest {
             principal: Principal {
                 name: "bob".into(),
@@ -329,12 +330,41 @@ fn main() {
                 native_request.clone(),
             )));
         });
+        // How an async server may call it: the judge must not run on an
+        // async worker (a guest's WASI calls block on the runtime).
+        let spawned = per_call(20_000, || {
+            let (policy, request) = (policy.clone(), allowed.clone());
+            let decided = io.block_on(async move {
+                tokio::task::spawn_blocking(move || policy.decide(&request)).await
+            });
+            black_box(decided.unwrap().unwrap());
+        });
+        // On a worker of the runtime, as a request handler would be.
+        let in_place = {
+            let (policy, request) = (policy.clone(), allowed.clone());
+            io.block_on(io.spawn(async move {
+                per_call(20_000, || {
+                    tokio::task::block_in_place(|| black_box(policy.decide(&request).unwrap()));
+                })
+            }))
+            .unwrap()
+        };
         row(
             "access decide, wasm (warm instance), allow",
             allow,
             "target: a few µs",
         );
         row("access decide, wasm (warm instance), deny", deny, "");
+        row(
+            "access decide from a task, spawn_blocking",
+            spawned,
+            "the same call handed to a blocking thread",
+        );
+        row(
+            "access decide from a task, block_in_place",
+            in_place,
+            "the same call on the task's worker",
+        );
         row(
             "access decide, native build, allow",
             native,

@@ -283,7 +283,6 @@ fn a_swap_through_one_host_mid_run_is_adopted_by_the_other_and_no_old_step_commi
         agent()
             .put(&alpha.url("/v1/plugins/takedown"))
             .header("authorization", &bearer())
-            .header("x-custodian-operator", "rollout-e2e")
             .header("expect", "100-continue")
             .send(&std::fs::read(&build).unwrap()[..]),
     );
@@ -319,7 +318,8 @@ fn a_swap_through_one_host_mid_run_is_adopted_by_the_other_and_no_old_step_commi
     let records = audit(&beta);
     let swaps = events(&records, "plugin/swap");
     assert_eq!(swaps.len(), 1, "one swap audited: {swaps:?}");
-    assert_eq!(swaps[0]["actor"], "operator:rollout-e2e", "{}", swaps[0]);
+    // The audit names the authenticated principal: the bootstrap token's.
+    assert_eq!(swaps[0]["actor"], "principal:admin", "{}", swaps[0]);
     for target in [
         "world:takedown".to_owned(),
         format!("from:{bundled}"),
@@ -418,7 +418,7 @@ fn restarted_and_new_hosts_follow_the_cluster_set_and_a_changed_config_swaps_the
     let [(first, first_hash), (second, second_hash)] = two_builds(scratch.path(), &bundled);
 
     // Build 1, swapped in through alpha with the CLI.
-    let report = swap_takedown_with_cli(&alpha, &first, &["--operator", "release-bot"]);
+    let report = swap_takedown_with_cli(&alpha, &first, &[]);
     assert_eq!(report["current"]["hash"], first_hash.as_str(), "{report}");
     wait_to_follow("beta", &beta, &first_hash);
 
@@ -457,7 +457,7 @@ fn restarted_and_new_hosts_follow_the_cluster_set_and_a_changed_config_swaps_the
         .cloned()
         .collect();
     assert_eq!(swaps.len(), 1, "only release-bot's swap: {swaps:?}");
-    assert_eq!(swaps[0]["actor"], "operator:release-bot", "{}", swaps[0]);
+    assert_eq!(swaps[0]["actor"], "principal:admin", "{}", swaps[0]);
 
     // Restarted with a configuration naming build 2, beta swaps the
     // cluster to it.

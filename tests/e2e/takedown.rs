@@ -250,6 +250,8 @@ fn a_takedown_preserves_verifies_discovers_retains_respects_a_hold_purges_and_re
         data,
         "--now",
         &T0.to_string(),
+        "--retention-ms",
+        RETENTION,
         "--json",
     ]))
     .unwrap();
@@ -417,6 +419,8 @@ fn corrupt_serving_content_ends_acquisition_incomplete_and_the_request_moves_on(
         data,
         "--now",
         &T0.to_string(),
+        "--retention-ms",
+        RETENTION,
     ])
     .trim()
     .to_owned();
@@ -522,6 +526,8 @@ fn on_moto_a_takedown_preserves_to_and_purges_from_an_s3_preserved_store() {
         data,
         "--now",
         &T0.to_string(),
+        "--retention-ms",
+        RETENTION,
     ])
     .trim()
     .to_owned();

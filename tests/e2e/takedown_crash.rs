@@ -200,6 +200,8 @@ fn a_takedown_killed_at_random_moments_loses_and_duplicates_nothing_and_complete
                 data,
                 "--now",
                 &(T0 + i).to_string(),
+                "--retention-ms",
+                RETENTION,
             ])
             .trim()
             .to_owned()

@@ -426,7 +426,7 @@ async fn reload(host: &Host, config_path: Option<&Path>) {
             return;
         }
     };
-    for (world, swapped) in host.plugins.reconfigure(&sources, "sighup").await {
+    for (world, swapped) in host.plugins.reconfigure(&sources, "operator:sighup").await {
         match swapped {
             Ok(report) if report.changed => tracing::info!(
                 %world,

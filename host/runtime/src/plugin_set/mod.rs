@@ -1005,7 +1005,8 @@ impl PluginSet {
     }
 
     /// Replaces the plugin of `world` with the component in `bytes`
-    /// (named `source` in messages), by `operator`, on every host sharing
+    /// (named `source` in messages), by `actor` (as the audit names who
+    /// acts: `principal:NAME`, `operator:NAME`), on every host sharing
     /// the KV; see the module documentation for the protocol.
     ///
     /// # Errors
@@ -1018,7 +1019,7 @@ impl PluginSet {
         world: World,
         bytes: Vec<u8>,
         source: String,
-        operator: &str,
+        actor: &str,
     ) -> Result<SwapReport, SwapError> {
         let started = Instant::now();
         let proven = self.prover().prove(world, bytes.clone(), source).await;
@@ -1053,7 +1054,7 @@ impl PluginSet {
             };
             set.worlds
                 .insert(world.name().to_owned(), new_member.clone());
-            set.by = format!("operator:{operator}");
+            set.by = actor.to_owned();
             set.at_ms = self.clock.now_ms();
             let Some(row) =
                 shared::publish(self.kv.as_ref(), installed.as_ref().as_ref(), set).await?
@@ -1094,7 +1095,7 @@ impl PluginSet {
         let (old, new) = (previous.plugin.info(), loaded.plugin.info());
         let record = Record {
             at_ms: self.clock.now_ms(),
-            actor: format!("operator:{operator}"),
+            actor: actor.to_owned(),
             event: "plugin/swap".into(),
             targets: vec![
                 format!("world:{world}"),
@@ -1128,7 +1129,7 @@ impl PluginSet {
 
     /// Applies a reloaded configuration of this node: swaps each world
     /// whose configured plugin (bundled when `sources` names none) changed
-    /// since this node last applied its configuration, by `operator`; the
+    /// since this node last applied its configuration, by `actor`; the
     /// outcome of each world swapped. A world whose configured plugin did
     /// not change follows the shared set, as at start, so reloading an old
     /// file does not undo another host's swap. What was swapped is
@@ -1136,7 +1137,7 @@ impl PluginSet {
     pub async fn reconfigure(
         &self,
         sources: &BTreeMap<World, Source>,
-        operator: &str,
+        actor: &str,
     ) -> Vec<(World, Result<SwapReport, SwapError>)> {
         let mut outcomes = Vec::new();
         let mut hashes = match shared::configured(self.kv.as_ref(), &self.node).await {
@@ -1153,7 +1154,7 @@ impl PluginSet {
                 Ok((bytes, _)) if hashes.get(world.name()) == Some(&content_hash(&bytes)) => {
                     continue;
                 }
-                Ok((bytes, name)) => self.swap(world, bytes, name, operator).await,
+                Ok((bytes, name)) => self.swap(world, bytes, name, actor).await,
                 Err(error) => Err(error),
             };
             if let Ok(report) = &swapped {

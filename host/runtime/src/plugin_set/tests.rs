@@ -162,7 +162,7 @@ async fn swap_in_rebuilt(host: &TestHost) -> SwapReport {
             World::Takedown,
             rebuilt(World::Takedown),
             "test".into(),
-            "alice",
+            "operator:alice",
         )
         .await
         .unwrap()
@@ -206,7 +206,7 @@ async fn swapping_in_the_same_bytes_changes_nothing_and_leaves_the_fence_alone()
     let bytes = crate::bundled::plugin(World::Retention).unwrap().to_vec();
     let report = host
         .plugins
-        .swap(World::Retention, bytes, "test".into(), "alice")
+        .swap(World::Retention, bytes, "test".into(), "operator:alice")
         .await
         .unwrap();
     assert!(!report.changed);
@@ -221,7 +221,7 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
     let wrong = crate::bundled::plugin(World::Archive).unwrap().to_vec();
     let error = host
         .plugins
-        .swap(World::Purge, wrong, "archive.wasm".into(), "alice")
+        .swap(World::Purge, wrong, "archive.wasm".into(), "operator:alice")
         .await
         .unwrap_err();
     let SwapError::Refused(reason) = error else {
@@ -323,7 +323,7 @@ async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
             World::Retention,
             rebuilt(World::Retention),
             "test".into(),
-            "alice",
+            "operator:alice",
         )
         .await
         .unwrap();
@@ -528,7 +528,10 @@ async fn a_restart_with_a_changed_configuration_swaps_every_host() {
 async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewhere() {
     let (kv, alpha, beta) = two_hosts().await;
     let report = swap_in_rebuilt(&alpha).await;
-    let outcomes = beta.plugins.reconfigure(&BTreeMap::new(), "sighup").await;
+    let outcomes = beta
+        .plugins
+        .reconfigure(&BTreeMap::new(), "operator:sighup")
+        .await;
     assert!(
         outcomes.is_empty(),
         "nothing in beta's configuration changed: {:?}",
@@ -542,7 +545,7 @@ async fn reloading_an_unchanged_configuration_does_not_undo_a_swap_made_elsewher
     let path = dir.path().join("retention.wasm");
     std::fs::write(&path, rebuilt(World::Retention)).unwrap();
     let changed = BTreeMap::from([(World::Retention, Source::File(path))]);
-    let outcomes = beta.plugins.reconfigure(&changed, "sighup").await;
+    let outcomes = beta.plugins.reconfigure(&changed, "operator:sighup").await;
     assert_eq!(outcomes.len(), 1);
     let (world, swapped) = &outcomes[0];
     assert_eq!(*world, World::Retention);
@@ -563,9 +566,10 @@ async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
             World::Takedown,
             rebuilt(World::Takedown),
             "a".into(),
-            "alice"
+            "operator:alice"
         ),
-        beta.plugins.swap(World::Takedown, other, "b".into(), "bob"),
+        beta.plugins
+            .swap(World::Takedown, other, "b".into(), "operator:bob"),
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert!(a.changed && b.changed);

@@ -42,14 +42,12 @@ async fn swap(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let world: World = path(world)?.parse().map_err(ApiError::not_found)?;
-    // The set's audit names the operator; the API's operator is the
-    // authenticated principal.
-    let operator = caller.0.name.clone();
+    let actor = caller.actor();
     let source = headers
         .get("x-custodian-source")
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty() && s.len() <= 256)
-        .map_or_else(|| format!("upload by {operator}"), str::to_owned);
+        .map_or_else(|| format!("upload by {}", caller.0.name), str::to_owned);
     // Read last, so a swap the headers refuse costs no upload.
     let limit = BodyLimit {
         bytes: host.limits.max_plugin_bytes,
@@ -58,7 +56,7 @@ async fn swap(
     let wasm = read_body(body, &headers, limit).await?;
     match host
         .plugins
-        .swap(world, Vec::from(wasm), source, &operator)
+        .swap(world, Vec::from(wasm), source, &actor)
         .await
     {
         Ok(report) => Ok(Json(json!(report))),

@@ -72,6 +72,11 @@ impl Step {
         self.batch = std::mem::take(&mut self.batch).put(PARTITION, key, value);
     }
 
+    /// Adds a write to another partition the policy is granted.
+    pub fn put_in(&mut self, partition: &str, key: Vec<u8>, value: Vec<u8>) {
+        self.batch = std::mem::take(&mut self.batch).put(partition, key, value);
+    }
+
     /// Adds a delete to the commit.
     pub fn delete(&mut self, key: Vec<u8>) {
         self.batch = std::mem::take(&mut self.batch).delete(PARTITION, key);

@@ -1,8 +1,10 @@
 //! Discover: find every repository holding the preserved objects, and plan
-//! one cache purge per holder repository.
+//! one cache invalidation per holder repository (an entry in the host's
+//! outbox, the contract's `invalidation` layout, which the host delivers).
 
 use std::collections::BTreeSet;
 
+use custodian_sdk::contract::invalidation;
 use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
@@ -13,19 +15,8 @@ use crate::keys::{self, PARTITION};
 use crate::state::{self, Phase, Verification};
 
 /// Holders handled per step: each costs up to four commit operations
-/// (known namespace, marker guard and write, cache-purge row).
+/// (known namespace, marker guard and write, invalidation entry).
 const HOLDERS_PER_STEP: u32 = 16;
-
-/// A `cache-purge` row: a purge of a repository's caches for the host's
-/// cache server to carry out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CachePurge {
-    /// `takedown:<request id hex>`.
-    pub operation: String,
-    /// When it was planned.
-    pub requested_ms: u64,
-}
 
 /// The `holder` marker: which object revealed the holder, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,13 +77,15 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
                     discovered_ms: step.now,
                 })?,
             );
-            step.put(
-                keys::cache_purge_key(&holder.namespace, &holder.name),
-                encode(&CachePurge {
-                    operation: format!("takedown:{}", hex(&step.id)),
-                    requested_ms: step.now,
-                })?,
-            );
+            // The responsibility to invalidate commits with the marker and
+            // the cursor: planned exactly once, delivered by the host.
+            let entry = invalidation::Entry {
+                requested_ms: step.now,
+                request: step.id,
+                repository: format!("{}/{}", holder.namespace, holder.name),
+                objects: vec![object],
+            };
+            step.put_in(invalidation::PARTITION, entry.key(), entry.value());
             step.state.counts.holders += 1;
         }
     }

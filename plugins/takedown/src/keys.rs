@@ -55,8 +55,6 @@ pub const REMOVED: &str = "removed";
 /// A verified object whose serving copy this request keeps, and why (the
 /// reason, UTF-8).
 pub const KEPT: &str = "kept";
-/// A planned cache purge of a repository (not per request).
-pub const CACHE_PURGE: &str = "cache-purge";
 
 /// `TAG 0x00 id TAIL`.
 pub fn key(tag: &str, id: &Id, tail: &[u8]) -> Vec<u8> {
@@ -90,14 +88,6 @@ pub fn known_ns_key(id: &Id, object: &Id, namespace: &str) -> Vec<u8> {
 /// `holder id namespace 0x00 repo`.
 pub fn holder_key(id: &Id, namespace: &str, repo: &str) -> Vec<u8> {
     key(HOLDER, id, &repo_tail(namespace, repo))
-}
-
-/// `cache-purge 0x00 namespace 0x00 repo`.
-pub fn cache_purge_key(namespace: &str, repo: &str) -> Vec<u8> {
-    let mut key = CACHE_PURGE.as_bytes().to_vec();
-    key.push(0);
-    key.extend_from_slice(&repo_tail(namespace, repo));
-    key
 }
 
 fn repo_tail(namespace: &str, repo: &str) -> Vec<u8> {

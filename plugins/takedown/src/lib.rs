@@ -127,10 +127,11 @@
 //! emptied row), each write guarded on the value read. At most 64
 //! requests deny one object; one more fails with `conflict`.
 //!
-//! Shared, one per repository: `cache-purge 0x00 namespace 0x00 repository`
-//! → [`discover::CachePurge`] `{operation: "takedown:<id hex>",
-//! requested_ms}`, for the host's cache server; a later request's plan
-//! replaces a pending one (the purge covers both).
+//! Partition `invalidation` (the contract's outbox layout): one entry per
+//! holder repository a request discovers (`e` requested-ms, request id,
+//! `namespace/name` → the objects that revealed it), written with the
+//! `holder` marker that makes it once per request; the host delivers it
+//! and deletes it once delivered.
 //!
 //! Partition `lock` (the contract's layout): `r` request id → the
 //! request's lock (created-ms, retain-until-ms, hold, purging); `k

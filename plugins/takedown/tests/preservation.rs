@@ -4,6 +4,7 @@
 mod support;
 
 use custodian_sdk::Error;
+use custodian_sdk::contract::invalidation;
 use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::testing;
 use support::*;
@@ -271,7 +272,7 @@ fn a_serving_copy_missing_at_selection_is_data_loss_recorded_like_corruption() {
 }
 
 #[test]
-fn a_second_holder_repository_is_discovered_once_and_gets_one_cache_purge_row() {
+fn a_second_holder_repository_is_discovered_once_and_gets_one_invalidation_entry() {
     setup();
     let (a, b) = (blob(&bytes(1, 10)), blob(&bytes(2, 20)));
     for object in [a, b] {
@@ -281,16 +282,21 @@ fn a_second_holder_repository_is_discovered_once_and_gets_one_cache_purge_row() 
     let mut driver = file(actions(request_id(5), REPO, &[a, b]));
     driver.until("retain", 40);
 
-    let purges: Vec<(Vec<u8>, Vec<u8>)> = testing::partition("takedown")
+    let entries: Vec<invalidation::Entry> = testing::partition(invalidation::PARTITION)
         .into_iter()
-        .filter(|(k, _)| k.starts_with(b"cache-purge\0"))
+        .map(|(k, v)| invalidation::Entry::decode(&k, &v).unwrap())
         .collect();
-    assert_eq!(purges.len(), 2);
-    assert_eq!(purges[0].0, b"cache-purge\0acme\0widgets".to_vec());
-    assert_eq!(purges[1].0, b"cache-purge\0other\0fork".to_vec());
-    let plan: serde_json::Value = serde_json::from_slice(&purges[1].1).unwrap();
-    assert_eq!(plan["operation"], format!("takedown:{}", hex(&driver.id)));
-    assert!(plan["requested_ms"].as_u64().is_some());
+    let mut repositories: Vec<&str> = entries.iter().map(|e| e.repository.as_str()).collect();
+    repositories.sort_unstable();
+    assert_eq!(repositories, ["acme/widgets", "other/fork"]);
+    for entry in &entries {
+        assert_eq!(entry.request, driver.id);
+        assert_eq!(entry.objects, vec![a], "the first object revealed both");
+        assert_eq!(
+            entry.idempotency_key(),
+            format!("takedown:{}:{}", hex(&driver.id), entry.repository)
+        );
+    }
     assert_eq!(driver.status().counts.holders, 2);
     assert_eq!(driver.rows("holder").len(), 2);
     assert_eq!(

@@ -13,7 +13,9 @@
 //!   content index's keys and rows), which the host writes and a takedown
 //!   plugin reads;
 //! - [`denial`]: the rows by which a takedown withholds content, which a
-//!   takedown plugin writes and the host checks on every read and push.
+//!   takedown plugin writes and the host checks on every read and push;
+//! - [`invalidation`]: the outbox of cache invalidations a takedown plans
+//!   and the host delivers.
 //!
 //! No dependencies, so every plugin can link it.
 
@@ -23,6 +25,7 @@ extern crate alloc;
 
 pub mod content;
 pub mod denial;
+pub mod invalidation;
 pub mod limits;
 pub mod lock;
 pub mod name;

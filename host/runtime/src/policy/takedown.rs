@@ -48,6 +48,10 @@ pub const DENIAL_PARTITION: &str = custodian_core::content::denial::PARTITION;
 /// them (read and write) in its commits, the host refuses any write that
 /// weakens one and any delete or overwrite of a locked object.
 pub const LOCK_PARTITION: &str = custodian_contract::lock::PARTITION;
+/// The outbox of cache invalidations: the takedown plugin plans one entry
+/// per holder repository it discovers (read and write), the host delivers
+/// them.
+pub const INVALIDATION_PARTITION: &str = custodian_contract::invalidation::PARTITION;
 
 /// A takedown request as an operator files it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,14 +153,15 @@ pub struct Counts {
     pub purged_pieces: u64,
 }
 
-/// What a takedown plugin reaches: its own partition, the denial rows and
-/// the lock rows, the content index to read, the serving copies to remove (once
+/// What a takedown plugin reaches: its own partition, the denial rows,
+/// the lock rows and the invalidation outbox, the content index to read, the serving copies to remove (once
 /// preserved) and restore (on a withdrawal), and the preserved store.
 pub fn grants() -> Grants {
     Grants::none()
         .partition(PARTITION)
         .and_then(|g| g.partition(DENIAL_PARTITION))
         .and_then(|g| g.partition(LOCK_PARTITION))
+        .and_then(|g| g.partition(INVALIDATION_PARTITION))
         .and_then(|g| g.read_partition(CONTENT_PARTITION))
         .expect("the takedown partitions are valid, grantable names")
         .store(SERVING_STORE)

@@ -3,22 +3,25 @@
 //! [`crate::step`] loads one, runs the phase and finishes it.
 
 use custodian_sdk::audit::Entry;
-use custodian_sdk::retention::{Assessment, Item};
 use custodian_sdk::steps::{StepResult, Timer};
-use custodian_sdk::{Batch, Commit, Error, kv, retention_oracle};
+use custodian_sdk::{Batch, Commit, Error, kv};
 
 use crate::codec::{Id, encode, hex};
 use crate::denial::DenialState;
 use crate::keys::{self, PARTITION};
 use crate::lock;
 use crate::request::{self, APPLY_WINDOW_MS, Request};
-use crate::state::{self, State};
+use crate::state::{self, Phase, State};
 
 /// Most audit entries one commit may carry (the host's bound).
 pub const MAX_AUDIT: usize = 8;
-/// The soonest a request is stepped again: a retention policy answering
-/// "now" (or the past) must not turn a request into a hot loop.
-const MIN_DELAY_MS: u64 = 1_000;
+/// The soonest a waiting request is stepped again: a retain-until a
+/// moment away is not worth a step per millisecond.
+const MIN_WAIT_MS: u64 = 1_000;
+/// The longest a waiting request sleeps between steps (the seed's hour):
+/// a clock jump, a lock extended by an operator or a lost wake-up is
+/// noticed within this.
+const MAX_WAIT_MS: u64 = 3_600_000;
 
 /// A step in progress: what was read, and the commit being built.
 #[derive(Debug)]
@@ -46,27 +49,9 @@ pub struct Step {
     denial_dirty: bool,
     batch: Batch,
     audit: Vec<Entry>,
-    /// The last question asked of the retention policy and its answer: a
-    /// step asks about the same item at the same instant at its start and
-    /// its end unless the step moved the request to another stage, and
-    /// each question costs a call into the retention plugin.
-    assessed: Option<(Item, Assessment)>,
 }
 
 impl Step {
-    /// The retention policy's assessment of `item` now (asked once per
-    /// distinct item per step).
-    pub fn assess(&mut self, item: Item) -> Result<Assessment, Error> {
-        if let Some((asked, answer)) = &self.assessed
-            && *asked == item
-        {
-            return Ok(answer.clone());
-        }
-        let answer = retention_oracle::assess(item, self.now)?;
-        self.assessed = Some((item, answer.clone()));
-        Ok(answer)
-    }
-
     /// Adds a write to the commit.
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.batch = std::mem::take(&mut self.batch).put(PARTITION, key, value);
@@ -161,8 +146,35 @@ pub fn load(
         denial_dirty: false,
         batch: Batch::new(),
         audit: Vec::new(),
-        assessed: None,
     })
+}
+
+/// When the request is stepped next. While it has work (seeding,
+/// acquiring, verifying, discovering, removing, purging), at once: each
+/// step is bounded by its own budgets, and the host's workers share out
+/// due steps, so no delay is needed to keep one request from hogging a
+/// host. Delays are for waiting: until the lock's retain-until in the
+/// retain phase, for an hour under a legal hold (placing or clearing one
+/// moves the timer to now), until the next re-sweep once purged. The
+/// retention policy decides when retention ends (the retain-until it
+/// answered at the filing), never this pace.
+fn next_due(step: &Step) -> u64 {
+    let now = step.now;
+    let wait_until = |until: u64| {
+        until.clamp(now.saturating_add(MIN_WAIT_MS), now.saturating_add(MAX_WAIT_MS))
+    };
+    let state = &step.state;
+    match state.phase {
+        Phase::Retain if state.hold || step.lock.hold() => now.saturating_add(MAX_WAIT_MS),
+        Phase::Retain => wait_until(step.lock.retain_until(state)),
+        Phase::Purged => wait_until(state.next_purge_at),
+        Phase::Seed
+        | Phase::Acquire
+        | Phase::Closure
+        | Phase::Discover
+        | Phase::Remove
+        | Phase::Purging => now,
+    }
 }
 
 /// Checks the stepped state and returns the commit: the new state guarded
@@ -175,12 +187,7 @@ pub fn finish(mut step: Step) -> Result<StepResult, Error> {
     }
     // A bug here must fail the step, not write a state no step can read.
     step.state.check(&step.request)?;
-    let stage = step.state.schedule_stage();
-    let item = step.state.item(&step.request, stage);
-    let next = step.assess(item)?;
-    let due = next
-        .next_check_ms
-        .max(step.now.saturating_add(MIN_DELAY_MS));
+    let due = next_due(&step);
     if step.denial_dirty
         && let Some(denial) = &mut step.denial_state
     {

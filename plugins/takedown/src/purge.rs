@@ -6,15 +6,11 @@
 //!
 //! Every piece is locked to its request ([`crate::lock`]), and the host
 //! deletes a locked piece only while the lock releases it (purging,
-//! retain-until passed, no hold) and the retention plugin, which the host
-//! asks itself, agrees. So a pass begins only once the lock's retain-until
-//! has passed with no hold, whatever the retention policy answers here (a
-//! policy that allows a purge earlier would have every delete refused);
-//! and a delete the host refuses anyway (`access-denied`) is recorded for
-//! that piece (audited, `last_error`) and the pass goes on: the next
-//! re-sweep tries it again.
+//! retain-until passed, no hold). So a pass begins only once the lock's
+//! retain-until has passed with no hold; a delete the host refuses anyway
+//! (`access-denied`) is recorded for that piece (audited, `last_error`)
+//! and the pass goes on: the next re-sweep tries it again.
 
-use custodian_sdk::retention::{Stage, Verdict};
 use custodian_sdk::{Error, kv};
 
 use crate::codec::{decode, describe, hex};
@@ -30,22 +26,22 @@ const PIECES_PER_STEP: usize = MAX_AUDIT;
 
 /// The purge check every step starts with: begins a purge pass when no
 /// hold is set (in the state or the lock), none is under way, the lock's
-/// retain-until has passed, the retention policy allows it and, once
-/// purged, the re-sweep is due. Returns whether it began one (the step
-/// does nothing else then; its commit sets the lock purging).
+/// retain-until has passed and, once purged, the re-sweep is due. Returns
+/// whether it began one (the step does nothing else then; its commit sets
+/// the lock purging).
+///
+/// The retention policy is not asked again: the lock's retain-until is
+/// its answer when the request was filed (grown only by an operator's
+/// extension), so a later change of the settings governs new requests.
 pub fn start(step: &mut Step) -> Result<bool, Error> {
     let state = &step.state;
+    let due = !state.purged || step.now >= state.next_purge_at;
     if state.hold
         || state.phase == Phase::Purging
         || step.lock.hold()
         || step.now < step.lock.retain_until(state)
+        || !due
     {
-        return Ok(false);
-    }
-    let item = state.item(&step.request, state.purge_check_stage());
-    let due = !state.purged || step.now >= state.next_purge_at;
-    let assessment = step.assess(item)?;
-    if !(matches!(assessment.may_purge, Verdict::Allow) && due) {
         return Ok(false);
     }
     let state = &mut step.state;
@@ -108,6 +104,10 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long after a pass the next re-sweep for late writes starts (the
+/// seed's hour): the pace of purging is this policy's, not retention's.
+pub const RESWEEP_MS: u64 = 3_600_000;
+
 /// Version pages read per piece: a piece has one version, plus one per
 /// late write; past this the piece is left to the next pass (the step
 /// fails and is retried) rather than spending the step's budget.
@@ -125,10 +125,7 @@ fn complete(step: &mut Step) -> Result<(), Error> {
     };
     state.purged = true;
     state.purge_after = None;
-    let item = state.item(&step.request, Stage::Purged);
-    let next_purge_at = step.assess(item)?.next_check_ms;
-    let state = &mut step.state;
-    state.next_purge_at = next_purge_at;
+    state.next_purge_at = step.now.saturating_add(RESWEEP_MS);
     let detail = format!(
         "{} pieces deleted in all; next re-sweep at {}",
         state.counts.purged_pieces, state.next_purge_at

@@ -217,17 +217,6 @@ impl State {
         }
     }
 
-    /// The retention stage the purge check asks about.
-    pub fn purge_check_stage(&self) -> Stage {
-        if self.purged {
-            Stage::Purged
-        } else if self.phase == Phase::Retain {
-            Stage::Retaining
-        } else {
-            Stage::Active
-        }
-    }
-
     /// The retention stage the next step is scheduled for.
     pub fn schedule_stage(&self) -> Stage {
         match self.phase {

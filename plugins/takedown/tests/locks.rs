@@ -260,18 +260,10 @@ fn a_hold_left_on_the_lock_without_one_in_the_state_is_cleared_before_a_purge_be
     assert_eq!(driver.step()[0].event, "PreservationPurgeStarted");
 }
 
-/// A retention plugin that allows purges but, asked by the host about a
-/// piece, keeps it.
-fn keeps_pieces(item: Item, now: u64) -> Result<Assessment, Error> {
-    let mut answer = bundled_assess(item, now)?;
-    answer.may_delete = Verdict::Deny("kept for an audit".into());
-    Ok(answer)
-}
-
 #[test]
 fn a_piece_delete_the_host_refuses_is_recorded_and_the_pass_still_completes() {
     setup();
-    swap_retention(keeps_pieces);
+    keep_released_pieces(Some("kept for an audit"));
     let mut driver = retained(MIB + 1);
     driver.now = T0 + RETENTION_MS;
     assert_eq!(driver.step()[0].event, "PreservationPurgeStarted");
@@ -297,8 +289,8 @@ fn a_piece_delete_the_host_refuses_is_recorded_and_the_pass_still_completes() {
     assert!(status.last_error.unwrap().contains("access denied"));
     assert_eq!(driver.preserved_keys().len(), 2, "the host kept them");
 
-    // The retention policy lets them go: the hourly re-sweep deletes them.
-    swap_retention(bundled_assess);
+    // The host lets them go: the hourly re-sweep deletes them.
+    keep_released_pieces(None);
     assert_eq!(driver.step()[0].event, "PreservationPurgeStarted");
     driver.until("purged", 3);
     assert!(driver.preserved_keys().is_empty());

@@ -1,6 +1,6 @@
 //! What the locks let one request destroy: the piece lock its key carries
-//! and, on a store configured `locked`, the retention plugin's verdict on
-//! the version it would destroy.
+//! (which alone decides for a piece) and, on a store configured `locked`,
+//! the retention plugin's verdict on the version it would destroy.
 //!
 //! A check reads before the request runs, so it is only as good as the
 //! request is to what was read. Writes are made exact: where the caller's
@@ -90,7 +90,7 @@ impl Gate {
         };
         let now = self.clock.now_ms();
         if let Some(piece) = &piece {
-            self.piece_may_go(piece, key, now).await?;
+            self.piece_may_go(piece, key, now)?;
         }
         if self.locked {
             let destroyed = Destroyed {
@@ -121,7 +121,7 @@ impl Gate {
         // A locked key's every version, and its current object, stay until
         // the lock releases, whether or not anything is there to delete.
         if let Some(piece) = &piece {
-            self.piece_may_go(piece, key, now).await?;
+            self.piece_may_go(piece, key, now)?;
         }
         if !self.locked {
             return Ok(());
@@ -203,33 +203,18 @@ impl Gate {
     }
 
     /// Whether a version of `key` under `piece`'s lock may go at `now`:
-    /// the lock releases and retention, asked about the request's pieces
-    /// as purging, allows it.
-    async fn piece_may_go(
-        &self,
-        piece: &PieceLock,
-        key: &ObjectKey,
-        now: u64,
-    ) -> Result<(), ObjectError> {
-        if let Some(why) = piece.keeps(&self.store, key, now) {
-            return Err(ObjectError::Retained(
+    /// the lock releases it. The lock alone decides: its retain-until *is*
+    /// the retention plugin's answer, recorded when the request was filed
+    /// (and grown only by an operator's explicit extension), so a later
+    /// change of the retention settings or plugin governs new requests,
+    /// never the evidence an earlier one already keeps.
+    fn piece_may_go(&self, piece: &PieceLock, key: &ObjectKey, now: u64) -> Result<(), ObjectError> {
+        match piece.keeps(&self.store, key, now) {
+            Some(why) => Err(ObjectError::Retained(
                 format!("{why}; nothing was changed").into(),
-            ));
+            )),
+            None => Ok(()),
         }
-        let item = Item {
-            created_ms: piece.lock.created_ms,
-            noncurrent_since_ms: None,
-            hold: false,
-            stage: Stage::Purging,
-        };
-        let what = || {
-            format!(
-                "{key:?} in store {} (locked by takedown request {}, released)",
-                self.store,
-                hex::encode(piece.request)
-            )
-        };
-        self.retention_allows(item, now, what).await
     }
 
     /// Whether `destroyed` of `key` on this locked store may go at `now`.

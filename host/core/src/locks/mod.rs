@@ -12,8 +12,8 @@
 //!   partition is checked against the contract's transition rules;
 //! - [`store::LockedStore`] (a [`custodian_object::ObjectStore`]): every
 //!   request that would delete or overwrite an object asks the lock its
-//!   key carries and, on a store configured `locked`, the retention
-//!   plugin about the version it would destroy;
+//!   key carries or, on a store configured `locked`, the retention plugin
+//!   about the version it would destroy;
 //! - [`late::LateRetention`]: the retention plugin, bound once the plugin
 //!   set has loaded (the set is given the stores, so the stores exist
 //!   first), refusing until then.
@@ -27,13 +27,16 @@
 //!    checked (`Equals`/`Absent`), so a concurrent writer makes the batch
 //!    fail its guard and be checked again, never slip past. Lock rows are
 //!    never deleted, and a piece row never changes hands.
-//! 2. **A locked object goes only when its lock lets it and retention
-//!    agrees.** A delete of any version of a key with a piece row, or a
-//!    write over its existing object, is refused unless the request's
-//!    lock [`releases`](custodian_contract::lock::RequestLock::releases)
-//!    now *and* the retention plugin, asked by the host, allows the
-//!    delete. The plugin cannot unlock on its own: a release needs the
-//!    lock rows, which only move forward.
+//! 2. **A locked object goes only when its lock lets it.** A delete of
+//!    any version of a key with a piece row, or a write over its existing
+//!    object, is refused unless the request's lock
+//!    [`releases`](custodian_contract::lock::RequestLock::releases) now.
+//!    No plugin can unlock on its own: a release needs the lock rows,
+//!    which only move forward. The retention plugin is not asked again:
+//!    the lock's retain-until is its answer, recorded when the request
+//!    was filed, so a later change of retention governs new requests and
+//!    an existing one is kept longer only by an explicit, audited
+//!    extension of its lock.
 //! 3. **On a locked store, nothing is destroyed without retention's yes.**
 //!    A delete of a version, a delete that leaves no current version, and
 //!    an overwrite of the current object each ask the retention plugin

@@ -54,6 +54,7 @@ pub fn swap_retention(assess: fn(Item, u64) -> Result<Assessment, Error>) {
 pub fn setup() {
     testing::reset(T0);
     REFUSALS.with(|r| r.borrow_mut().clear());
+    keep_released_pieces(None);
     swap_retention(bundled_assess);
     testing::set_guard(Guard {
         batch: host_lock_rows,
@@ -64,6 +65,8 @@ pub fn setup() {
 thread_local! {
     /// Set while a test writes behind the host's back.
     static BEHIND: Cell<bool> = const { Cell::new(false) };
+    /// Why the host refuses deletes of released pieces, when a test says so.
+    static KEEPING: Cell<Option<&'static str>> = const { Cell::new(None) };
     /// Every write the host's lock rules refused, with why.
     static REFUSALS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
@@ -160,16 +163,18 @@ fn host_locked_objects(store: &str, key: &str, write: ObjectWrite) -> Result<(),
     if !lock.releases(now) {
         return Err(refuse(format!("{store}/{key}: its lock holds it")));
     }
-    let item = Item {
-        created_ms: lock.created_ms,
-        noncurrent_since_ms: None,
-        hold: lock.hold,
-        stage: Stage::Purging,
-    };
-    match retention_oracle::assess(item, now)?.may_delete {
-        Verdict::Allow => Ok(()),
-        Verdict::Deny(why) => Err(refuse(format!("{store}/{key}: retention: {why}"))),
+    // The lock alone decides; a test may have the host refuse anyway.
+    match KEEPING.with(Cell::get) {
+        Some(why) => Err(refuse(format!("{store}/{key}: {why}"))),
+        None => Ok(()),
     }
+}
+
+/// Has the host refuse every delete of a released piece with `why`
+/// (`None`: the lock alone decides again), as a host would that fails
+/// closed for a reason of its own.
+pub fn keep_released_pieces(why: Option<&'static str>) {
+    KEEPING.with(|k| k.set(why));
 }
 
 /// Request `id`'s lock, if it has one.

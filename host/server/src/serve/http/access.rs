@@ -20,7 +20,6 @@ use axum::extract::{MatchedPath, RawPathParams, Request};
 use axum::http::{Method, StatusCode, header};
 
 use super::ApiError;
-use super::auth::actor;
 use crate::serve::Host;
 use custodian_core::audit::{self, Record};
 use custodian_core::decisions::access::{
@@ -308,7 +307,7 @@ pub(super) fn refusal_record(
     }
     Record {
         at_ms: host.clock.now_ms(),
-        actor: actor(&principal.name),
+        actor: principal.actor(),
         event: event.into(),
         targets,
         detail: Some(truncated(reason, audit::MAX_DETAIL_BYTES)),

@@ -104,13 +104,8 @@ pub struct Caller(pub Principal);
 impl Caller {
     /// How the audit log names the caller: `principal:NAME`.
     pub fn actor(&self) -> String {
-        actor(&self.0.name)
+        self.0.actor()
     }
-}
-
-/// How the audit log names principal `name`.
-pub fn actor(name: &str) -> String {
-    format!("principal:{name}")
 }
 
 /// Middleware: names the request's principal (401 without one), puts the

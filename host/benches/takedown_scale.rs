@@ -12,10 +12,24 @@
 //! holders discovered; each step one durable, fsynced transaction on the
 //! redb KV), and again from the end of retention to purged. The clock is
 //! simulated (`--fast-forward-to`), so the figures are the host's and the
-//! plugins' work, not the policy's one-second pacing.
+//! plugins' work alone.
+//!
+//! ```text
+//! cargo bench -p custodian --bench takedown_scale -- serve [OBJECTS] [REQUESTS]
+//! ```
+//!
+//! runs on the real clock instead, as an operator would: it pushes one
+//! pack of OBJECTS (default 1,000) files of 1 KiB into each of REQUESTS+1
+//! repositories (default 10), starts `custodian serve` on the embedded
+//! default with its default workers, then files one request through the
+//! API and times it from the filing to `retain`; then files the other
+//! REQUESTS at once and times them until every one is in `retain`. It
+//! prints both times and their ratio (REQUESTS = 0 skips the concurrent
+//! run).
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const T0: u64 = 1_700_000_000_000;
@@ -78,29 +92,27 @@ fn status(cache: &Path, data: &str, id: &str) -> serde_json::Value {
     serde_json::from_str(&stdout).unwrap()
 }
 
-fn main() {
-    let objects: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(10_000);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let tree = dir.path().join("tree");
-    std::fs::create_dir_all(&tree).unwrap();
+/// A directory `tree` of `objects` distinct files of 1 KiB (`seed` makes
+/// each tree's content its own).
+fn make_tree(tree: &Path, objects: usize, seed: u64) {
+    std::fs::create_dir_all(tree).unwrap();
     for i in 0..objects {
         let mut body = vec![0u8; 1024];
         body[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        body[8..16].copy_from_slice(&seed.to_le_bytes());
         std::fs::write(tree.join(format!("f{i:06}")), body).unwrap();
     }
-    let data_path = dir.path().join("data");
-    let data = data_path.to_str().unwrap();
+}
 
-    let (pushed, push_time) = run(
-        &cache,
+/// Pushes `tree` (a directory named `tree`) into `repo`; its pack's id
+/// and the time it took.
+fn push_pack(cache: &Path, data: &str, repo: &str, tree: &Path) -> (String, Duration) {
+    let (pushed, time) = run(
+        cache,
         &[
             "repo",
             "push",
-            "alpha/one",
+            repo,
             tree.to_str().unwrap(),
             "--data",
             data,
@@ -115,6 +127,26 @@ fn main() {
         .as_str()
         .unwrap()
         .to_owned();
+    (pack, time)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if args.iter().any(|a| a == "serve") {
+        let objects = numbers.first().copied().unwrap_or(1_000);
+        let requests = numbers.get(1).copied().unwrap_or(10);
+        return real_clock(objects, requests);
+    }
+    let objects = numbers.first().copied().unwrap_or(10_000);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let tree = dir.path().join("tree");
+    make_tree(&tree, objects, 0);
+    let data_path = dir.path().join("data");
+    let data = data_path.to_str().unwrap();
+
+    let (pack, push_time) = push_pack(&cache, data, "alpha/one", &tree);
     let (created, _) = run(
         &cache,
         &[
@@ -154,5 +186,135 @@ fn main() {
     println!(
         "  total           {:>8.1} s",
         (acquire_time + purge_time).as_secs_f64()
+    );
+}
+
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `custodian serve` on a free port of 127.0.0.1 over `data`, with its
+/// defaults; the server and its base URL.
+fn serve(cache: &Path, data: &str) -> (Server, String) {
+    let mut child = custodian(cache)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data", data])
+        .env("CUSTODIAN_TOKEN", TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the server starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the server says where it listens")
+        .to_owned();
+    (Server(child), base)
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// Files a takedown of `pack` of `repo` through the API; its id.
+fn file(base: &str, repo: &str, pack: &str) -> String {
+    let body = serde_json::json!({"repository": repo, "pack": pack}).to_string();
+    let mut response = agent()
+        .post(&format!("{base}/v1/takedowns"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .send(body.as_bytes())
+        .expect("the server answers");
+    let text = response.body_mut().read_to_string().unwrap();
+    assert_eq!(response.status().as_u16(), 201, "{text}");
+    let created: serde_json::Value = serde_json::from_str(&text).unwrap();
+    created["id"].as_str().unwrap().to_owned()
+}
+
+fn phase(base: &str, id: &str) -> serde_json::Value {
+    let mut response = agent()
+        .get(&format!("{base}/v1/takedowns/{id}"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("the server answers");
+    serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
+}
+
+/// Waits until every request of `ids` is in `retain` (polling every
+/// 50 ms); the time from `since`. Fails after an hour.
+fn until_retained(base: &str, ids: &[String], since: Instant, objects: usize) -> Duration {
+    let mut waiting: Vec<&String> = ids.iter().collect();
+    while !waiting.is_empty() {
+        assert!(since.elapsed() < Duration::from_secs(3600), "over an hour");
+        waiting.retain(|id| {
+            let s = phase(base, id);
+            if s["phase"] == "retain" {
+                assert_eq!(s["counts"]["verified"], objects as u64, "{s}");
+                false
+            } else {
+                true
+            }
+        });
+        if !waiting.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    since.elapsed()
+}
+
+/// The real-clock run: see the module documentation.
+fn real_clock(objects: usize, requests: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let data_path = dir.path().join("data");
+    let data = data_path.to_str().unwrap();
+    let mut packs = Vec::new();
+    for k in 0..=requests {
+        let tree = dir.path().join(format!("t{k}")).join("tree");
+        make_tree(&tree, objects, k as u64);
+        let repo = format!("alpha/r{k}");
+        let (pack, _) = push_pack(&cache, data, &repo, &tree);
+        packs.push((repo, pack));
+    }
+    let (_server, base) = serve(&cache, data);
+
+    let started = Instant::now();
+    let one = file(&base, &packs[0].0, &packs[0].1);
+    let alone = until_retained(&base, &[one], started, objects);
+    println!("real clock, custodian serve on the embedded default (redb + fs, default workers):");
+    println!(
+        "  1 request of {objects} objects of 1 KiB (one pack): file -> retain {:>8.2} s",
+        alone.as_secs_f64()
+    );
+    if requests == 0 {
+        return;
+    }
+    let started = Instant::now();
+    let ids: Vec<String> = packs[1..]
+        .iter()
+        .map(|(repo, pack)| file(&base, repo, pack))
+        .collect();
+    let together = until_retained(&base, &ids, started, objects);
+    println!(
+        "  {requests} concurrent requests of {objects} objects each: file -> all retain {:>8.2} s",
+        together.as_secs_f64()
+    );
+    println!(
+        "  ratio concurrent / one: {:.2}x (target <= 2x)",
+        together.as_secs_f64() / alone.as_secs_f64()
     );
 }

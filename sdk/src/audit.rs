@@ -4,9 +4,9 @@
 pub use crate::bindings::host::custodian::host::audit::Entry;
 
 #[cfg(target_arch = "wasm32")]
-pub use crate::bindings::host::custodian::host::audit::append;
+pub use crate::bindings::host::custodian::host::audit::{append, apply_with};
 #[cfg(not(target_arch = "wasm32"))]
-pub use crate::native::audit::append;
+pub use crate::native::audit::{append, apply_with};
 
 /// An entry with no detail.
 pub fn entry(event: &str, targets: impl IntoIterator<Item = impl Into<String>>) -> Entry {

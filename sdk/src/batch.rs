@@ -116,6 +116,16 @@ impl Batch {
         crate::kv::apply(&self.0)
     }
 
+    /// Commits the batch now with `entries` in the audit log, in the same
+    /// transaction (at most 8): for something a policy commits mid-step,
+    /// such as an intent recorded before bytes are written.
+    ///
+    /// # Errors
+    /// As [`Batch::apply`]; an entry out of its bounds.
+    pub fn apply_audited(&self, entries: &[crate::audit::Entry]) -> Result<Outcome, Error> {
+        crate::audit::apply_with(&self.0, entries)
+    }
+
     /// The WIT record, for callers that build their own results.
     pub fn into_wit(self) -> WitBatch {
         self.0

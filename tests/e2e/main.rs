@@ -21,6 +21,7 @@ mod server;
 mod support;
 mod takedown;
 mod takedown_crash;
+mod takedown_progress;
 mod tick;
 mod tick_crash;
 mod versions;

@@ -288,6 +288,38 @@ fn a_takedown_preserves_verifies_discovers_retains_respects_a_hold_purges_and_re
             .any(|(e, _, _)| e.starts_with("PreservationPurge"))
     );
 
+    // An operator keeps the evidence longer, explicitly and audited; a
+    // retain-until never shrinks.
+    let extend = |until: u64| {
+        run(&[
+            "takedown",
+            "extend",
+            &id,
+            "--until",
+            &until.to_string(),
+            "--data",
+            data,
+            "--now",
+            &(T0 + 40 * MINUTE).to_string(),
+            "--retention-ms",
+            RETENTION,
+        ])
+    };
+    let extended = extend(T0 + DAY + HOUR);
+    assert!(extended.status.success(), "{extended:?}");
+    assert_eq!(status(data, &id)["retain_until_ms"], T0 + DAY + HOUR);
+    let shorter = extend(T0 + DAY);
+    assert_eq!(shorter.status.code(), Some(1), "{shorter:?}");
+    assert!(
+        String::from_utf8_lossy(&shorter.stderr).contains("an extension must be later"),
+        "{shorter:?}"
+    );
+    assert!(
+        audit(data).iter().any(|r| r["event"] == "takedown/extend"
+            && r["actor"].as_str().unwrap().starts_with("operator:")),
+        "the extension is audited"
+    );
+
     // A legal hold keeps everything past retain-until.
     ok(&[
         "takedown",

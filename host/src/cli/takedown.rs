@@ -132,6 +132,28 @@ pub enum TakedownCommand {
         #[arg(long, value_name = "MS")]
         now: Option<u64>,
     },
+    /// Keep a request's preserved evidence longer: its lock's retain-until
+    /// moves to `--until`.
+    ///
+    /// A request keeps its evidence until the retain-until the retention
+    /// policy answered when it was filed; changing the retention settings
+    /// later governs new requests only. This is how an existing one is
+    /// kept longer: explicitly, audited as `takedown/extend`. Refused
+    /// (exit 1) once purging has begun, and when `--until` is not later
+    /// than the retain-until in force (a retain-until never shrinks).
+    #[command(verbatim_doc_comment)]
+    Extend {
+        #[command(flatten)]
+        policy: TakedownPolicyArgs,
+        /// The request id.
+        id: String,
+        /// The new retain-until, ms since the epoch.
+        #[arg(long, value_name = "MS")]
+        until: u64,
+        /// When, ms since the epoch [default: now].
+        #[arg(long, value_name = "MS")]
+        now: Option<u64>,
+    },
 }
 
 impl TakedownPolicyArgs {
@@ -342,6 +364,19 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
                 if enabled { "set" } else { "cleared" },
                 hex(&id)
             );
+            Ok(())
+        }
+        TakedownCommand::Extend {
+            policy,
+            id,
+            until,
+            now,
+        } => {
+            let id = parse_id(&id, "request id")?;
+            policy.act(global, clock(now), |_, _, io, kv, action| {
+                requests::extend(io, kv, &id, until, action)
+            })?;
+            eprintln!("{} is retained until {until}", hex(&id));
             Ok(())
         }
     }

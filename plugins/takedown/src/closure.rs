@@ -1,6 +1,15 @@
 //! Closure: verify each manifest's reassembly over the *preserved* bytes —
 //! every chunk's pieces against their intents, every chunk against its
 //! BLAKE3 id, and the whole file against the manifest's length and CRC.
+//!
+//! A manifest that does not reassemble (a chunk missing, short, changed
+//! or not hashing to its id; a length or CRC that differs) is recorded
+//! once — a `PreservationClosureMismatch` event naming the manifest and
+//! the chunk, counted with the objects that could not be preserved whole,
+//! verification `closure-mismatch` — and the request moves on, as
+//! acquisition does for a corrupt source: what is preserved stays
+//! preserved, and retrying cannot make the bytes match. Only a failure to
+//! *read* (the KV or store unavailable) fails the step, to be retried.
 
 use std::collections::BTreeMap;
 
@@ -48,22 +57,81 @@ impl Checkpoint {
     }
 }
 
+/// Why a step of closure stopped short.
+#[derive(Debug)]
+enum Failure {
+    /// The preserved bytes do not reassemble the manifest: what differs,
+    /// and the chunk, when one is to blame.
+    Mismatch(String, Option<Id>),
+    /// Something could not be read or decoded: the step fails and is
+    /// retried.
+    Host(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Self::Host(error)
+    }
+}
+
 /// One closure step.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::CLOSURE, &step.id);
     let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
     let Some(row) = page.entries.into_iter().next() else {
-        step.state.verification = Verification::Verified;
         step.state.phase = Phase::Discover;
-        step.event(
-            "PreservationVerified",
-            &[],
-            Some("every manifest's reassembly verified".into()),
-        );
+        if step.state.verification == Verification::ClosureMismatch {
+            step.event(
+                "PreservationClosureIncomplete",
+                &[],
+                Some(format!(
+                    "{} objects could not be preserved whole",
+                    step.state.counts.corrupt
+                )),
+            );
+        } else {
+            step.state.verification = Verification::Verified;
+            step.event(
+                "PreservationVerified",
+                &[],
+                Some("every manifest's reassembly verified".into()),
+            );
+        }
         return Ok(());
     };
     let manifest_id = keys::object_of(&row.key, &start, "closure")?;
-    let mut checkpoint: Checkpoint = decode(&row.value, "a closure checkpoint")?;
+    match verify(step, &row.key, &row.value, &manifest_id) {
+        Ok(()) => Ok(()),
+        Err(Failure::Host(error)) => Err(error),
+        Err(Failure::Mismatch(what, chunk)) => {
+            let message = format!(
+                "manifest {} does not reassemble from the preserved copy: {what}",
+                hex(&manifest_id)
+            );
+            let mut targets = vec![hex(&manifest_id)];
+            targets.extend(chunk.map(|c| hex(&c)));
+            step.event(
+                "PreservationClosureMismatch",
+                &targets,
+                Some(message.clone()),
+            );
+            // Recorded once: the row goes with this commit, so the
+            // manifest is never verified (nor reported) again.
+            step.delete(row.key);
+            step.state.counts.corrupt += 1;
+            step.state.verification = Verification::ClosureMismatch;
+            step.state.set_error(&message);
+            Ok(())
+        }
+    }
+}
+
+/// Verifies the next part of `manifest_id`'s reassembly (its `closure`
+/// row `key` holding `value`), writing the checkpoint, or deleting the row
+/// once the whole file is verified.
+fn verify(step: &mut Step, key: &[u8], value: &[u8], manifest_id: &Id) -> Result<(), Failure> {
+    let manifest_id = *manifest_id;
+    let mut checkpoint: Checkpoint = decode(value, "a closure checkpoint")?;
     let info = state::load_info(&step.id, &manifest_id)?;
     let count = manifest::count_for_size(info.size)
         .filter(|_| info.kind == MANIFEST && info.verified)
@@ -77,7 +145,8 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         return Err(corrupt(format!(
             "the closure checkpoint of {} is past its chunks",
             hex(&manifest_id)
-        )));
+        ))
+        .into());
     }
     let mut reader = Reader::new(step.id, manifest_id, info.size);
     let take = CHUNKS_PER_STEP.min(count - checkpoint.next);
@@ -99,21 +168,18 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         for (chunk, raw) in chunks.iter().zip(infos) {
             let chunk_info = state::decode_info(chunk, raw.as_deref())?;
             if !chunk_info.verified {
-                return Err(mismatch(
-                    &manifest_id,
-                    &format!("chunk {} is not preserved", hex(chunk)),
-                ));
+                return Err(mismatch(chunk, "is not preserved"));
             }
             if read > 0 && read + chunk_info.size > BYTES_PER_STEP {
                 break;
             }
-            verify_chunk(step, &manifest_id, chunk, chunk_info.size, &mut checkpoint)?;
+            verify_chunk(step, chunk, chunk_info.size, &mut checkpoint)?;
             read += chunk_info.size;
             checkpoint.next += 1;
         }
     }
     if checkpoint.next < count {
-        step.put(row.key, encode(&checkpoint)?);
+        step.put(key.to_vec(), encode(&checkpoint)?);
         return Ok(());
     }
     let header = reader.read(0, manifest::HEADER)?;
@@ -137,91 +203,82 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             .map_err(|_| corrupt("a manifest trailer"))?,
     );
     if declared != count || length != checkpoint.length || crc64 != checkpoint.crc64 {
-        return Err(mismatch(
-            &manifest_id,
-            &format!(
+        return Err(Failure::Mismatch(
+            format!(
                 "reassembled {} bytes with CRC {:016x}; the manifest declares {length} bytes with CRC {crc64:016x}",
                 checkpoint.length, checkpoint.crc64
             ),
+            None,
         ));
     }
-    step.delete(row.key);
+    step.delete(key.to_vec());
     Ok(())
 }
 
-fn mismatch(manifest_id: &Id, what: &str) -> Error {
-    corrupt(format!(
-        "manifest {} does not reassemble from the preserved copy: {what}",
-        hex(manifest_id)
-    ))
+/// A mismatch to blame on `chunk`.
+fn mismatch(chunk: &Id, what: &str) -> Failure {
+    Failure::Mismatch(format!("chunk {} {what}", hex(chunk)), Some(*chunk))
+}
+
+/// A mismatch in the manifest's own preserved bytes.
+fn own(what: String) -> Failure {
+    Failure::Mismatch(what, None)
 }
 
 /// Verifies one chunk from its preserved pieces and appends it to the
 /// running reassembly.
 fn verify_chunk(
     step: &Step,
-    manifest_id: &Id,
     chunk: &Id,
     size: u64,
     checkpoint: &mut Checkpoint,
-) -> Result<(), Error> {
+) -> Result<(), Failure> {
     let (start, end) = keys::prefix_range(keys::object_key(keys::PIECE, &step.id, chunk));
     let page = kv::scan(PARTITION, &start, Some(&end), None, MAX_PIECES + 1)?;
     if page.next.is_some() || page.entries.len() > MAX_PIECES as usize {
-        return Err(mismatch(
-            manifest_id,
-            &format!("chunk {} has too many pieces", hex(chunk)),
-        ));
+        return Err(mismatch(chunk, "has too many pieces"));
     }
     let mut hasher = blake3::Hasher::new();
     let mut offset = 0u64;
     for entry in &page.entries {
         let piece: Piece = decode(&entry.value, "a piece intent")?;
         if piece.check(&step.id, &entry.key)? != *chunk || piece.offset != offset {
-            return Err(mismatch(
-                manifest_id,
-                &format!("chunk {} has a gap", hex(chunk)),
-            ));
+            return Err(mismatch(chunk, "has a gap"));
         }
-        let (bytes, crc64) = fetch(manifest_id, &piece)?;
+        let (bytes, crc64) = fetch(&piece, Some(chunk))?;
         hasher.update(&bytes);
         checkpoint.append(crc64, piece.len);
         offset += piece.len;
     }
     if offset != size {
         return Err(mismatch(
-            manifest_id,
-            &format!(
-                "chunk {} has {offset} of {size} bytes preserved",
-                hex(chunk)
-            ),
+            chunk,
+            &format!("has {offset} of {size} bytes preserved"),
         ));
     }
     if hasher.finalize().as_bytes() != chunk {
-        return Err(mismatch(
-            manifest_id,
-            &format!("chunk {} does not hash to its id", hex(chunk)),
-        ));
+        return Err(mismatch(chunk, "does not hash to its id"));
     }
     Ok(())
 }
 
 /// A preserved piece's bytes and CRC, checked against its intent; a
-/// mismatch names the manifest being verified.
-fn fetch(manifest_id: &Id, piece: &Piece) -> Result<(Vec<u8>, u64), Error> {
-    let (_, bytes) = objects::get(PRESERVED, &piece.key, None).map_err(|error| match error {
-        Error::NotFound(_) => mismatch(
-            manifest_id,
-            &format!("preserved piece {} is missing", piece.key),
-        ),
-        other => other,
-    })?;
+/// mismatch is blamed on `chunk` (`None`: the manifest's own bytes).
+fn fetch(piece: &Piece, chunk: Option<&Id>) -> Result<(Vec<u8>, u64), Failure> {
+    let blame = |what: String| Failure::Mismatch(what, chunk.copied());
+    let bytes = match objects::get(PRESERVED, &piece.key, None) {
+        Ok((_, bytes)) => bytes,
+        Err(Error::NotFound(_)) => {
+            return Err(blame(format!("preserved piece {} is missing", piece.key)));
+        }
+        Err(other) => return Err(other.into()),
+    };
     let crc64 = checksum::crc64_nvme(&bytes);
     if bytes.len() as u64 != piece.len || crc64 != piece.crc64 {
-        return Err(mismatch(
-            manifest_id,
-            &format!("preserved piece {} differs from its intent", piece.key),
-        ));
+        return Err(blame(format!(
+            "preserved piece {} differs from its intent",
+            piece.key
+        )));
     }
     Ok((bytes, crc64))
 }
@@ -245,11 +302,11 @@ impl Reader {
         }
     }
 
-    fn read(&mut self, start: u64, len: u64) -> Result<Vec<u8>, Error> {
+    fn read(&mut self, start: u64, len: u64) -> Result<Vec<u8>, Failure> {
         let end = start
             .checked_add(len)
             .filter(|end| *end <= self.size)
-            .ok_or_else(|| mismatch(&self.object, "a read past its end"))?;
+            .ok_or_else(|| own("a read past its end".into()))?;
         let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         let mut at = start;
         while at < end {
@@ -259,7 +316,7 @@ impl Reader {
             let from = (at - base) as usize;
             let to = ((end - base).min(piece.len() as u64)) as usize;
             if from >= to {
-                return Err(mismatch(&self.object, "a piece shorter than its place"));
+                return Err(own("a piece shorter than its place".into()));
             }
             out.extend_from_slice(&piece[from..to]);
             at = base + to as u64;
@@ -267,15 +324,14 @@ impl Reader {
         Ok(out)
     }
 
-    fn piece(&mut self, offset: u64) -> Result<&[u8], Error> {
+    fn piece(&mut self, offset: u64) -> Result<&[u8], Failure> {
         if !self.pieces.contains_key(&offset) {
             let row = keys::piece_key(&self.id, &self.object, offset);
-            let raw = kv::get(PARTITION, &row)?.ok_or_else(|| {
-                mismatch(&self.object, &format!("no piece intent at offset {offset}"))
-            })?;
+            let raw = kv::get(PARTITION, &row)?
+                .ok_or_else(|| own(format!("no piece intent at offset {offset}")))?;
             let piece: Piece = decode(&raw, "a piece intent")?;
             piece.check(&self.id, &row)?;
-            let (bytes, _) = fetch(&self.object, &piece)?;
+            let (bytes, _) = fetch(&piece, None)?;
             self.pieces.insert(offset, bytes);
         }
         Ok(self

@@ -161,7 +161,10 @@ pub fn load(
 fn next_due(step: &Step) -> u64 {
     let now = step.now;
     let wait_until = |until: u64| {
-        until.clamp(now.saturating_add(MIN_WAIT_MS), now.saturating_add(MAX_WAIT_MS))
+        until.clamp(
+            now.saturating_add(MIN_WAIT_MS),
+            now.saturating_add(MAX_WAIT_MS),
+        )
     };
     let state = &step.state;
     match state.phase {

@@ -5,6 +5,7 @@
 //! the host keeps the piece from its first byte; the piece is published
 //! with `if-none-match: *`, never over an existing object.
 
+use custodian_sdk::audit::Entry;
 use custodian_sdk::kv::Outcome;
 use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::{Batch, Error, checksum};
@@ -104,7 +105,14 @@ pub fn pieces(
                 keys::piece_key(&step.id, object, offset),
                 encode(&piece)?,
             );
-        let outcome = lock::piece(intent, &step.id, &piece.key).apply()?;
+        // Audited in the intent's own commit: the log shows every piece
+        // that may exist, as the purge will look for it.
+        let audited = Entry {
+            event: "PreservationPieceIntent".into(),
+            targets: vec![hex(&step.id), hex(object), piece.key.clone()],
+            detail: Some(format!("offset {offset}, {len} bytes, crc64 {crc64:016x}")),
+        };
+        let outcome = lock::piece(intent, &step.id, &piece.key).apply_audited(&[audited])?;
         if outcome != Outcome::Committed {
             return Err(Error::Unavailable("preservation intent raced".into()));
         }

@@ -12,10 +12,10 @@ use crate::codec::{corrupt, encode, hex};
 use crate::content;
 use crate::context::Step;
 use crate::keys::{self, PARTITION};
-use crate::state::{self, Phase, Verification};
+use crate::state::{self, Phase};
 
-/// Holders handled per step: each costs up to four commit operations
-/// (known namespace, marker guard and write, invalidation entry).
+/// Holders handled per step: each costs up to three commit operations
+/// (marker guard and write, invalidation entry).
 const HOLDERS_PER_STEP: u32 = 16;
 
 /// The `holder` marker: which object revealed the holder, and when.
@@ -33,8 +33,7 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::DISCOVER, &step.id);
     let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
     let Some(row) = page.entries.into_iter().next() else {
-        finish(step);
-        return Ok(());
+        return finish(step);
     };
     let object = keys::object_of(&row.key, &start, "discover")?;
     if !matches!(row.value.as_slice(), [0] | [1]) {
@@ -60,10 +59,6 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         let known = kv::get_many(PARTITION, &markers)?;
         let mut planned = BTreeSet::new();
         for ((holder, marker), existing) in holders.holders.iter().zip(markers).zip(known) {
-            step.put(
-                keys::known_ns_key(&step.id, &object, &holder.namespace),
-                Vec::new(),
-            );
             if existing.is_some() || !planned.insert(marker.clone()) {
                 continue;
             }
@@ -103,23 +98,58 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
 
 /// No object left to discover: the serving copies of what is verified
 /// go next ([`crate::remove`]).
-fn finish(step: &mut Step) {
+///
+/// Discovery is complete when the request's denial was in force all
+/// along: the host commits every holder row of the content index guarded
+/// on its object not being taken down, and steps run only once the
+/// denial has settled, so no repository can become a holder after the
+/// scan began and the scan found every holder there will ever be (the
+/// addressing model: a repository `namespace/name` holds an object iff
+/// the index has its holder row). Otherwise it is incomplete, and says
+/// why: a request filed before denial existed kept nothing from gaining
+/// the content, a withdrawn one no longer does, and objects a purge left
+/// unacquired were never queued for discovery.
+fn finish(step: &mut Step) -> Result<(), Error> {
+    let (start, end) = keys::range(keys::TODO, &step.id);
+    let unacquired = !kv::scan(PARTITION, &start, Some(&end), None, 1)?
+        .entries
+        .is_empty();
+    let why_incomplete = match &step.denial_state {
+        _ if unacquired => Some(
+            "purging began before acquisition finished: the holders of objects never acquired were not looked for",
+        ),
+        None => Some(
+            "the request was filed before denial existed: nothing kept repositories from gaining the content after the scan",
+        ),
+        Some(denial) if denial.withdrawn_ms.is_some() => {
+            Some("the request was withdrawn: its content may be pushed again")
+        }
+        Some(_) => None,
+    };
     let state = &mut step.state;
     state.phase = if state.purged {
         Phase::Purged
     } else {
         Phase::Remove
     };
-    state.discovery_complete = state.verification == Verification::Verified;
-    let event = if state.discovery_complete {
-        "PreservationDiscoveryComplete"
-    } else {
-        "PreservationDiscoveryIncomplete"
+    state.discovery_complete = why_incomplete.is_none();
+    let (event, detail) = match why_incomplete {
+        None => (
+            "PreservationDiscoveryComplete",
+            format!(
+                "{} holder repositories; verification {}",
+                state.counts.holders,
+                state.verification.name()
+            ),
+        ),
+        Some(why) => {
+            state.set_error(&format!("discovery incomplete: {why}"));
+            (
+                "PreservationDiscoveryIncomplete",
+                format!("{} holder repositories; {why}", state.counts.holders),
+            )
+        }
     };
-    let detail = Some(format!(
-        "{} holder repositories; verification {}",
-        state.counts.holders,
-        state.verification.name()
-    ));
-    step.event(event, &[], detail);
+    step.event(event, &[], Some(detail));
+    Ok(())
 }

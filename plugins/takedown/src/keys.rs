@@ -35,8 +35,6 @@ pub const CLOSURE: &str = "closure";
 pub const PACK_TODO: &str = "pack-todo";
 /// A pack this request has walked or is walking.
 pub const PACK_SEEN: &str = "pack-seen";
-/// A namespace known to hold an object.
-pub const KNOWN_NS: &str = "known-ns";
 /// A holder repository whose cache purge this request planned.
 pub const HOLDER: &str = "holder";
 /// The request's denial progress ([`crate::denial::DenialState`]).
@@ -76,13 +74,6 @@ pub fn piece_key(id: &Id, object: &Id, offset: u64) -> Vec<u8> {
     let mut tail = object.to_vec();
     tail.extend_from_slice(&offset.to_be_bytes());
     key(PIECE, id, &tail)
-}
-
-/// `known-ns id object namespace`.
-pub fn known_ns_key(id: &Id, object: &Id, namespace: &str) -> Vec<u8> {
-    let mut tail = object.to_vec();
-    tail.extend_from_slice(namespace.as_bytes());
-    key(KNOWN_NS, id, &tail)
 }
 
 /// `holder id namespace 0x00 repo`.

@@ -66,9 +66,10 @@
 //! (seed → acquire → closure → discover → remove → retain → purging →
 //! purged),
 //! committed by the host atomically with the timer's update and audited.
-//! Retention decisions (retain-until, may-purge, when to look again, legal
-//! hold) are the deployer's retention plugin's, asked through
-//! `retention-oracle`.
+//! Retention decisions (the retain-until, asked once, at the filing; legal
+//! holds) are the deployer's retention plugin's, asked through
+//! `retention-oracle`; the pace of the steps is this policy's (see
+//! [`context`]: at once while there is work).
 //!
 //! # Locks
 //!
@@ -79,9 +80,10 @@
 //! piece's intent commit locks the piece's key to the request before the
 //! piece is written; the step that begins the first purge pass sets it
 //! purging, which it does only once the lock's retain-until has passed
-//! with no hold. The host deletes a locked piece only then, and only when
-//! the retention plugin (which it asks itself) agrees; a delete it refuses
-//! is recorded, never retried in a loop ([`purge`]). Nothing else this
+//! with no hold. The host deletes a locked piece only then (the lock
+//! alone decides; an operator may extend its retain-until, never shorten
+//! it); a delete it refuses anyway is recorded, never retried in a loop
+//! ([`purge`]). Nothing else this
 //! policy does deletes or overwrites a preserved piece: pieces are put
 //! with `if-none-match: *`, and a corrupt or changed piece is reported,
 //! never replaced.
@@ -112,7 +114,6 @@
 //! | `closure` | manifest | [`closure::Checkpoint`]: next chunk, running CRC, running length |
 //! | `pack-todo` | pack | [`seed::PackCursor`]: next inventory entry (and the validated count) |
 //! | `pack-seen` | pack | empty: the pack is walked by this request, once |
-//! | `known-ns` | object, namespace | empty: the namespace holds the object |
 //! | `holder` | namespace 0x00 repository | [`discover::HolderMarker`]: this request planned the repository's cache purge (written absent-guarded, so once) |
 //! | `denial` | — | [`denial::DenialState`] (JSON, `version` 1): since-ms, how many named objects are denied (`next_action`), settled, how many objects are denied, withdrawn-ms, a revision bumped by every write, serving copies removed and restored, the withdrawal's restore pass (done, cursor) and last error; absent for a request filed before denial (settled, denying nothing, removing nothing) |
 //! | `deny-todo` | object | [`denial::Cursor`]: a pack or manifest whose members or chunks are still being denied (kind, next entry, entry count) |
@@ -154,21 +155,29 @@
 //!   objects are to be lifted).
 //! - `TakedownDenialLifted`: a withdrawn request's every denial is lifted
 //!   (detail: how many serving copies it restored).
-//! - `PreservationPurgeStarted`: a purge pass begins (retention allows it,
-//!   no hold; once purged, hourly re-sweeps).
+//! - `PreservationPurgeStarted`: a purge pass begins (the lock's
+//!   retain-until has passed, no hold; once purged, hourly re-sweeps).
 //! - `PreservationSourceSelected` (id, object): a source was chosen (the
 //!   serving copy, or another request's preserved copy once the serving
 //!   copy was removed; the detail names it).
 //! - `PreservationSourceCorrupt` (id, object): the serving copy is corrupt,
 //!   changed, missing or too large; recorded, never retried.
+//! - `PreservationPieceIntent` (id, object, preserved key): a piece's
+//!   durable intent, committed with it before the piece is written
+//!   (detail: offset, length, CRC).
 //! - `PreservationVerified`: acquisition (or, after closure, every
 //!   manifest's reassembly) is verified.
+//! - `PreservationClosureMismatch` (id, manifest, chunk when one is to
+//!   blame): a manifest does not reassemble from the preserved copy;
+//!   recorded once, and closure goes on.
+//! - `PreservationClosureIncomplete`: closure ended with a mismatch.
 //! - `PreservationAcquisitionIncomplete`: acquisition ended with a corrupt
 //!   source.
 //! - `PreservationClosurePending`: acquisition ended; manifests still need
 //!   their reassembly verified.
 //! - `PreservationDiscoveryComplete` / `PreservationDiscoveryIncomplete`:
-//!   every holder was found, with acquisition complete or not.
+//!   every holder there will ever be was found (the denial was in force
+//!   throughout), or not and why ([`discover`]).
 //! - `PreservationPiecePurged` (id, object, preserved key): a piece was
 //!   visited by a purge pass; detail `deleted`, `absent`, or `refused:`
 //!   and why (the host kept a locked piece).

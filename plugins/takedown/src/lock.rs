@@ -7,8 +7,10 @@
 //! stronger until it is released: retain-until never shrinks, purging is
 //! never unset and set only once retain-until has passed with no hold)
 //! and refuses every delete or overwrite of a locked piece unless its
-//! request's lock releases it and the retention plugin agrees. So this
-//! policy writes each lock only forward, from state it has guarded:
+//! request's lock releases it. So this policy writes each lock only
+//! forward, from state it has guarded (an operator may also extend a
+//! lock's retain-until through the host, which is why the lock's, when
+//! later, is the one in force):
 //!
 //! - the request's lock with the filing ([`crate::create`]): created-ms
 //!   the request's, retain-until the state's, no hold, not purging;

@@ -64,6 +64,9 @@ pub enum Verification {
     ManifestClosurePending,
     /// A serving copy was corrupt: acquisition cannot be complete.
     SourceCorrupt,
+    /// A manifest's preserved chunks do not reassemble it (recorded by
+    /// closure, which went on): the preserved copy is not whole.
+    ClosureMismatch,
     /// Every byte is preserved and verified.
     Verified,
 }
@@ -75,6 +78,7 @@ impl Verification {
             Self::CanonicalPending => "canonical-pending",
             Self::ManifestClosurePending => "manifest-closure-pending",
             Self::SourceCorrupt => "source-corrupt",
+            Self::ClosureMismatch => "closure-mismatch",
             Self::Verified => "verified",
         }
     }
@@ -88,7 +92,9 @@ pub struct Totals {
     pub objects: u64,
     /// Objects preserved and verified.
     pub verified: u64,
-    /// Objects whose serving copy was corrupt.
+    /// Objects that could not be preserved whole: a corrupt or missing
+    /// serving copy, or a manifest whose preserved chunks do not
+    /// reassemble it.
     pub corrupt: u64,
     /// Piece intents recorded.
     pub pieces: u64,

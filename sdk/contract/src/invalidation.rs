@@ -191,7 +191,10 @@ mod tests {
     #[test]
     fn the_idempotency_key_names_the_request_and_the_repository() {
         let key = entry().idempotency_key();
-        assert_eq!(key, alloc::format!("takedown:{}:acme/site", "07".repeat(32)));
+        assert_eq!(
+            key,
+            alloc::format!("takedown:{}:acme/site", "07".repeat(32))
+        );
     }
 
     #[test]

@@ -570,8 +570,17 @@ impl<P: FnMut(&PushProgress<'_>) + Send> Pusher<'_, P> {
         self.writer
             .create_unless_withheld(key, value, Some(chunk.id))
             .await?;
+        // The holder row too is guarded on the object not being taken
+        // down, in whichever batch it lands: once a takedown's denial has
+        // committed, no repository can become a holder of what it denies,
+        // so its discovery, run after its denial settles, finds every
+        // holder there will ever be.
         self.writer
-            .create(index::holder_key(&chunk.id, self.repo), Vec::new())
+            .create_unless_withheld(
+                index::holder_key(&chunk.id, self.repo),
+                Vec::new(),
+                Some(chunk.id),
+            )
             .await
     }
 

@@ -513,6 +513,74 @@ async fn a_takedown_filed_between_a_pushs_check_and_its_commit_fails_the_commit_
     );
 }
 
+/// Records, for every committed batch, the holder rows it writes whose
+/// object it does not guard against a denial.
+struct HolderGuards {
+    unguarded: std::sync::Mutex<Vec<Vec<u8>>>,
+    holder_rows: AtomicUsize,
+}
+
+#[async_trait]
+impl Hook for HolderGuards {
+    async fn before(&self, _: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        let Call::Apply(batch) = call else {
+            return Ok(());
+        };
+        let guarded: Vec<&[u8]> = batch
+            .preconditions
+            .iter()
+            .filter_map(|p| match p {
+                custodian_kv::Precondition::Absent { partition, key }
+                    if *partition == denial::partition() =>
+                {
+                    key.get(1..)
+                }
+                _ => None,
+            })
+            .collect();
+        for write in &batch.writes {
+            if let custodian_kv::Write::Put { key, .. } = write
+                && key.first() == Some(&index::HOLDER_TAG)
+            {
+                self.holder_rows.fetch_add(1, Ordering::SeqCst);
+                let object = &key[1..33];
+                if !guarded.contains(&object) {
+                    self.unguarded.lock().unwrap().push(key.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_holder_row_commits_guarded_on_its_object_not_being_taken_down() {
+    // Many small files: the rows of one object split across batches at
+    // some boundary, and each holder row must carry its own guard there.
+    let (_dir, paths) = wide_tree(200);
+    let kv = Intercepted {
+        inner: Arc::new(MemoryKv::new(clock())),
+        hook: HolderGuards {
+            unguarded: std::sync::Mutex::new(Vec::new()),
+            holder_rows: AtomicUsize::new(0),
+        },
+    };
+    let serving = MemoryStore::versioned(clock());
+    for site in ["acme/wide", "other/fork"] {
+        push_quietly(&kv, &serving, &repo(site), &paths, NOW)
+            .await
+            .unwrap();
+    }
+    // 200 files and their pack, in two repositories.
+    assert_eq!(kv.holder_rows.load(Ordering::SeqCst), 2 * 201);
+    let unguarded = kv.unguarded.lock().unwrap();
+    assert!(
+        unguarded.is_empty(),
+        "{} holder rows committed without their denial guard",
+        unguarded.len()
+    );
+}
+
 /// A directory of `count` small files, enough for several batches.
 fn wide_tree(count: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();

@@ -73,7 +73,8 @@ pub enum Action {
     TakedownFile,
     /// Read a takedown request's status.
     TakedownStatus,
-    /// Set or clear a takedown request's legal hold.
+    /// Set or clear a takedown request's legal hold, or extend its
+    /// retention (both only ever keep more).
     Hold,
     /// Withdraw a takedown request.
     Withdraw,

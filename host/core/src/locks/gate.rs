@@ -208,7 +208,12 @@ impl Gate {
     /// (and grown only by an operator's explicit extension), so a later
     /// change of the retention settings or plugin governs new requests,
     /// never the evidence an earlier one already keeps.
-    fn piece_may_go(&self, piece: &PieceLock, key: &ObjectKey, now: u64) -> Result<(), ObjectError> {
+    fn piece_may_go(
+        &self,
+        piece: &PieceLock,
+        key: &ObjectKey,
+        now: u64,
+    ) -> Result<(), ObjectError> {
         match piece.keeps(&self.store, key, now) {
             Some(why) => Err(ObjectError::Retained(
                 format!("{why}; nothing was changed").into(),

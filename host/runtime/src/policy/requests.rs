@@ -11,9 +11,10 @@ use super::PolicyError;
 use super::takedown::{KIND, Request, TakedownPolicy};
 use crate::{CallContext, CallError};
 use custodian_base::error::ErrorKind;
+use custodian_contract::lock::RequestLock;
 use custodian_core::audit::{self, Record};
 use custodian_core::timers::{self, StepCommit, TimerError, TimerState};
-use custodian_kv::{Batch, Kv, KvError, Outcome, Precondition};
+use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
 
 /// Attempts of an action before giving up on a request that keeps moving
 /// under it: each loss means a step (or another request's denial)
@@ -52,6 +53,14 @@ pub enum RequestError {
     /// commit; nothing changed, and a retry is planned by the new plugin.
     #[error("the takedown plugin was swapped while the action was planned; retry")]
     Swapped,
+    /// The request has no lock to extend: no such request, or one filed
+    /// before locks whose first step has not written its lock yet.
+    #[error("takedown request {0} has no lock (no such request, or its first step is pending)")]
+    NoLock(String),
+    /// The extension is not one: purging has begun, or the new
+    /// retain-until is not later than the one in force.
+    #[error("{0}")]
+    NotExtended(String),
 }
 
 impl RequestError {
@@ -69,6 +78,8 @@ impl RequestError {
             Self::Timer(timer) => timer.kind().host_built(),
             Self::Exists(_) => ErrorKind::Conflict,
             Self::Contention | Self::Swapped => ErrorKind::Unavailable,
+            Self::NoLock(_) => ErrorKind::NotFound,
+            Self::NotExtended(_) => ErrorKind::PreconditionFailed,
         }
     }
 }
@@ -322,6 +333,95 @@ pub fn withdraw(
     };
     let plan = |context| policy.plan_withdraw(context, id, action.now_ms);
     act_on(call, io, kv, id, action, planned, plan)
+}
+
+/// Extends request `id`'s retention to `until_ms`: its lock's
+/// retain-until grows (the host's lock rules let it only grow), with the
+/// operator's record, in one guarded transaction, and its timer moves to
+/// `now_ms` so its next step schedules itself by the new retain-until.
+///
+/// The retain-until a request keeps its evidence until is the retention
+/// policy's answer when it was filed; a later change of the retention
+/// settings governs new requests, and this is how an existing one is
+/// kept longer: explicitly, by an operator, audited. The host does this
+/// itself, on the lock it enforces; the policy reads the lock's
+/// retain-until as the one in force.
+///
+/// # Errors
+/// [`RequestError::NoLock`] when the request has no lock;
+/// [`RequestError::NotExtended`] once purging has begun or when
+/// `until_ms` is not later than the retain-until in force;
+/// [`RequestError::Contention`] when the lock kept changing.
+pub fn extend(
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    until_ms: u64,
+    action: Action<'_>,
+) -> Result<(), RequestError> {
+    let partition = Partition::new(custodian_contract::lock::PARTITION)
+        .expect("the lock partition's name is valid");
+    let key = custodian_contract::lock::request_key(id);
+    for attempt in 0..ATTEMPTS {
+        let raw = io
+            .block_on(kv.get(&partition, &key))?
+            .ok_or_else(|| RequestError::NoLock(hex(id)))?;
+        let current = RequestLock::decode(&raw).map_err(|e| {
+            RequestError::Kv(KvError::Corrupt(
+                format!("the lock of takedown request {}: {e}", hex(id)).into(),
+            ))
+        })?;
+        if current.purging {
+            return Err(RequestError::NotExtended(format!(
+                "takedown request {} has begun purging: its retention can no longer be extended",
+                hex(id)
+            )));
+        }
+        if until_ms <= current.retain_until_ms {
+            return Err(RequestError::NotExtended(format!(
+                "takedown request {} is retained until {}; an extension must be later",
+                hex(id),
+                current.retain_until_ms
+            )));
+        }
+        let next = RequestLock {
+            retain_until_ms: until_ms,
+            ..current
+        };
+        let mut batch = Batch {
+            preconditions: vec![Precondition::Equals {
+                partition: partition.clone(),
+                key: key.clone(),
+                value: raw,
+            }],
+            writes: vec![Write::Put {
+                partition: partition.clone(),
+                key: key.clone(),
+                value: next.encode().to_vec(),
+            }],
+        };
+        let records = vec![record(
+            action.now_ms,
+            action.actor,
+            "takedown/extend",
+            vec![format!("takedown:{}", hex(id))],
+            format!("retain-until {} -> {until_ms}", current.retain_until_ms),
+        )];
+        let unique = [id.as_slice(), &[3, attempt as u8]].concat();
+        add_audit(&mut batch, records, &unique)?;
+        let timer = io.block_on(timers::get(kv, KIND, id))?;
+        if let Some(timer) = timer {
+            let observed = timer.due_ms.to_be_bytes();
+            let schedule =
+                timers::plan_schedule(KIND, id, action.now_ms, Some(&observed), &timer.state)?;
+            batch.preconditions.extend(schedule.preconditions);
+            batch.writes.extend(schedule.writes);
+        }
+        if apply(io, kv, batch, action.guard)? == Applied::Committed {
+            return Ok(());
+        }
+    }
+    Err(RequestError::Contention)
 }
 
 /// What an operator action on an existing request records.

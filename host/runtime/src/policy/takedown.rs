@@ -141,7 +141,8 @@ pub struct Counts {
     pub objects: u64,
     /// Objects preserved and verified.
     pub verified: u64,
-    /// Objects whose serving copy was corrupt.
+    /// Objects that could not be preserved whole (a corrupt source, a
+    /// manifest that does not reassemble).
     pub corrupt: u64,
     /// Pieces recorded.
     pub pieces: u64,

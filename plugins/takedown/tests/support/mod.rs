@@ -12,11 +12,11 @@ use custodian_sdk::contract::denial;
 use custodian_sdk::contract::lock::{self as locks, RequestLock, RowKey};
 use custodian_sdk::kv::{Outcome, WitBatch, Write};
 use custodian_sdk::objects::{self, PutCondition};
-use custodian_sdk::retention::{Assessment, Item, RetentionRules, Settings, Stage, Verdict};
+use custodian_sdk::retention::{Assessment, Item, RetentionRules, Settings};
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::takedown::{Request, RequestStatus, TakedownSteps};
 use custodian_sdk::testing::{self, Guard, ObjectWrite, RetentionOracle};
-use custodian_sdk::{Batch, Error, checksum, clock, kv, retention_oracle};
+use custodian_sdk::{Batch, Error, checksum, clock, kv};
 
 pub type Id = [u8; 32];
 

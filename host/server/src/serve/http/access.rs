@@ -108,6 +108,12 @@ pub(super) fn classify(
             target.subject = param("id");
             Action::Hold
         }
+        // Keeping evidence longer is a hold's kind of act: it only ever
+        // keeps more.
+        "/v1/takedowns/{id}/extend" if method == Method::POST => {
+            target.subject = param("id");
+            Action::Hold
+        }
         "/v1/jobs/verify" | "/v1/jobs/purge" if method == Method::POST => {
             target.subject = route.strip_prefix("/v1/jobs/").map(str::to_owned);
             Action::StartJob

@@ -429,6 +429,13 @@ fn every_route_is_classified_as_the_action_it_performs() {
             Action::Hold,
         ),
         (
+            Method::POST,
+            "/v1/takedowns/{id}/extend",
+            &none,
+            &none,
+            Action::Hold,
+        ),
+        (
             Method::DELETE,
             "/v1/takedowns/{id}",
             &none,

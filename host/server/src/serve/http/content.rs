@@ -8,6 +8,7 @@
 //! | `POST /v1/takedowns` | `{"repository", "objects": [hex…]}` or `{"repository", "pack": hex}` | 201 `{"id", "href", "replayed", "denial_settled"}` |
 //! | `GET /v1/takedowns/{id}` | | 200 `<status>` |
 //! | `PUT /v1/takedowns/{id}/hold` | `{"enabled": bool}` | 200 `<status>` |
+//! | `POST /v1/takedowns/{id}/extend` | `{"until_ms": u64}` | 200 `<status>` |
 //! | `DELETE /v1/takedowns/{id}` | | 200 `<status>`: withdrawn |
 //!
 //! An `<entry>` is what `custodian repo push --json` prints: `{"path",
@@ -38,7 +39,8 @@
 //!
 //! # Takedowns
 //!
-//! Filing, holding and withdrawing are operator actions, audited under
+//! Filing, holding, extending and withdrawing are operator actions,
+//! audited under
 //! the caller's principal (`principal:NAME`). The takedown plugin current when the
 //! request arrives plans the action; its plan, the audit records and the
 //! request's timer commit together, and the timer workers are woken to
@@ -125,6 +127,7 @@ pub(super) fn routes() -> Router<Arc<Host>> {
             get(show_takedown).delete(withdraw_takedown),
         )
         .route("/v1/takedowns/{id}/hold", put(set_hold))
+        .route("/v1/takedowns/{id}/extend", post(extend_retention))
 }
 
 // ---------------------------------------------------------------------------
@@ -330,6 +333,13 @@ struct Hold {
     enabled: bool,
 }
 
+/// `{"until_ms": u64}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Extend {
+    until_ms: u64,
+}
+
 fn href(id: &str) -> String {
     format!("/v1/takedowns/{id}")
 }
@@ -455,6 +465,29 @@ async fn set_hold(
     Ok(Json(status(&host, id).await?))
 }
 
+/// `POST /v1/takedowns/{id}/extend`: keep the request's evidence until
+/// `until_ms` (later than the retain-until in force, before purging has
+/// begun; 409 `precondition_failed` otherwise); answers the status after
+/// it.
+async fn extend_retention(
+    State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
+    params: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&path(params)?, "request id")?;
+    let actor = caller.actor();
+    let what = "an extension (`{\"until_ms\": MS}`)";
+    let Extend { until_ms } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
+    act_on_request(&host, id, actor, move |_, _, io, kv, action| {
+        requests::extend(io, kv, &id, until_ms, action)
+    })
+    .await?;
+    host.wake_workers.notify_waiters();
+    Ok(Json(status(&host, id).await?))
+}
+
 /// `DELETE /v1/takedowns/{id}`: withdraw the request; answers the status
 /// once its denials are lifted (or, past the bound, with
 /// `denial.settled` false: its steps finish the lifting).
@@ -512,10 +545,12 @@ async fn act_on_request<T: Send + 'static>(
     })
     .await?
     .map_err(|e| match e {
-        RequestError::Refused(PolicyError::NotFound(_)) => ApiError::not_found(format!(
-            "there is no takedown request {}",
-            ObjectId(id).to_hex()
-        )),
+        RequestError::Refused(PolicyError::NotFound(_)) | RequestError::NoLock(_) => {
+            ApiError::not_found(format!(
+                "there is no takedown request {}",
+                ObjectId(id).to_hex()
+            ))
+        }
         other => request_error(other),
     })
 }

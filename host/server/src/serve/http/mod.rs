@@ -19,6 +19,7 @@
 //! | `POST /v1/takedowns` | file a takedown request |
 //! | `GET /v1/takedowns/{id}` | its status |
 //! | `PUT /v1/takedowns/{id}/hold` | set or clear its legal hold |
+//! | `POST /v1/takedowns/{id}/extend` | keep its evidence longer |
 //! | `DELETE /v1/takedowns/{id}` | withdraw it: its content is served again |
 //! | `POST /v1/jobs/verify`, `POST /v1/jobs/purge` | start a job |
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |

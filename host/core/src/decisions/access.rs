@@ -40,6 +40,20 @@ pub struct Principal {
     pub roles: Vec<String>,
 }
 
+impl Principal {
+    /// How the audit log names this principal: see [`actor`].
+    pub fn actor(&self) -> String {
+        actor(&self.name)
+    }
+}
+
+/// How the audit log names principal `name`: `principal:NAME`, apart
+/// from the `operator:NAME` of commands on a data directory and the
+/// plugins' own actors.
+pub fn actor(name: &str) -> String {
+    format!("principal:{name}")
+}
+
 /// What the request would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

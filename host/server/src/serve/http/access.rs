@@ -20,7 +20,6 @@ use axum::extract::{MatchedPath, RawPathParams, Request};
 use axum::http::{Method, StatusCode, header};
 
 use super::ApiError;
-use super::auth::actor;
 use crate::serve::Host;
 use custodian_core::audit::{self, Record};
 use custodian_core::decisions::access::{
@@ -81,7 +80,7 @@ pub(super) fn classify(
             Action::List
         }
         "/v1/repos/{ns}/{name}/files/{*path}" => {
-            target.repository = repository(&params);
+            target.repository = repository(params);
             target.key = param("path");
             match *method {
                 Method::GET | Method::HEAD => Action::Read,
@@ -93,7 +92,7 @@ pub(super) fn classify(
             }
         }
         "/v1/repos/{ns}/{name}/files" if read => {
-            target.repository = repository(&params);
+            target.repository = repository(params);
             Action::List
         }
         "/v1/takedowns" if method == Method::POST => Action::TakedownFile,
@@ -323,7 +322,7 @@ pub(super) fn refusal_record(
     }
     Record {
         at_ms: host.clock.now_ms(),
-        actor: actor(&principal.name),
+        actor: principal.actor(),
         event: event.into(),
         targets,
         detail: Some(truncated(reason, audit::MAX_DETAIL_BYTES)),

@@ -381,6 +381,16 @@ async fn auditors_read_the_invalidation_feed_operators_also_acknowledge_and_read
         .expect(StatusCode::FORBIDDEN);
 }
 
+/// A route as classified: method, matched route, path parameters, query,
+/// and the action it must be.
+type Case<'a> = (
+    Method,
+    &'a str,
+    &'a HashMap<String, String>,
+    &'a HashMap<String, String>,
+    Action,
+);
+
 #[test]
 fn every_route_is_classified_as_the_action_it_performs() {
     let none = HashMap::new();
@@ -392,13 +402,7 @@ fn every_route_is_classified_as_the_action_it_performs() {
     };
     let object = params(&[("store", "serving"), ("key", "a/b")]);
     let version = [("version_id".to_owned(), "v1".to_owned())].into();
-    let cases: Vec<(
-        Method,
-        &str,
-        &HashMap<String, String>,
-        &HashMap<String, String>,
-        Action,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             Method::GET,
             "/v1/stores/{store}/objects/{*key}",

@@ -13,7 +13,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiError;
-use super::auth::actor;
 use super::extract::{cursor_from_hex, cursor_to_hex, query};
 use crate::serve::Host;
 use custodian_core::audit;
@@ -63,7 +62,7 @@ async fn read(
         .map_err(|e| ApiError::of_kv(&e, "cannot read the audit log"))?;
     let records: Vec<_> = match &page.principal {
         Some(name) => {
-            let actor = actor(name);
+            let actor = custodian_core::decisions::access::actor(name);
             records.into_iter().filter(|r| r.actor == actor).collect()
         }
         None => records,

@@ -559,3 +559,40 @@ async fn without_a_webhook_a_pass_only_counts_the_outbox() {
     assert_eq!(fixture.rows().await[0].state, outbox::State::default());
     assert_eq!(fixture.deliverer.wait_after(&pass, T0), super::CENSUS_POLL);
 }
+
+#[tokio::test]
+async fn two_hosts_sharing_the_kv_post_each_entry_once_between_them() {
+    let receiver = Receiver::start(|_: &Value| {
+        Reply::After(
+            Box::pin(tokio::time::sleep(Duration::from_millis(50))),
+            StatusCode::OK,
+        )
+    })
+    .await;
+    let planned: Vec<Entry> = (0..6).map(|i| entry(T0 + i, &format!("ns/r{i}"))).collect();
+    let mut fixture = Fixture::with(&receiver.url(), &planned, Duration::from_secs(5), true).await;
+    let mut other = Deliverer::new(
+        DeliveryParts {
+            kv: fixture.kv.clone(),
+            clock: fixture.clock.clone(),
+            metrics: Arc::new(Metrics::new()),
+            node: "host-b".into(),
+            shares_kv: true,
+        },
+        fixture.deliverer.settings.clone(),
+    );
+    let stopping = fixture.stopping.clone();
+    let (a, b) = tokio::join!(fixture.pass(), other.pass(&stopping));
+    let b = b.unwrap();
+    assert_eq!(a.delivered + b.delivered, 6, "{a:?} {b:?}");
+    assert!(
+        a.delivered > 0 && b.delivered > 0,
+        "both took part: {a:?} {b:?}"
+    );
+    let mut got = keys(&receiver.seen());
+    got.sort();
+    let mut want: Vec<String> = planned.iter().map(Entry::idempotency_key).collect();
+    want.sort();
+    assert_eq!(got, want, "each posted once");
+    assert!(fixture.rows().await.is_empty());
+}

@@ -11,7 +11,7 @@
 //! | [`custodian_kv`] ([`kv`]) | key-value stores with guarded batches: memory, redb, etcd |
 //! | [`custodian_core`] | [`fence`], [`timers`], [`audit`], [`budget`], [`content`], [`versions`], [`purge`], [`decisions`] |
 //! | [`custodian_runtime`] ([`runtime`]) | the WebAssembly runtime, the [`policy`] drivers, the [`bundled`] plugins, the [`plugin_set`] |
-//! | [`custodian_server`] | [`node`], [`serve`], [`config`], [`data_dir`] |
+//! | [`custodian_server`] | [`node`], [`serve`], [`invalidation`], [`config`], [`data_dir`] |
 //!
 //! The modules below re-export those crates under the names the command,
 //! the end-to-end tests and the benchmarks use.
@@ -24,4 +24,4 @@ pub use custodian_kv as kv;
 pub use custodian_object as object;
 pub use custodian_runtime as runtime;
 pub use custodian_runtime::{bundled, plugin_set, policy};
-pub use custodian_server::{config, data_dir, node, serve};
+pub use custodian_server::{config, data_dir, invalidation, node, serve};

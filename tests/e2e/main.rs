@@ -7,6 +7,7 @@ mod cli;
 mod contract;
 mod crc64;
 mod denial;
+mod invalidation;
 mod limits;
 mod loading;
 mod object_cli;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use super::audit::AuditArgs;
 use super::crc64::Crc64Args;
+use super::invalidations::InvalidationsCommand;
 use super::object::ObjectCommand;
 use super::options::Global;
 use super::plugin::PluginCommand;
@@ -224,6 +225,20 @@ pub enum Command {
     /// `admin`. Tokens are stored hashed; a new one is printed once.
     #[command(subcommand, verbatim_doc_comment)]
     Principal(PrincipalCommand),
+    /// List and acknowledge the cache invalidations takedowns plan.
+    ///
+    /// A takedown plans one invalidation per repository holding the content
+    /// it took down, in an outbox in the KV. `custodian serve` delivers
+    /// each to the `[invalidation] webhook` (a JSON POST with an
+    /// Idempotency-Key header, at least once, retried with back-off until
+    /// a 2xx) and deletes it then; without a webhook, entries stay until a
+    /// consumer acknowledges them (here, or `POST /v1/invalidations/ack`).
+    ///
+    /// While a server holds a data directory's embedded KV these commands
+    /// exit 3: use its /v1/invalidations routes. On etcd, --config lets
+    /// them run beside the servers.
+    #[command(subcommand, verbatim_doc_comment)]
+    Invalidations(InvalidationsCommand),
     /// Print an example configuration file, or check one.
     #[command(subcommand)]
     Config(ConfigCommand),

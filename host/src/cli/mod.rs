@@ -6,6 +6,7 @@ mod args;
 mod assembly;
 mod audit;
 mod crc64;
+mod invalidations;
 mod object;
 mod options;
 mod plugin;
@@ -111,6 +112,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&cli.global, &args),
         Command::Config(command) => serve::config_command(command),
         Command::Principal(command) => principal::run(&cli.global, command),
+        Command::Invalidations(command) => invalidations::run(&cli.global, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,7 @@ use custodian::node::{AssemblyError, AssemblyOptions, Entry, Node, PluginPlan};
 use custodian::plugin_set::{PluginSet, SwapError};
 use custodian::principals::Principals;
 use custodian::runtime::{Limits, RuntimeConfig, World};
+use custodian::serve::delivery::{Delivery, DeliveryParts};
 use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
 use custodian::serve::workers::{WorkerParts, WorkerSettings, Workers};
@@ -271,6 +272,29 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             claim: node.shares_kv().then_some(step_claim),
         },
     );
+    let deliveries = plan
+        .config
+        .invalidation
+        .settings()
+        .map_err(|e| usage(anyhow!(e)))?;
+    match &deliveries.webhook {
+        Some(webhook) => tracing::info!(%webhook, "delivering cache invalidations"),
+        None => tracing::info!(
+            "no [invalidation] webhook: cache invalidations wait for a pull consumer \
+             (GET /v1/invalidations)"
+        ),
+    }
+    let delivery = Delivery::start(
+        DeliveryParts {
+            kv: kv.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            node: node_name.clone(),
+            shares_kv: node.shares_kv(),
+        },
+        deliveries,
+        plan.drain,
+    );
     let jobs = Arc::new(Jobs::shared(
         JobLimits::default(),
         Board::new(kv.clone(), node_name.clone(), clock.clone()),
@@ -334,12 +358,13 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         axum::serve(listener, http::router(host.clone())).with_graceful_shutdown(async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         });
-    // The server drains requests while the workers drain steps.
+    // The server drains requests while the workers drain steps and the
+    // delivery worker its delivery in flight.
     let drain = plan.drain;
     let serving = tokio::spawn(async move { server.await });
     let mut stopped = stop_rx;
     let _ = stopped.wait_for(|stop| *stop).await;
-    let (_, served) = tokio::join!(workers.stop(), async {
+    let (_, _, served) = tokio::join!(workers.stop(), delivery.stop(), async {
         tokio::time::timeout(drain, serving).await
     });
     match served {

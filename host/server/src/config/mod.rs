@@ -13,6 +13,9 @@
 //! region = "us-east-1"                 # omit to take AWS's configured region
 //! ```
 //!
+//! Where cache invalidations are delivered is the `[invalidation]`
+//! section ([`invalidation`]).
+//!
 //! Secrets never go here: S3 credentials come from the standard AWS chain
 //! (environment, profile, instance role). Unknown keys are refused, so a
 //! misspelt setting is an error rather than silently ignored.
@@ -24,8 +27,10 @@ use serde::Deserialize;
 
 use custodian_object::open::StoreUrl;
 
+pub mod invalidation;
 pub mod server;
 
+pub use invalidation::InvalidationConfig;
 pub use server::{
     DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, GrantsConfig, KvBackend,
     KvConfig, MAX_NODE_BYTES, PluginConfig, PluginsConfig, RetentionConfig, ServerConfig,
@@ -89,6 +94,9 @@ pub struct Config {
     /// Plugins by world.
     #[serde(default)]
     pub plugins: PluginsConfig,
+    /// Where cache invalidations are delivered.
+    #[serde(default)]
+    pub invalidation: InvalidationConfig,
 }
 
 /// One named object store.
@@ -150,6 +158,7 @@ impl Config {
             return Err("[retention] retention_ms must be positive".into());
         }
         config.kv.validate()?;
+        config.invalidation.settings()?;
         if let Some(node) = &config.server.node {
             server::validate_node(node).map_err(|e| format!("[server] node: {e}"))?;
         }

@@ -92,6 +92,13 @@ struct Families {
     access: BTreeMap<(&'static str, String, &'static str), u64>,
     /// Requests refused for want of a valid credential.
     unauthenticated: u64,
+    /// Entries in the invalidation outbox, as of the delivery worker's
+    /// last pass, less those delivered or acknowledged since.
+    invalidations_pending: u64,
+    /// Webhook deliveries that got a 2xx.
+    invalidations_delivered: u64,
+    /// Webhook deliveries that failed (and will be retried).
+    invalidations_failed: u64,
 }
 
 /// What the KV's batches have weighed: totals and the largest seen.
@@ -147,6 +154,29 @@ impl Metrics {
     /// Counts one request refused for want of a valid credential.
     pub fn unauthenticated(&self) {
         self.with(|f| f.unauthenticated += 1);
+    }
+
+    /// The invalidation outbox holds `entries`, as a pass over it counted.
+    pub fn invalidations_pending(&self, entries: u64) {
+        self.with(|f| f.invalidations_pending = entries);
+    }
+
+    /// One webhook delivery: `delivered` (a 2xx; the entry leaves the
+    /// outbox) or failed.
+    pub fn invalidation_delivery(&self, delivered: bool) {
+        self.with(|f| {
+            if delivered {
+                f.invalidations_delivered += 1;
+                f.invalidations_pending = f.invalidations_pending.saturating_sub(1);
+            } else {
+                f.invalidations_failed += 1;
+            }
+        });
+    }
+
+    /// A pull consumer acknowledged `entries`: they left the outbox.
+    pub fn invalidations_acknowledged(&self, entries: u64) {
+        self.with(|f| f.invalidations_pending = f.invalidations_pending.saturating_sub(entries));
     }
 
     fn with<T>(&self, update: impl FnOnce(&mut Families) -> T) -> T {
@@ -247,6 +277,9 @@ impl Metrics {
                 kv_batch: f.kv_batch,
                 access: f.access.clone(),
                 unauthenticated: f.unauthenticated,
+                invalidations_pending: f.invalidations_pending,
+                invalidations_delivered: f.invalidations_delivered,
+                invalidations_failed: f.invalidations_failed,
             }
         });
         let mut out = String::new();
@@ -434,6 +467,32 @@ impl Metrics {
             "Requests refused for want of a valid credential.",
         );
         let _ = writeln!(out, "custodian_unauthenticated_total {}", f.unauthenticated);
+        header(
+            &mut out,
+            "custodian_invalidations_pending",
+            "gauge",
+            "Cache invalidations in the outbox, not yet delivered or acknowledged.",
+        );
+        let _ = writeln!(
+            out,
+            "custodian_invalidations_pending {}",
+            f.invalidations_pending
+        );
+        header(
+            &mut out,
+            "custodian_invalidation_deliveries_total",
+            "counter",
+            "Webhook deliveries of cache invalidations by outcome (delivered: a 2xx; failed: retried later).",
+        );
+        for (outcome, n) in [
+            ("delivered", f.invalidations_delivered),
+            ("failed", f.invalidations_failed),
+        ] {
+            let _ = writeln!(
+                out,
+                "custodian_invalidation_deliveries_total{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
         out
     }
 }
@@ -560,6 +619,30 @@ mod tests {
             text.contains(
                 "custodian_store_errors_total{store=\"serving\",operation=\"put_whole\"} 1"
             )
+        );
+    }
+
+    #[test]
+    fn invalidations_pending_fall_with_each_delivery_and_acknowledgement() {
+        let metrics = Metrics::new();
+        metrics.invalidations_pending(5);
+        metrics.invalidation_delivery(true);
+        metrics.invalidation_delivery(false);
+        metrics.invalidations_acknowledged(2);
+        let text = metrics.render();
+        assert!(
+            text.contains("custodian_invalidations_pending 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("custodian_invalidation_deliveries_total{outcome=\"delivered\"} 1\n")
+        );
+        assert!(text.contains("custodian_invalidation_deliveries_total{outcome=\"failed\"} 1\n"));
+        metrics.invalidations_acknowledged(10);
+        assert!(
+            metrics
+                .render()
+                .contains("custodian_invalidations_pending 0\n")
         );
     }
 

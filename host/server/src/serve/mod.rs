@@ -1,8 +1,9 @@
 //! `custodian serve`: the long-running host.
 //!
 //! One process holds the data directory's KV and the named object stores,
-//! runs the timer workers, serves the HTTP API ([`http`]) and lets an
-//! operator replace a policy plugin while it runs (the plugin set,
+//! runs the timer workers ([`workers`]) and the delivery of cache
+//! invalidations ([`delivery`]), serves the HTTP API ([`http`]) and lets
+//! an operator replace a policy plugin while it runs (the plugin set,
 //! [`custodian_runtime::plugin_set`], assembled by [`crate::node`]).
 //!
 //! # Shutdown
@@ -11,9 +12,12 @@
 //! not-ready, lets requests in flight finish, stops the workers between
 //! steps (a step still running after the drain period is abandoned: its
 //! result is dropped before commit, so it commits nothing and its timer
-//! fires again later) and exits 0. Every commit is durable when it is
+//! fires again later), lets a webhook delivery in flight finish within
+//! the same period (one abandoned leaves its entry, delivered again after
+//! a restart) and exits 0. Every commit is durable when it is
 //! acknowledged, so there is nothing left to flush but the log.
 
+pub mod delivery;
 pub mod http;
 pub mod jobs;
 pub mod metered;

@@ -80,7 +80,7 @@ pub(super) fn classify(
             Action::List
         }
         "/v1/repos/{ns}/{name}/files/{*path}" => {
-            target.repository = repository(&params);
+            target.repository = repository(params);
             target.key = param("path");
             match *method {
                 Method::GET | Method::HEAD => Action::Read,
@@ -92,7 +92,7 @@ pub(super) fn classify(
             }
         }
         "/v1/repos/{ns}/{name}/files" if read => {
-            target.repository = repository(&params);
+            target.repository = repository(params);
             Action::List
         }
         "/v1/takedowns" if method == Method::POST => Action::TakedownFile,
@@ -123,6 +123,21 @@ pub(super) fn classify(
             Action::Inspect
         }
         "/v1/jobs" | "/v1/audit" | "/v1/timers" | "/v1/plugins" if read => Action::Inspect,
+        // The invalidation feed has no action of its own (the access
+        // world's action enum, `wit/access.wit`, is fixed for now): reading
+        // it is reading a host record, `inspect`, as the timers and the
+        // audit log are; acknowledging deletes entries a takedown planned,
+        // so it takes the power to file one, `takedown-file` (the roles
+        // that may start a takedown may settle what it owes; `auditor`
+        // and readers may not). The subject tells a policy which it is.
+        "/v1/invalidations" if read => {
+            target.subject = Some("invalidations".into());
+            Action::Inspect
+        }
+        "/v1/invalidations/ack" if method == Method::POST => {
+            target.subject = Some("invalidations/ack".into());
+            Action::TakedownFile
+        }
         "/v1/plugins/{world}" if method == Method::PUT => {
             target.subject = param("world");
             Action::SwapPlugin

@@ -43,6 +43,8 @@ const ROUTES: &[(Method, &str)] = &[
     (Method::GET, "/v1/jobs/00"),
     (Method::GET, "/v1/audit"),
     (Method::GET, "/v1/timers"),
+    (Method::GET, "/v1/invalidations"),
+    (Method::POST, "/v1/invalidations/ack"),
     (Method::GET, "/v1/plugins"),
     (Method::PUT, "/v1/plugins/retention"),
     (Method::GET, "/v1/principals"),
@@ -354,6 +356,41 @@ async fn only_an_admin_manages_principals_and_bad_input_is_400_or_409() {
     assert!(!listed.to_string().contains("cust_"), "{listed}");
 }
 
+#[tokio::test]
+async fn auditors_read_the_invalidation_feed_operators_also_acknowledge_and_readers_do_neither() {
+    let host = test_host().await;
+    let auditor = principal(&host, "aud", &["auditor"]).await;
+    let operator = principal(&host, "op", &["operator"]).await;
+    let reader = principal(&host, "rd", &["reader"]).await;
+    let ack = r#"{"ids": ["65"]}"#;
+    as_(&host, &auditor, Method::GET, "/v1/invalidations", "")
+        .await
+        .expect(StatusCode::OK);
+    as_(&host, &auditor, Method::POST, "/v1/invalidations/ack", ack)
+        .await
+        .expect(StatusCode::FORBIDDEN);
+    as_(&host, &operator, Method::GET, "/v1/invalidations", "")
+        .await
+        .expect(StatusCode::OK);
+    // Past the gate: the id is malformed, the handler's 400.
+    as_(&host, &operator, Method::POST, "/v1/invalidations/ack", ack)
+        .await
+        .expect(StatusCode::BAD_REQUEST);
+    as_(&host, &reader, Method::GET, "/v1/invalidations", "")
+        .await
+        .expect(StatusCode::FORBIDDEN);
+}
+
+/// A route as classified: method, matched route, path parameters, query,
+/// and the action it must be.
+type Case<'a> = (
+    Method,
+    &'a str,
+    &'a HashMap<String, String>,
+    &'a HashMap<String, String>,
+    Action,
+);
+
 #[test]
 fn every_route_is_classified_as_the_action_it_performs() {
     let none = HashMap::new();
@@ -365,13 +402,7 @@ fn every_route_is_classified_as_the_action_it_performs() {
     };
     let object = params(&[("store", "serving"), ("key", "a/b")]);
     let version = [("version_id".to_owned(), "v1".to_owned())].into();
-    let cases: Vec<(
-        Method,
-        &str,
-        &HashMap<String, String>,
-        &HashMap<String, String>,
-        Action,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             Method::GET,
             "/v1/stores/{store}/objects/{*key}",
@@ -450,6 +481,20 @@ fn every_route_is_classified_as_the_action_it_performs() {
             Action::StartJob,
         ),
         (Method::GET, "/v1/timers", &none, &none, Action::Inspect),
+        (
+            Method::GET,
+            "/v1/invalidations",
+            &none,
+            &none,
+            Action::Inspect,
+        ),
+        (
+            Method::POST,
+            "/v1/invalidations/ack",
+            &none,
+            &none,
+            Action::TakedownFile,
+        ),
         (
             Method::PUT,
             "/v1/plugins/{world}",

@@ -1,6 +1,6 @@
 //! Who is calling: every request but the probes names a principal, by a
 //! bearer credential (`Authorization: Bearer <token>`), and is then put
-//! to the access policy ([`super::access`]) before any handler runs.
+//! to the access policy (`access.rs`) before any handler runs.
 //!
 //! A credential is looked up by its id in one KV point read (cached for
 //! the principals' cache bound) and its secret's hash compared in
@@ -110,7 +110,7 @@ impl Caller {
 
 /// Middleware: names the request's principal (401 without one), puts the
 /// request to the access policy (403 or 503 when it is not allowed; see
-/// [`super::access`]), and hands the handler a [`Caller`]. Health probes
+/// `access.rs`), and hands the handler a [`Caller`]. Health probes
 /// and metrics are open: they carry no data (metrics are counts by route,
 /// action, principal, plugin hash and store name).
 pub async fn authorize(

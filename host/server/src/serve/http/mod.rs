@@ -25,6 +25,8 @@
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |
 //! | `GET /v1/audit?since_ms=&cursor=&limit=` | the audit log, paged |
 //! | `GET /v1/timers?cursor=&limit=` | the durable timers, in due order |
+//! | `GET /v1/invalidations?cursor=&limit=` | the cache invalidations not yet delivered, in planning order (`invalidations.rs`) |
+//! | `POST /v1/invalidations/ack` | acknowledge (delete) invalidations a pull consumer has handled |
 //! | `GET /v1/plugins` | the loaded plugins, with hashes and versions |
 //! | `PUT /v1/plugins/{world}` | hot-swap a world's plugin (body: the `.wasm`) |
 //! | `GET/POST /v1/principals` | the principals; create one (answers its token) |
@@ -47,6 +49,7 @@ mod error;
 mod extract;
 mod files;
 mod health;
+mod invalidations;
 mod jobs;
 mod objects;
 mod plugins;
@@ -79,6 +82,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .merge(plugins::routes())
         .merge(audit::routes())
         .merge(timers::routes())
+        .merge(invalidations::routes())
         .merge(principals::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(

@@ -120,6 +120,18 @@ pub fn file_takedown(server: &Server, objects: &[String]) -> String {
     created["id"].as_str().unwrap().to_owned()
 }
 
+/// Sets (`enabled`) or clears request `id`'s legal hold.
+fn set_hold(server: &Server, id: &str, enabled: bool) {
+    let (status, body) = answer(
+        agent()
+            .put(&server.url(&format!("/v1/takedowns/{id}/hold")))
+            .header("authorization", &bearer())
+            .header("content-type", "application/json")
+            .send(&json_body(json!({ "enabled": enabled }))),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
 pub fn takedown_status(server: &Server, id: &str) -> Value {
     let (status, body) = answer(
         agent()
@@ -277,12 +289,17 @@ fn a_takedown_plugin_swapped_mid_run_under_load_fails_no_request_and_fences_the_
     wait_for("steps by the old plugin", Duration::from_secs(60), || {
         metric(&server, &old_steps) >= 2
     });
+    // A request with work steps at once, so the old plugin may finish
+    // all but the purge before the swap lands: a hold keeps the purge for
+    // the new one.
+    set_hold(&server, &request, true);
     let report = swap_takedown_with_cli(&server, &rebuilt, &[]);
     assert_eq!(report["previous"]["hash"], old_hash.as_str());
     let new_hash = report["current"]["hash"].as_str().unwrap().to_owned();
     assert_ne!(new_hash, old_hash);
     let generation = report["authority_generation"].as_u64().unwrap();
     assert_eq!(plugin_hash(&server, "takedown"), new_hash);
+    set_hold(&server, &request, false);
 
     // The takedown runs to its end (purged) under the new plugin while the
     // load goes on.

@@ -90,10 +90,12 @@ fn a_manifest_that_no_longer_reassembles_is_recorded_once_and_the_request_reache
     let id = file(data, "alpha/one", &[&manifest]);
 
     // Step until the preserved copy is complete and closure is next.
+    // A step with work left is due again at once: 1 ms on (a tick fires
+    // what is due strictly before its now).
     let mut steps = 0;
     while status(data, &id)["phase"] != "closure" {
-        tick_once(data, T0, DAY);
         steps += 1;
+        tick_once(data, T0 + steps, DAY);
         assert!(steps < 40, "{}", status(data, &id));
     }
     // A fault past the host changes a preserved chunk (the host's locks
@@ -115,7 +117,7 @@ fn a_manifest_that_no_longer_reassembles_is_recorded_once_and_the_request_reache
     ))
     .unwrap();
 
-    tick_until(data, T0, T0 + 30 * MINUTE, DAY);
+    tick_until(data, T0 + steps, T0 + 30 * MINUTE, DAY);
     let s = status(data, &id);
     assert_eq!(s["phase"], "retain", "the request moved on: {s}");
     assert_eq!(s["verification"], "closure-mismatch", "{s}");
@@ -155,15 +157,15 @@ fn raising_retention_mid_acquisition_neither_stalls_the_request_nor_moves_its_re
     let id = file(data, "alpha/one", &objects);
     let mut steps = 0;
     while status(data, &id)["phase"] != "acquire" {
-        tick_once(data, T0, DAY);
         steps += 1;
+        tick_once(data, T0 + steps, DAY);
         assert!(steps < 20, "{}", status(data, &id));
     }
 
     // The deployer raises retention tenfold: new requests get it; this
     // one keeps what it was filed with, and does not stall.
     let raised = 10 * DAY;
-    tick_until(data, T0, T0 + 30 * MINUTE, raised);
+    tick_until(data, T0 + steps, T0 + 30 * MINUTE, raised);
     let s = status(data, &id);
     assert_eq!(s["phase"], "retain", "{s}");
     assert_eq!(s["verification"], "verified", "{s}");

@@ -555,30 +555,43 @@ impl Hook for HolderGuards {
 
 #[tokio::test]
 async fn every_holder_row_commits_guarded_on_its_object_not_being_taken_down() {
-    // Many small files: the rows of one object split across batches at
-    // some boundary, and each holder row must carry its own guard there.
-    let (_dir, paths) = wide_tree(200);
-    let kv = Intercepted {
-        inner: Arc::new(MemoryKv::new(clock())),
-        hook: HolderGuards {
-            unguarded: std::sync::Mutex::new(Vec::new()),
-            holder_rows: AtomicUsize::new(0),
-        },
-    };
-    let serving = MemoryStore::versioned(clock());
-    for site in ["acme/wide", "other/fork"] {
-        push_quietly(&kv, &serving, &repo(site), &paths, NOW)
-            .await
-            .unwrap();
+    // A chunk's rows are the ones no entry names (only its manifest is
+    // entered), so a batch boundary between a chunk's object row and its
+    // holder row leaves the holder row with no other guard. Small files
+    // before a chunked one move where the boundaries fall; across these
+    // shapes some boundary splits a chunk's rows.
+    for small in 100..=106 {
+        let (dir, mut paths) = wide_tree(small);
+        for i in 0..2u8 {
+            let big = dir.path().join(format!("big{i}.bin"));
+            let mut bytes = vec![i; 4 * 1024 * 1024 + 1];
+            bytes[0] = small as u8;
+            std::fs::write(&big, bytes).unwrap();
+            paths.push(big);
+        }
+        let kv = Intercepted {
+            inner: Arc::new(MemoryKv::new(clock())),
+            hook: HolderGuards {
+                unguarded: std::sync::Mutex::new(Vec::new()),
+                holder_rows: AtomicUsize::new(0),
+            },
+        };
+        let serving = MemoryStore::versioned(clock());
+        for site in ["acme/wide", "other/fork"] {
+            push_quietly(&kv, &serving, &repo(site), &paths, NOW)
+                .await
+                .unwrap();
+        }
+        // The small files and their pack, each big file's manifest and
+        // two chunks, in two repositories.
+        assert_eq!(kv.holder_rows.load(Ordering::SeqCst), 2 * (small + 1 + 6));
+        let unguarded = kv.unguarded.lock().unwrap();
+        assert!(
+            unguarded.is_empty(),
+            "after {small} small files: {} holder rows committed without their denial guard",
+            unguarded.len()
+        );
     }
-    // 200 files and their pack, in two repositories.
-    assert_eq!(kv.holder_rows.load(Ordering::SeqCst), 2 * 201);
-    let unguarded = kv.unguarded.lock().unwrap();
-    assert!(
-        unguarded.is_empty(),
-        "{} holder rows committed without their denial guard",
-        unguarded.len()
-    );
 }
 
 /// A directory of `count` small files, enough for several batches.

@@ -236,3 +236,24 @@ async fn a_create_only_write_to_a_locked_store_asks_nothing() {
     assert!(put.is_ok(), "{put:?}");
     assert_eq!(store.oracle.take(), vec![]);
 }
+
+#[tokio::test]
+async fn a_locked_store_whose_retention_plugin_cannot_answer_refuses_as_unavailable() {
+    for fs in [false, true] {
+        let store = locked(fs, true);
+        let version = store.put_at(1_000, b"one").await.unwrap();
+        store.oracle.answer(Answer::Fail);
+        let before = store.versions().await;
+        let deleted = store.store.delete_version(KEY, &version).await;
+        assert!(
+            matches!(deleted, Err(ObjectError::Unavailable(_))),
+            "fs {fs}: {deleted:?}"
+        );
+        let overwritten = store.put_at(2_000, b"two").await;
+        assert!(
+            matches!(overwritten, Err(ObjectError::Unavailable(_))),
+            "fs {fs}: {overwritten:?}"
+        );
+        assert_eq!(store.versions().await, before, "fs {fs}: nothing changed");
+    }
+}

@@ -159,6 +159,9 @@ fn main() {
             data,
             "--now",
             &T0.to_string(),
+            // Retain-until is fixed at the filing.
+            "--retention-ms",
+            &DAY.to_string(),
         ],
     );
     let id = created.trim().to_owned();

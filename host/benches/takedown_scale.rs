@@ -25,7 +25,7 @@
 //! API and times it from the filing to `retain`; then files the other
 //! REQUESTS at once and times them until every one is in `retain`. It
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
-//! run).
+//! run). `workers=N` starts the server with `--workers N`.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -136,7 +136,8 @@ fn main() {
     if args.iter().any(|a| a == "serve") {
         let objects = numbers.first().copied().unwrap_or(1_000);
         let requests = numbers.get(1).copied().unwrap_or(10);
-        return real_clock(objects, requests);
+        let workers = args.iter().find_map(|a| a.strip_prefix("workers="));
+        return real_clock(objects, requests, workers);
     }
     let objects = numbers.first().copied().unwrap_or(10_000);
     let dir = tempfile::tempdir().unwrap();
@@ -205,9 +206,13 @@ impl Drop for Server {
 
 /// `custodian serve` on a free port of 127.0.0.1 over `data`, with its
 /// defaults; the server and its base URL.
-fn serve(cache: &Path, data: &str) -> (Server, String) {
-    let mut child = custodian(cache)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data", data])
+fn serve(cache: &Path, data: &str, workers: Option<&str>) -> (Server, String) {
+    let mut command = custodian(cache);
+    command.args(["serve", "--listen", "127.0.0.1:0", "--data", data]);
+    if let Some(workers) = workers {
+        command.args(["--workers", workers]);
+    }
+    let mut child = command
         .env("CUSTODIAN_TOKEN", TOKEN)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -280,7 +285,7 @@ fn until_retained(base: &str, ids: &[String], since: Instant, objects: usize) ->
 }
 
 /// The real-clock run: see the module documentation.
-fn real_clock(objects: usize, requests: usize) {
+fn real_clock(objects: usize, requests: usize, workers: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let data_path = dir.path().join("data");
@@ -293,12 +298,15 @@ fn real_clock(objects: usize, requests: usize) {
         let (pack, _) = push_pack(&cache, data, &repo, &tree);
         packs.push((repo, pack));
     }
-    let (_server, base) = serve(&cache, data);
+    let (_server, base) = serve(&cache, data, workers);
 
     let started = Instant::now();
     let one = file(&base, &packs[0].0, &packs[0].1);
     let alone = until_retained(&base, &[one], started, objects);
-    println!("real clock, custodian serve on the embedded default (redb + fs, default workers):");
+    println!(
+        "real clock, custodian serve on the embedded default (redb + fs, {} workers):",
+        workers.unwrap_or("default")
+    );
     println!(
         "  1 request of {objects} objects of 1 KiB (one pack): file -> retain {:>8.2} s",
         alone.as_secs_f64()

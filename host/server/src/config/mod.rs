@@ -274,7 +274,7 @@ mod tests {
         let config = Config::parse(super::EXAMPLE).unwrap();
         assert!(config.stores.contains_key("preserved"));
         assert!(config.plugins.contains_key("takedown"));
-        assert_eq!(config.server.workers, Some(2));
+        assert_eq!(config.server.workers, Some(8));
     }
 
     #[test]

@@ -249,10 +249,14 @@ impl FsStore {
                 continue;
             };
             match file.try_lock() {
-                Ok(()) => {
-                    std::fs::remove_file(&path).map_err(|e| io_error("removing", &path, e))?;
-                    removed += 1;
-                }
+                // Unlocked: its writer has let go. Gone by now is fine: the
+                // writer published it (a rename) after our open, or another
+                // process's recovery removed it first.
+                Ok(()) => match std::fs::remove_file(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error("removing", &path, e)),
+                },
                 Err(std::fs::TryLockError::WouldBlock) => live += 1,
                 Err(std::fs::TryLockError::Error(e)) => return Err(io_error("locking", &path, e)),
             }

@@ -35,13 +35,14 @@
 //! then GET alternated between them twice; it prints the ratios of checked
 //! to unchecked req/s and both p99s.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-const TOKEN: &str = "bench-token-0123456789abcdef";
+#[path = "support/server.rs"]
+mod server;
+use server::{Server, TOKEN};
 
 /// wrk's script for PUTs: a distinct key per request per thread.
 const PUT_LUA: &str = r#"
@@ -90,15 +91,6 @@ const PLAIN_KEY: &str =
 /// A content key (`content/` + 64 lowercase hex, the run's number, the
 /// thread and the request): every read of it is checked for a takedown.
 const CONTENT_KEY: &str = r#""/v1/stores/serving/objects/content/" .. string.format("%02x%02x%060x", RUN_NO, id, counter)"#;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Requests per second, p50 and p99 in ms, non-2xx answers.
 #[derive(Debug, Clone, Copy)]
@@ -195,28 +187,15 @@ fn print(label: &str, f: &Figures) {
 fn start(dir: &Path, name: &str, config: &str) -> (Server, String) {
     let config_path = dir.join(format!("{name}.toml"));
     std::fs::write(&config_path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_custodian"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_custodian"));
+    command
         .arg("--config")
         .arg(&config_path)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(dir.join(name))
-        .env("CUSTODIAN_TOKEN", TOKEN)
-        .env("CUSTODIAN_CACHE_DIR", dir.join("cache"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the server starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
-    (Server(child), base)
+        .env("CUSTODIAN_CACHE_DIR", dir.join("cache"));
+    let data = dir.join(name);
+    let server = Server::start(command, &["--data".as_ref(), data.as_os_str()]);
+    let base = server.base.clone();
+    (server, base)
 }
 
 /// Creates principal `name` with `role` on the (stopped) data directory

@@ -27,10 +27,13 @@
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
 //! run). `workers=N` starts the server with `--workers N`.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+#[path = "support/server.rs"]
+mod server;
+use server::{Server, TOKEN};
 
 const T0: u64 = 1_700_000_000_000;
 const DAY: u64 = 86_400_000;
@@ -193,42 +196,16 @@ fn main() {
     );
 }
 
-const TOKEN: &str = "bench-token-0123456789abcdef";
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `custodian serve` on a free port of 127.0.0.1 over `data`, with its
 /// defaults; the server and its base URL.
 fn serve(cache: &Path, data: &str, workers: Option<&str>) -> (Server, String) {
-    let mut command = custodian(cache);
-    command.args(["serve", "--listen", "127.0.0.1:0", "--data", data]);
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--data".as_ref(), data.as_ref()];
     if let Some(workers) = workers {
-        command.args(["--workers", workers]);
+        args.extend([std::ffi::OsStr::new("--workers"), workers.as_ref()]);
     }
-    let mut child = command
-        .env("CUSTODIAN_TOKEN", TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the server starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("the server says where it listens")
-        .to_owned();
-    (Server(child), base)
+    let server = Server::start(custodian(cache), &args);
+    let base = server.base.clone();
+    (server, base)
 }
 
 fn agent() -> ureq::Agent {

@@ -8,12 +8,12 @@ pub use crate::bindings::host::custodian::host::objects::{
 #[cfg(target_arch = "wasm32")]
 pub use crate::bindings::host::custodian::host::objects::{
     copy, delete, delete_version, get, get_range, get_version_range, head, head_version, list,
-    list_versions, put,
+    list_key_versions, list_versions, put,
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use crate::native::objects::{
     copy, delete, delete_version, get, get_range, get_version_range, head, head_version, list,
-    list_versions, put,
+    list_key_versions, list_versions, put,
 };
 
 pub use custodian_contract::limits::MAX_BODY_BYTES;

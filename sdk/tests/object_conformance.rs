@@ -283,23 +283,20 @@ impl ObjectStore for NativeObjects {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<ListPage<ListedVersion>, ObjectError> {
-        let page = wit::list_versions(STORE, prefix, cursor, limit).map_err(object_error)?;
-        Ok(ListPage {
-            items: page
-                .versions
-                .into_iter()
-                .map(|v| ListedVersion {
-                    key: v.key,
-                    version_id: v.version_id,
-                    etag: v.etag,
-                    size: v.size,
-                    is_current: v.is_current,
-                    is_delete_marker: v.is_delete_marker,
-                    last_modified_ms: v.last_modified_ms,
-                })
-                .collect(),
-            next: page.next,
-        })
+        wit::list_versions(STORE, prefix, cursor, limit)
+            .map(version_page)
+            .map_err(object_error)
+    }
+
+    async fn list_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        wit::list_key_versions(STORE, key.as_str(), cursor, limit)
+            .map(version_page)
+            .map_err(object_error)
     }
 
     async fn create_upload(
@@ -539,4 +536,24 @@ fn a_range_longer_than_a_call_may_move_is_invalid_whether_or_not_the_key_exists(
         wit::get_range(STORE, "k", 0, MAX_BODY_BYTES, None).unwrap(),
         b"v"
     );
+}
+
+/// A WIT version page as the host's stores return one.
+fn version_page(page: wit::VersionPage) -> ListPage<ListedVersion> {
+    ListPage {
+        items: page
+            .versions
+            .into_iter()
+            .map(|v| ListedVersion {
+                key: v.key,
+                version_id: v.version_id,
+                etag: v.etag,
+                size: v.size,
+                is_current: v.is_current,
+                is_delete_marker: v.is_delete_marker,
+                last_modified_ms: v.last_modified_ms,
+            })
+            .collect(),
+        next: page.next,
+    }
 }

@@ -322,3 +322,144 @@ fn guests_reading_two_keys_see_what_the_host_stored() {
     );
     assert_eq!(got.unwrap(), json!(1));
 }
+
+/// A KV whose every key holds a value of the largest size, recording the
+/// most values one read asked it for: what the host would hold at once.
+#[derive(Default)]
+struct BigValuesKv {
+    most_per_read: std::sync::atomic::AtomicUsize,
+}
+
+impl BigValuesKv {
+    fn asked(&self, n: usize) {
+        self.most_per_read
+            .fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Kv for BigValuesKv {
+    async fn get(&self, _: &Partition, _: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.asked(1);
+        Ok(Some(vec![7; custodian::kv::MAX_VALUE_BYTES]))
+    }
+    async fn get_many(
+        &self,
+        _: &Partition,
+        keys: &[Vec<u8>],
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.asked(keys.len());
+        Ok(keys
+            .iter()
+            .map(|_| Some(vec![7; custodian::kv::MAX_VALUE_BYTES]))
+            .collect())
+    }
+    async fn scan(
+        &self,
+        _: &Partition,
+        _: &[u8],
+        _: Option<&[u8]>,
+        cursor: Option<&[u8]>,
+        limit: u32,
+    ) -> Result<Page, KvError> {
+        self.asked(limit as usize);
+        // Keys 0, 1, 2, … as big-endian u32, after the cursor; endless.
+        let first = cursor.map_or(0, |c| u32::from_be_bytes(c.try_into().unwrap()) + 1);
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = (first..first + limit)
+            .map(|i| {
+                (
+                    i.to_be_bytes().to_vec(),
+                    vec![7; custodian::kv::MAX_VALUE_BYTES],
+                )
+            })
+            .collect();
+        let next = entries.last().map(|(k, _)| k.clone());
+        Ok(Page { entries, next })
+    }
+    async fn apply(&self, _: &Batch) -> Result<Outcome, KvError> {
+        Ok(Outcome::Committed)
+    }
+}
+
+/// A call of the probe over `kv` with `memory` bytes of guest memory.
+fn call_over(
+    kv: Arc<BigValuesKv>,
+    memory: usize,
+    function: &str,
+    input: Value,
+) -> Result<Value, CallError> {
+    let world = World::new();
+    let services = Arc::new(Services {
+        kv,
+        stores: Default::default(),
+        clock: world.services.clock.clone(),
+        io: world.services.io.clone(),
+        retention: None,
+    });
+    let runtime = runtime();
+    let plugin = runtime.load_file(support::probe()).unwrap();
+    let call = Arc::new(custodian::runtime::CallContext {
+        services,
+        grants: Grants::none().partition("notes").unwrap(),
+        limits: Limits {
+            memory_bytes: memory,
+            ..limits()
+        },
+        actor: "plugin:test".into(),
+    });
+    plugin.function(PROBE, function)?.call_json(call, &input)
+}
+
+#[test]
+fn a_get_many_larger_than_the_guest_can_hold_is_refused_without_the_host_holding_it() {
+    let memory = 16 << 20;
+    let kv = Arc::new(BigValuesKv::default());
+    // 1000 values of 256 KiB: 250 MiB, 16 times what the guest can take.
+    let got = call_over(
+        kv.clone(),
+        memory,
+        "read-many",
+        json!({"partition": "notes", "count": 1000}),
+    );
+    let error = got.unwrap()["err"].to_string();
+    assert!(error.contains("budget-exhausted"), "{error}");
+    // Never more asked of the KV at once than the guest's memory holds.
+    let most = kv.most_per_read.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most * custodian::kv::MAX_VALUE_BYTES <= memory,
+        "{most} values read at once"
+    );
+    // What fits is read whole.
+    let fits = call_over(
+        Arc::new(BigValuesKv::default()),
+        memory,
+        "read-many",
+        json!({"partition": "notes", "count": 8}),
+    );
+    assert_eq!(
+        fits.unwrap(),
+        json!({"ok": 8 * custodian::kv::MAX_VALUE_BYTES})
+    );
+}
+
+#[test]
+fn a_scan_larger_than_the_guest_can_hold_ends_its_page_early_with_a_cursor() {
+    let memory = 16 << 20;
+    let kv = Arc::new(BigValuesKv::default());
+    let got = call_over(
+        kv.clone(),
+        memory,
+        "scan-page",
+        json!({"partition": "notes", "limit": 1000}),
+    )
+    .unwrap();
+    let (entries, more) = (got["ok"][0].as_u64().unwrap(), got["ok"][1].clone());
+    assert!(entries >= 1, "{got}");
+    assert!(
+        entries as usize * custodian::kv::MAX_VALUE_BYTES <= memory,
+        "{entries} entries of 256 KiB in one page"
+    );
+    assert_eq!(more, json!(true), "the guest pages on");
+    let most = kv.most_per_read.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most * custodian::kv::MAX_VALUE_BYTES <= memory, "{most}");
+}

@@ -16,6 +16,8 @@ mod purge;
 mod purge_policy;
 mod repo;
 mod retention_table;
+mod rollback;
+mod runaway;
 mod scale_out;
 mod serve;
 mod server;

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{Server, TOKEN, agent, answer, bearer, json_body, wait_for};
+use crate::server::{
+    Server, TOKEN, agent, answer, bearer, json_body, schedule_takedown_timer, wait_for,
+};
 use crate::support::{Rng, custodian, future_contract, outcome, run, stepper, trapper};
 
 /// The bundled takedown plugin with a custom section appended: another
@@ -697,21 +699,7 @@ fn sigterm_abandons_a_step_still_running_after_the_drain_period_and_it_commits_n
         stepper().display().to_string()
     );
     let mut server = Server::start_prepared(&config, &[], |data| {
-        let output = run(&[
-            "timer",
-            "schedule",
-            "--data",
-            data.to_str().unwrap(),
-            "takedown",
-            "spin:forever",
-            "--due",
-            "0",
-        ]);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        schedule_takedown_timer(data, "spin:forever");
     });
     // The worker picks the timer up at once (it is due and the workers
     // start before the server listens); give the step ample time to begin

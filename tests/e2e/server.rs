@@ -215,3 +215,32 @@ pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Schedules takedown timer `reference`, due at once, on the data
+/// directory `data` of a server not yet started (with the CLI).
+pub fn schedule_takedown_timer(data: &Path, reference: &str) {
+    let output = custodian()
+        .args(["timer", "schedule", "--data"])
+        .arg(data)
+        .args(["takedown", reference, "--due", "0"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}
+
+/// The steps each timer of `server` has taken, in due order.
+pub fn timer_steps(server: &Server) -> Vec<u64> {
+    let (status, body) = answer(
+        agent()
+            .get(&server.url("/v1/timers"))
+            .header("Authorization", bearer())
+            .call(),
+    );
+    assert_eq!(status, 200, "{body}");
+    body["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["steps"].as_u64().unwrap())
+        .collect()
+}

@@ -86,6 +86,8 @@ macro_rules! object_conformance_tests {
             list_versions_orders_keys_ascending_and_versions_newest_first,
             list_versions_pages_cover_every_version_exactly_once,
             list_versions_resumes_after_a_cursor_whose_version_was_deleted,
+            list_key_versions_lists_only_that_key_newest_first,
+            list_key_versions_pages_cover_every_version_exactly_once,
             a_malformed_version_cursor_is_invalid,
             a_zero_or_oversized_version_listing_limit_is_invalid,
             version_calls_refuse_invalid_keys,
@@ -1456,6 +1458,71 @@ pub async fn list_versions_resumes_after_a_cursor_whose_version_was_deleted(
     assert_eq!(rest, ["k", "l"]);
 }
 
+/// Conformance check: list_key_versions lists only that key, newest first.
+pub async fn list_key_versions_lists_only_that_key_newest_first(store: &impl ObjectStore) {
+    // Neighbours that share the key as a prefix, in every position a
+    // directory walk could meet them: before (`k-`, `k.`), inside (`k/x`)
+    // and after (`kk`, `k2`) the key.
+    for other in ["j", "k-", "k.a", "k/x", "k2", "kk"] {
+        create(store, other, b"neighbour").await;
+    }
+    let first = create(store, "k", b"1").await;
+    let second = put(store, "k", b"22", &if_match(&first)).await;
+    store.delete("k").await.unwrap();
+    let page = store.list_key_versions(&key("k"), None, 10).await.unwrap();
+    assert_eq!(page.next, None);
+    let shape: Vec<_> = page
+        .items
+        .iter()
+        .map(|v| (v.key.as_str(), v.is_current, v.is_delete_marker, v.size))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("k", true, true, 0),
+            ("k", false, false, 2),
+            ("k", false, false, 1)
+        ]
+    );
+    assert_eq!(page.items[1].version_id, version_id(&second));
+    assert_eq!(page.items[2].version_id, version_id(&first));
+    let absent = store.list_key_versions(&key("k0"), None, 10).await.unwrap();
+    assert!(absent.items.is_empty() && absent.next.is_none());
+}
+
+/// Conformance check: list_key_versions pages cover every version exactly once.
+pub async fn list_key_versions_pages_cover_every_version_exactly_once(store: &impl ObjectStore) {
+    let mut meta = create(store, "p", b"0").await;
+    let mut expected = vec![version_id(&meta).to_owned()];
+    for i in 1..5 {
+        meta = put(store, "p", format!("{i}").as_bytes(), &if_match(&meta)).await;
+        expected.push(version_id(&meta).to_owned());
+    }
+    expected.reverse();
+    create(store, "p/q", b"below the key").await;
+    create(store, "pq", b"beside the key").await;
+    for limit in [1, 2, 3, 5] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store
+                .list_key_versions(&key("p"), cursor.as_deref(), limit)
+                .await
+                .unwrap();
+            assert!(page.items.len() <= limit as usize);
+            assert!(page.items.iter().all(|v| v.key == "p"));
+            seen.extend(page.items.into_iter().map(|v| v.version_id));
+            // A cursor that does not advance would page forever.
+            assert!(seen.len() <= expected.len(), "limit {limit}: {seen:?}");
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "limit {limit}");
+    }
+}
+
 /// Conformance check: a malformed version cursor is invalid.
 pub async fn a_malformed_version_cursor_is_invalid(store: &impl ObjectStore) {
     create(store, "k", b"v").await;
@@ -1531,6 +1598,10 @@ pub async fn every_version_call_is_unsupported_even_for_an_existing_key(store: &
     assert_err!(store.delete_version("k", id).await, Unsupported);
     assert_err!(store.list_versions("", None, 10).await, Unsupported);
     assert_err!(store.list_versions("k", None, 10).await, Unsupported);
+    assert_err!(
+        store.list_key_versions(&key("k"), None, 10).await,
+        Unsupported
+    );
     assert_eq!(body(store, "k").await, "two");
 }
 

@@ -459,6 +459,31 @@ pub trait ObjectStore: Send + Sync {
         limit: u32,
     ) -> Result<ListPage<ListedVersion>, ObjectError>;
 
+    /// Every version and delete marker of exactly `key`, newest first,
+    /// resuming strictly after `cursor`, at most `limit`
+    /// (1..=[`MAX_LIST_PAGE`]). Unlike `list_versions(key)` it never
+    /// returns keys that merely start with `key`.
+    ///
+    /// The provided method pages `list_versions` by the key as a prefix
+    /// and stops at the first other key (the key sorts first under its
+    /// own prefix). Backends that can read one key's versions directly
+    /// override it: on the file store a prefix listing reads the whole
+    /// parent directory, which a takedown removing thousands of objects
+    /// side by side pays once per object.
+    async fn list_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        let mut page = self.list_versions(key.as_str(), cursor, limit).await?;
+        if let Some(other) = page.items.iter().position(|v| v.key != key.as_str()) {
+            page.items.truncate(other);
+            page.next = None;
+        }
+        Ok(page)
+    }
+
     /// Starts a multipart assembly of `key`; returns its id.
     async fn create_upload(
         &self,

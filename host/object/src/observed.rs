@@ -342,6 +342,19 @@ impl ObjectStore for Observed {
         self.observe(Call::ListVersions { prefix }, run).await
     }
 
+    async fn list_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        let run = self.inner.list_key_versions(key, cursor, limit);
+        let call = Call::ListVersions {
+            prefix: key.as_str(),
+        };
+        self.observe(call, run).await
+    }
+
     async fn create_upload(
         &self,
         key: &ObjectKey,

@@ -18,6 +18,7 @@
 //!   engine compatibility, so a restart does not recompile.
 
 mod bindings;
+mod blame;
 pub mod bundled;
 mod cache;
 mod call;

@@ -17,8 +17,10 @@ use custodian::runtime::{Limits, RuntimeConfig, World};
 use custodian::serve::delivery::{Delivery, DeliveryParts};
 use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
+use custodian::serve::probation::Probation;
 use custodian::serve::workers::{WorkerParts, WorkerSettings, Workers};
 use custodian::serve::{Auth, Host, Readiness, RequestLimits, Token, http};
+use custodian::timers::governor::Governor;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::options::Global;
@@ -238,6 +240,12 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         .get(&World::Takedown)
         .map_or(Limits::default().timeout, |s| s.limits.timeout)
         + STEP_CLAIM_MARGIN;
+    let timer_limits = plan.config.timers.limits().map_err(|e| usage(anyhow!(e)))?;
+    let probation = plan
+        .config
+        .probation
+        .settings()
+        .map_err(|e| usage(anyhow!(e)))?;
     let step_store_calls = plan
         .config
         .plugins
@@ -272,6 +280,13 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             handlers: assembly.handlers,
             coordinator: assembly.coordinator,
             metrics: metrics.clone(),
+            governor: Arc::new(Governor::new(timer_limits.governor)),
+            probation: Arc::new(Probation::new(
+                probation,
+                plugins.clone(),
+                kv.clone(),
+                metrics.clone(),
+            )),
         },
         &WorkerSettings {
             count: plan.workers,
@@ -281,6 +296,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             // Only hosts sharing a KV can run the same step; one alone on
             // its redb file has nobody to keep away.
             claim: node.shares_kv().then_some(step_claim),
+            min_step_interval_ms: timer_limits.min_step_interval_ms,
         },
     );
     let deliveries = plan

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use clap::Subcommand;
 use custodian::clock::{Clock, SystemClock};
-use custodian::timers::{self, TimerError, display_reference, parse_reference};
+use custodian::timers::{self, TimerError, display_reference, governor, parse_reference};
 use serde_json::json;
 
 use super::options::DataArgs;
@@ -34,6 +34,27 @@ pub enum TimerCommand {
         /// When it is due, ms since the epoch [default: now].
         #[arg(long, value_name = "MS")]
         due: Option<u64>,
+    },
+    /// List the plugins quarantined for passing a step ceiling (`[timers]`
+    /// in the configuration): their kind's timers are paused.
+    Quarantined {
+        #[command(flatten)]
+        data: DataArgs,
+        /// Print JSON (one object a line).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let the quarantined plugin of timer kind KIND run again (audited as
+    /// `plugin/release`); exit 1 if none is quarantined. Swapping the
+    /// plugin lifts a quarantine too.
+    Release {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The timer kind (e.g. `takedown`).
+        kind: String,
+        /// Who is acting, for the audit log.
+        #[arg(long, env = "USER", default_value = "unknown", value_name = "NAME")]
+        operator: String,
     },
     /// Cancel the timer KIND/REFERENCE; exit 1 if there is none.
     Cancel {
@@ -104,6 +125,40 @@ pub(super) fn run(command: TimerCommand) -> Outcome {
                 .map_err(timer_error)?;
             println!("{kind}/{} due at {due}", display_reference(&reference));
             Ok(())
+        }
+        TimerCommand::Quarantined { data, json } => {
+            let kv = open_data(&data, clock)?;
+            let rows = io
+                .block_on(governor::quarantined(kv.as_ref()))
+                .map_err(timer_error)?;
+            for q in rows {
+                if json {
+                    println!("{}", json!(q));
+                } else {
+                    println!("{}  {}  {}  {}", q.at_ms, q.kind, q.actor, q.reason);
+                }
+            }
+            Ok(())
+        }
+        TimerCommand::Release {
+            data,
+            kind,
+            operator,
+        } => {
+            let now = clock.now_ms();
+            let kv = open_data(&data, clock)?;
+            let actor = format!("operator:{operator}");
+            let released = io
+                .block_on(governor::release(kv.as_ref(), &kind, &actor, now))
+                .map_err(timer_error)?;
+            if released {
+                println!("released the plugin of timer kind {kind}");
+                Ok(())
+            } else {
+                Err(Failure::Failed(anyhow!(
+                    "no plugin of timer kind {kind:?} is quarantined"
+                )))
+            }
         }
         TimerCommand::Cancel {
             data,

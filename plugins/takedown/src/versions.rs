@@ -11,7 +11,7 @@ pub const VERSIONS_PER_PAGE: u32 = 16;
 /// absent is fine, so a destroy may be repeated). On a versioned store
 /// that is each version and delete marker: a plain delete would leave
 /// the bytes readable by version id. An unversioned store answers
-/// `list-versions` with `unsupported`; there the current object is all
+/// `list-key-versions` with `unsupported`; there the current object is all
 /// there is.
 ///
 /// At most `pages` listings of [`VERSIONS_PER_PAGE`] versions are deleted
@@ -21,7 +21,7 @@ pub const VERSIONS_PER_PAGE: u32 = 16;
 pub fn destroy(store: &str, key: &str, pages: usize) -> Result<u32, Error> {
     let mut found = 0;
     for _ in 0..pages {
-        let page = match objects::list_versions(store, key, None, VERSIONS_PER_PAGE) {
+        let page = match objects::list_key_versions(store, key, None, VERSIONS_PER_PAGE) {
             Ok(page) => page,
             Err(Error::Unsupported(_)) => {
                 return match objects::head(store, key) {
@@ -32,14 +32,11 @@ pub fn destroy(store: &str, key: &str, pages: usize) -> Result<u32, Error> {
             }
             Err(other) => return Err(other),
         };
-        // The listing is by prefix: other keys may share it (piece and
-        // serving keys have a fixed length, so none do); only this key's
-        // versions go, and they sort first.
-        let versions: Vec<_> = page.versions.iter().filter(|v| v.key == key).collect();
-        if versions.is_empty() {
+        // Each page starts afresh: the versions of the last one are gone.
+        if page.versions.is_empty() {
             return Ok(found);
         }
-        for version in versions {
+        for version in &page.versions {
             found += u32::from(!version.is_delete_marker);
             objects::delete_version(store, key, &version.version_id)?;
         }

@@ -315,3 +315,15 @@ pub fn list_versions(
 ) -> Result<VersionPage, Error> {
     Err(unversioned())
 }
+
+/// The native host's `objects.list-key-versions`; see
+/// `wit/deps/host/objects.wit`.
+pub fn list_key_versions(
+    _store: &str,
+    key: &str,
+    _cursor: Option<&str>,
+    _limit: u32,
+) -> Result<VersionPage, Error> {
+    check_key(key)?;
+    Err(unversioned())
+}

@@ -161,14 +161,9 @@ impl Gate {
         let mut newer: Option<Option<u64>> = None;
         for _ in 0..MAX_VERSION_PAGES {
             let page = store
-                .list_versions(key, cursor.as_deref(), MAX_LIST_PAGE)
+                .list_key_versions(key, cursor.as_deref(), MAX_LIST_PAGE)
                 .await?;
             for item in page.items {
-                // The key sorts first under its own prefix: past it, the
-                // version does not exist.
-                if item.key != key.as_str() {
-                    return Ok(None);
-                }
                 if item.version_id == version_id {
                     if item.is_delete_marker {
                         return Ok(None);

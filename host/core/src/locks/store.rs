@@ -237,6 +237,15 @@ impl ObjectStore for LockedStore {
         self.inner.list_versions(prefix, cursor, limit).await
     }
 
+    async fn list_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        self.inner.list_key_versions(key, cursor, limit).await
+    }
+
     async fn create_upload(
         &self,
         key: &ObjectKey,

@@ -27,6 +27,7 @@
 //!    moved it, so one tick never fires the same timer twice.
 
 pub mod claim;
+pub mod governor;
 mod worker;
 
 pub use worker::{

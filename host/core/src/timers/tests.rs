@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
+use super::governor::{self, Governor, GovernorConfig};
 use super::*;
 use crate::budget::{SliceBudget, budgeted_kv};
 use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
@@ -1085,4 +1086,141 @@ fn each_timer_error_says_its_kind_and_contention_is_a_retry_away() {
     for (error, kind) in cases {
         assert_eq!(error.kind(), kind, "{error:?}");
     }
+}
+
+/// Reschedules into the past at every step: a runaway.
+struct Runaway {
+    actor: &'static str,
+}
+
+#[async_trait]
+impl TimerHandler for Runaway {
+    fn kind(&self) -> &str {
+        "work"
+    }
+    fn actor(&self) -> String {
+        self.actor.into()
+    }
+    async fn fire(&self, _: &DueTimer, _: u64, _: &SliceBudget) -> Result<Fired, StepFailure> {
+        Ok(Fired::Reschedule {
+            due_ms: 0,
+            commit: StepCommit::default(),
+        })
+    }
+}
+
+fn governed(kv: &Arc<dyn Kv>, clock: &Arc<FixedClock>, governor: &Arc<Governor>) -> Worker {
+    let mut worker = Worker::new(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig {
+            min_step_interval_ms: 10,
+            ..WorkerConfig::default()
+        },
+    );
+    worker.govern(governor.clone());
+    worker
+}
+
+#[tokio::test]
+async fn a_reschedule_sooner_than_the_least_interval_waits_for_it() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = governed(
+        &kv,
+        &clock,
+        &Arc::new(Governor::new(GovernorConfig::default())),
+    );
+    worker.register(Arc::new(Runaway { actor: "plugin:a" }));
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].next_due_ms, Some(START + 10));
+}
+
+#[tokio::test]
+async fn a_runaway_timer_quarantines_its_plugin_until_another_plugin_drives_the_kind() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let governor = Arc::new(Governor::new(GovernorConfig {
+        window_ms: 60_000,
+        max_timer_steps: 5,
+        max_kind_steps: 1_000,
+    }));
+    let worker = governed(&kv, &clock, &governor);
+    worker.register(Arc::new(Runaway { actor: "plugin:a" }));
+    let mut steps = 0;
+    let mut declared = Vec::new();
+    for _ in 0..20 {
+        clock.set(clock.now_ms() + 10);
+        let report = worker.tick().await.unwrap();
+        steps += report.fired.len();
+        declared.extend(report.quarantined);
+    }
+    // The sixth step passes the ceiling of five; none runs after it.
+    assert_eq!(steps, 6);
+    assert_eq!(declared.len(), 1);
+    assert_eq!(declared[0].actor, "plugin:a");
+    assert!(
+        declared[0].reason.contains("more than 5 steps"),
+        "{declared:?}"
+    );
+    assert!(
+        audit_events(&kv)
+            .await
+            .contains(&"plugin/quarantine".to_owned())
+    );
+    // Another host's governor reads the quarantine from the KV.
+    let elsewhere = Arc::new(Governor::new(GovernorConfig::default()));
+    let other = governed(&kv, &clock, &elsewhere);
+    other.register(Arc::new(Runaway { actor: "plugin:a" }));
+    clock.set(clock.now_ms() + 10);
+    let report = other.tick().await.unwrap();
+    assert!(report.fired.is_empty());
+    assert_eq!(report.paused, 1);
+    // A swapped plugin (another actor) is not paused by the old one's row.
+    worker.register(Arc::new(Runaway { actor: "plugin:b" }));
+    clock.set(clock.now_ms() + 10);
+    assert_eq!(worker.tick().await.unwrap().fired.len(), 1);
+    let listed = governor::quarantined(kv.as_ref()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(
+        governor::release(kv.as_ref(), "work", "operator:x", clock.now_ms())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !governor::release(kv.as_ref(), "work", "operator:x", clock.now_ms())
+            .await
+            .unwrap()
+    );
+    assert!(
+        audit_events(&kv)
+            .await
+            .contains(&"plugin/release".to_owned())
+    );
+    assert!(governor::quarantined(kv.as_ref()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn many_busy_timers_of_one_plugin_trip_the_kind_ceiling() {
+    let (kv, clock) = setup();
+    for r in 0u8..4 {
+        schedule(kv.as_ref(), "work", &[b'r', r], START)
+            .await
+            .unwrap();
+    }
+    let governor = Arc::new(Governor::new(GovernorConfig {
+        window_ms: 60_000,
+        max_timer_steps: 1_000,
+        max_kind_steps: 10,
+    }));
+    let worker = governed(&kv, &clock, &governor);
+    worker.register(Arc::new(Runaway { actor: "plugin:a" }));
+    let mut steps = 0;
+    for _ in 0..10 {
+        clock.set(clock.now_ms() + 10);
+        steps += worker.tick().await.unwrap().fired.len();
+    }
+    assert_eq!(steps, 11);
+    let held = governor::quarantined(kv.as_ref()).await.unwrap();
+    assert!(held[0].reason.contains("kind work"), "{held:?}");
 }

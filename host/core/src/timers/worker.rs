@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::claim::{self, ClaimConfig, Claimed};
+use super::governor::{Governor, Quarantine};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
     parse_due, partition,
@@ -64,11 +65,31 @@ pub struct StepCommit {
     pub audit: Vec<AuditEntry>,
 }
 
+impl StepCommit {
+    /// Checks what a policy planned against the bounds the host commits
+    /// it within: the caller's batch bounds and [`MAX_STEP_AUDIT`]. Every
+    /// count here is the plugin's, so it is checked before the host adds
+    /// its own rows (and before any arithmetic on it).
+    ///
+    /// # Errors
+    /// What is out of bounds, for the operator.
+    pub fn check(&self) -> Result<(), String> {
+        validate_caller_batch(&self.batch).map_err(|e| format!("an invalid batch: {e}"))?;
+        if self.audit.len() > MAX_STEP_AUDIT {
+            return Err(format!(
+                "{} audit entries; at most {MAX_STEP_AUDIT} are allowed",
+                self.audit.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How a step ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fired {
-    /// Commit, and fire again at `due_ms` (moved to just after the step's
-    /// now if it is not later).
+    /// Commit, and fire again at `due_ms` (moved to the step's now plus
+    /// the worker's least step interval if it is not later).
     Reschedule {
         /// When to fire next.
         due_ms: u64,
@@ -89,6 +110,10 @@ pub struct StepFailure {
     pub message: String,
     /// Which kind of failure, for metrics and alerts.
     pub cause: FailureCause,
+    /// The plugin that failed, when it is not the one that ran the step
+    /// (a retention plugin the step asked, which trapped): errors and
+    /// metrics name it, not the step's plugin.
+    pub plugin: Option<String>,
 }
 
 /// Why a step failed, coarsely: what an operator's alert distinguishes.
@@ -134,7 +159,16 @@ impl StepFailure {
         Self {
             message: message.into(),
             cause,
+            plugin: None,
         }
+    }
+
+    /// The same failure, blamed on `plugin` (see [`StepFailure::plugin`]).
+    #[must_use]
+    pub fn blaming(mut self, plugin: String) -> Self {
+        self.message = format!("{plugin} failed: {}", self.message);
+        self.plugin = Some(plugin);
+        self
     }
 }
 
@@ -198,6 +232,10 @@ pub struct WorkerConfig {
     pub tick_store_calls: u32,
     /// Which timers this worker fires, when several share the timers.
     pub share: Share,
+    /// Least time between two steps of one timer, ms (at least 1): a step
+    /// asking to run again sooner, or in the past, runs this much later.
+    /// Bounds how fast one timer can spin whatever its plugin answers.
+    pub min_step_interval_ms: u64,
 }
 
 /// A worker's share of the timers: those whose reference hashes to
@@ -237,6 +275,9 @@ impl Default for WorkerConfig {
             step_store_calls: 256,
             tick_store_calls: 8_192,
             share: Share::ALL,
+            // One step of a takedown with work takes ~5 ms on the
+            // reference machine; 1 ms never slows one down.
+            min_step_interval_ms: 1,
         }
     }
 }
@@ -280,6 +321,9 @@ pub struct FiredTimer {
     pub error: Option<String>,
     /// The failure's kind, if it failed.
     pub cause: Option<FailureCause>,
+    /// The plugin the failure is blamed on, when not `actor` (see
+    /// [`StepFailure::plugin`]).
+    pub failed_plugin: Option<String>,
     /// Who ran the step (the handler's actor when the step began).
     pub actor: String,
     /// Time spent in the handler's step, in microseconds.
@@ -300,6 +344,10 @@ pub struct TickReport {
     /// Due timers skipped because another worker holds a live claim on
     /// them (only for a worker that claims steps).
     pub claimed_elsewhere: u64,
+    /// Due timers skipped because their plugin is quarantined.
+    pub paused: u64,
+    /// Quarantines this tick declared (a plugin passed a step ceiling).
+    pub quarantined: Vec<Quarantine>,
 }
 
 /// The handlers of each timer kind, shared by the workers of a host.
@@ -344,6 +392,7 @@ pub struct Worker {
     config: WorkerConfig,
     fencing: Option<Fencing>,
     claims: Option<ClaimConfig>,
+    governor: Option<Arc<Governor>>,
 }
 
 /// The worker's shard lease under epoch fencing: every step it commits
@@ -412,7 +461,15 @@ impl Worker {
             config,
             fencing: None,
             claims: None,
+            governor: None,
         }
+    }
+
+    /// Counts this worker's committed steps against `governor`'s ceilings
+    /// (share one governor among a host's workers) and skips the timers
+    /// of quarantined plugins (see [`super::governor`]).
+    pub fn govern(&mut self, governor: Arc<Governor>) {
+        self.governor = Some(governor);
     }
 
     /// Registers the handler for its kind, replacing any earlier one.
@@ -473,6 +530,9 @@ impl Worker {
             }
             None => (Vec::new(), None),
         };
+        if let Some(governor) = &self.governor {
+            governor.refresh(self.kv.as_ref(), now).await?;
+        }
         let mut report = TickReport::default();
         let mut per_kind: BTreeMap<String, u32> = BTreeMap::new();
         let mut steps = 0u32;
@@ -499,6 +559,12 @@ impl Worker {
                     report.unhandled += 1;
                     continue;
                 };
+                if let Some(governor) = &self.governor
+                    && governor.paused(&timer.kind, &handler.actor()).is_some()
+                {
+                    report.paused += 1;
+                    continue;
+                }
                 let fired_of_kind = per_kind.entry(timer.kind.clone()).or_default();
                 if handler
                     .max_per_tick()
@@ -520,6 +586,7 @@ impl Worker {
                 steps += 1;
                 let budget =
                     SliceBudget::with_parent(self.config.step_store_calls, tick_budget.clone());
+                let counted = (timer.kind.clone(), timer.reference.clone());
                 let fired = self
                     .fire(
                         handler.as_ref(),
@@ -531,6 +598,22 @@ impl Worker {
                     )
                     .await?;
                 let outcome = fired.outcome;
+                if let Some(governor) = &self.governor
+                    && matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
+                    && let Some(reason) = governor.count(&counted.0, &fired.actor, &counted.1, now)
+                    && let Some(quarantine) = governor
+                        .quarantine(self.kv.as_ref(), &counted.0, &fired.actor, reason, now)
+                        .await?
+                {
+                    tracing::error!(
+                        target: LOG_TARGET,
+                        kind = %quarantine.kind,
+                        plugin = %quarantine.actor,
+                        "plugin quarantined, its timers are paused: {}",
+                        quarantine.reason
+                    );
+                    report.quarantined.push(quarantine);
+                }
                 report.fired.push(fired);
                 match outcome {
                     FireOutcome::Fenced => {
@@ -628,7 +711,10 @@ impl Worker {
             }
         };
         let (commit, next_due) = match fired {
-            Fired::Reschedule { due_ms, commit } => (commit, Some(due_ms.max(now + 1))),
+            Fired::Reschedule { due_ms, commit } => {
+                let soonest = now.saturating_add(self.config.min_step_interval_ms.max(1));
+                (commit, Some(due_ms.max(soonest)))
+            }
             Fired::Done(commit) => (commit, None),
         };
         let host_guards: Vec<Precondition> =
@@ -749,6 +835,7 @@ impl Worker {
                 fired.next_due_ms = Some(next);
                 fired.error = Some(failure.message);
                 fired.cause = Some(failure.cause);
+                fired.failed_plugin = failure.plugin;
             }
             Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => {
                 fired.outcome = FireOutcome::Lost;
@@ -821,14 +908,9 @@ impl PlannedStep<'_> {
             value,
             now,
         } = *self;
-        validate_caller_batch(&commit.batch)
-            .map_err(|e| StepFailure::new(format!("the step returned an invalid batch: {e}")))?;
-        if commit.audit.len() > MAX_STEP_AUDIT {
-            return Err(StepFailure::new(format!(
-                "the step returned {} audit entries; at most {MAX_STEP_AUDIT} are allowed",
-                commit.audit.len()
-            )));
-        }
+        commit
+            .check()
+            .map_err(|e| StepFailure::new(format!("the step returned {e}")))?;
         let partition = partition();
         let step = timer.state.steps + 1;
         let mut batch = Batch::default();
@@ -931,6 +1013,7 @@ impl Ran {
             next_due_ms: None,
             error: None,
             cause: None,
+            failed_plugin: None,
             actor: self.actor.clone(),
             step_us: self.step_us,
         }

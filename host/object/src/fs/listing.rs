@@ -328,46 +328,106 @@ impl FsStore {
         validate_limit(limit)?;
         let after = cursor.map(parse_version_cursor).transpose()?;
         let lower = after.map_or(Lower::Start, |(key, _)| Lower::From(key.as_bytes()));
-        let mut items: Vec<ListedVersion> = Vec::new();
-        let mut more = false;
-        'keys: for found in KeyWalk::new(&self.layout, prefix, lower)? {
+        let mut page = VersionPage::new(after, limit);
+        for found in KeyWalk::new(&self.layout, prefix, lower)? {
             let (key, dir) = found?;
-            let ids = version_ids(&dir)?;
-            let newest = ids.last().cloned();
-            for id in ids.iter().rev() {
-                if let Some((after_key, after_id)) = after
-                    && key.key() == after_key
-                    && id.as_str() >= after_id
-                {
-                    continue;
-                }
-                // Deleted since the directory was read: not listed.
-                let Some(file) = VersionFile::open(&dir.join(id), key.key())? else {
-                    continue;
-                };
-                if items.len() == limit as usize {
-                    more = true;
-                    break 'keys;
-                }
-                let header = file.header();
-                items.push(ListedVersion {
-                    key: key.key().to_owned(),
-                    version_id: id.clone(),
-                    etag: header.etag.clone(),
-                    size: header.size,
-                    is_current: Some(id) == newest.as_ref(),
-                    is_delete_marker: header.delete_marker,
-                    last_modified_ms: Some(header.last_modified_ms),
-                });
+            if !page.add_key(&key, &dir)? {
+                break;
             }
         }
-        let next = if more {
-            items
+        Ok(page.finish())
+    }
+
+    /// `list_key_versions`: only `key`'s own version directory is read,
+    /// never its parent (which may hold every other key of the prefix).
+    /// Cursors are the same as `list_versions`'s, so one key's listing
+    /// can resume from either.
+    pub(super) fn list_one_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        validate_limit(limit)?;
+        let after = cursor.map(parse_version_cursor).transpose()?;
+        let mut page = VersionPage::new(after, limit);
+        // A cursor of another key: past it (or before it) this key has
+        // nothing to resume from; the listing is over or starts whole,
+        // as `list_versions(key)` would by key order.
+        match after {
+            Some((after_key, _)) if after_key > key.as_str() => return Ok(page.finish()),
+            _ => {}
+        }
+        let path = KeyPath::new(key);
+        let dir = self.layout.versions_dir(&path);
+        page.add_key(&path, &dir)?;
+        Ok(page.finish())
+    }
+}
+
+/// A version listing's page being filled, key by key.
+struct VersionPage<'a> {
+    after: Option<(&'a str, &'a str)>,
+    limit: usize,
+    items: Vec<ListedVersion>,
+    more: bool,
+}
+
+impl<'a> VersionPage<'a> {
+    fn new(after: Option<(&'a str, &'a str)>, limit: u32) -> Self {
+        Self {
+            after,
+            limit: limit as usize,
+            items: Vec::new(),
+            more: false,
+        }
+    }
+
+    /// Adds `key`'s versions from `dir`, newest first, skipping those the
+    /// cursor has passed; `false` once the page is full and more remain.
+    fn add_key(&mut self, key: &KeyPath, dir: &Path) -> Result<bool, ObjectError> {
+        let ids = version_ids(dir)?;
+        let newest = ids.last().cloned();
+        for id in ids.iter().rev() {
+            if let Some((after_key, after_id)) = self.after
+                && key.key() == after_key
+                && id.as_str() >= after_id
+            {
+                continue;
+            }
+            // Deleted since the directory was read: not listed.
+            let Some(file) = VersionFile::open(&dir.join(id), key.key())? else {
+                continue;
+            };
+            if self.items.len() == self.limit {
+                self.more = true;
+                return Ok(false);
+            }
+            let header = file.header();
+            self.items.push(ListedVersion {
+                key: key.key().to_owned(),
+                version_id: id.clone(),
+                etag: header.etag.clone(),
+                size: header.size,
+                is_current: Some(id) == newest.as_ref(),
+                is_delete_marker: header.delete_marker,
+                last_modified_ms: Some(header.last_modified_ms),
+            });
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> ListPage<ListedVersion> {
+        let next = if self.more {
+            self.items
                 .last()
                 .map(|item| format!("{}\0{}", item.key, item.version_id))
         } else {
             None
         };
-        Ok(ListPage { items, next })
+        ListPage {
+            items: self.items,
+            next,
+        }
     }
 }

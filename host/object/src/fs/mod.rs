@@ -286,6 +286,16 @@ impl ObjectStore for FsStore {
         self.list_all_versions(prefix, cursor, limit)
     }
 
+    async fn list_key_versions(
+        &self,
+        key: &ObjectKey,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage<ListedVersion>, ObjectError> {
+        self.require_versions("list_key_versions")?;
+        self.list_one_key_versions(key, cursor, limit)
+    }
+
     async fn create_upload(
         &self,
         key: &ObjectKey,

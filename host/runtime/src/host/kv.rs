@@ -7,8 +7,17 @@ use crate::bindings::HostError;
 use crate::bindings::host::custodian::host::kv as wit;
 use crate::bindings::host::custodian::host::types::Error;
 use custodian_kv::{
-    Batch, KvError, Outcome, Partition, Precondition, Write, validate_caller_batch,
+    Batch, KvError, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Partition, Precondition, Write,
+    validate_caller_batch, validate_get_many, validate_scan,
 };
+
+/// A `get-many` whose values outgrow what the guest can still hold.
+fn too_large(read: usize, asked: usize, room: usize) -> HostError {
+    HostError::Guest(Error::BudgetExhausted(format!(
+        "the first {read} of {asked} values read exceed the {room} bytes this plugin's memory \
+         can still take; read fewer keys at a time"
+    )))
+}
 
 pub(crate) fn kv_error(error: KvError) -> HostError {
     HostError::Guest(wit_error(error))
@@ -108,8 +117,27 @@ impl wit::Host for HostView<'_> {
     ) -> Result<Vec<Option<Vec<u8>>>, HostError> {
         self.charge()?;
         let partition = self.partition(&partition)?;
-        self.wait(self.call.services.kv.get_many(partition, &keys))?
-            .map_err(kv_error)
+        validate_get_many(&keys).map_err(kv_error)?;
+        // Read in groups whose largest possible answer fits what the guest
+        // can still hold, so the host never holds more for it than that.
+        let mut room = self.answer_room();
+        let mut values = Vec::with_capacity(keys.len());
+        let mut rest = keys.as_slice();
+        while !rest.is_empty() {
+            let group = rest.len().min((room / MAX_VALUE_BYTES).max(1));
+            let (now, later) = rest.split_at(group);
+            let read = self
+                .wait(self.call.services.kv.get_many(partition, now))?
+                .map_err(kv_error)?;
+            let bytes: usize = read.iter().flatten().map(Vec::len).sum();
+            if bytes > room {
+                return Err(too_large(values.len() + read.len(), keys.len(), room));
+            }
+            room -= bytes;
+            values.extend(read);
+            rest = later;
+        }
+        Ok(values)
     }
 
     fn scan(
@@ -122,18 +150,42 @@ impl wit::Host for HostView<'_> {
     ) -> Result<wit::Page, HostError> {
         self.charge()?;
         let partition = self.partition(&partition)?;
-        let page = self
-            .wait(self.call.services.kv.scan(
-                partition,
-                &start,
-                end.as_deref(),
-                cursor.as_deref(),
-                limit,
-            ))?
-            .map_err(kv_error)?;
+        validate_scan(&start, end.as_deref(), cursor.as_deref(), limit).map_err(kv_error)?;
+        // Scanned in pages whose largest possible answer fits what the
+        // guest can still hold; past that the page ends early with its
+        // cursor (a page holds *at most* `limit` entries), so the guest
+        // pages on instead of the host holding more than it can take.
+        let mut room = self.answer_room();
+        let mut entries = Vec::new();
+        let mut cursor = cursor;
+        let next = loop {
+            let left = limit as usize - entries.len();
+            let fits = room / (MAX_VALUE_BYTES + MAX_KEY_BYTES);
+            if fits == 0 && !entries.is_empty() {
+                break cursor;
+            }
+            // At least one entry, or a guest with little memory left could
+            // never page at all; its copy may then trap on the memory limit.
+            let page_limit = u32::try_from(left.min(fits.max(1))).unwrap_or(limit);
+            let page = self
+                .wait(self.call.services.kv.scan(
+                    partition,
+                    &start,
+                    end.as_deref(),
+                    cursor.as_deref(),
+                    page_limit,
+                ))?
+                .map_err(kv_error)?;
+            let bytes: usize = page.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+            room = room.saturating_sub(bytes);
+            entries.extend(page.entries);
+            match page.next {
+                Some(next) if entries.len() < limit as usize => cursor = Some(next),
+                next => break next,
+            }
+        };
         Ok(wit::Page {
-            entries: page
-                .entries
+            entries: entries
                 .into_iter()
                 .map(|(key, value)| wit::Entry {
                     partition: partition.as_str().to_owned(),
@@ -141,7 +193,7 @@ impl wit::Host for HostView<'_> {
                     value,
                 })
                 .collect(),
-            next: page.next,
+            next,
         })
     }
 

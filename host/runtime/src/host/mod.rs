@@ -122,6 +122,10 @@ pub(crate) struct CallState {
     /// The first limit that stopped the call, kept so the call's error can
     /// name it even when the trap itself carries no payload.
     pub(crate) stopped_by: Option<LimitExceeded>,
+    /// The guest's linear memory as last grown, in bytes (0 until its
+    /// first growth): what it can still take is the limit less this. Kept
+    /// across calls of a reused store, whose memory persists.
+    memory_now: usize,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -143,6 +147,7 @@ impl CallState {
             call,
             stderr,
             stopped_by: None,
+            memory_now: 0,
             wasi,
             table: ResourceTable::new(),
         }
@@ -187,10 +192,11 @@ impl WasiView for CallState {
 impl ResourceLimiter for CallState {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.memory_now = self.memory_now.max(current);
         let limit = self.meter.limits.memory_bytes;
         if desired > limit {
             // Trap rather than fail the grow: a guest allocator that sees a
@@ -203,6 +209,7 @@ impl ResourceLimiter for CallState {
             self.stopped_by.get_or_insert(hit.clone());
             return Err(wasmtime::Error::new(hit));
         }
+        self.memory_now = desired;
         Ok(true)
     }
 
@@ -258,6 +265,8 @@ pub(crate) struct HostView<'a> {
     pub(crate) call: &'a CallContext,
     pub(crate) meter: &'a mut Meter,
     stopped_by: &'a mut Option<LimitExceeded>,
+    /// The guest's memory when the host call began, in bytes.
+    memory_now: usize,
 }
 
 /// The view of a store's state that every host interface is given.
@@ -266,6 +275,7 @@ fn view(state: &mut CallState) -> HostView<'_> {
         call: &state.call,
         meter: &mut state.meter,
         stopped_by: &mut state.stopped_by,
+        memory_now: state.memory_now,
     }
 }
 
@@ -273,6 +283,17 @@ impl HostView<'_> {
     /// Charges one capability call against the budget.
     pub(crate) fn charge(&mut self) -> Result<(), HostError> {
         CallState::charge(self.meter)
+    }
+
+    /// Bytes the guest's memory can still grow by: the most an answer of
+    /// this call may hold, since an answer is copied into that memory
+    /// (a larger one could only trap the guest after the host had built
+    /// it whole).
+    pub(crate) fn answer_room(&self) -> usize {
+        self.meter
+            .limits
+            .memory_bytes
+            .saturating_sub(self.memory_now)
     }
 
     /// Runs a mechanism future under this call's deadline.

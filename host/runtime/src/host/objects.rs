@@ -14,7 +14,8 @@ use custodian_base::error::ErrorKind;
 use custodian_core::audit::{self, Record};
 use custodian_object::ObjectStoreExt;
 use custodian_object::{
-    ListedObject, ListedVersion, Metadata, ObjectError, ObjectMeta, ObjectStore, PutCondition,
+    ListPage, ListedObject, ListedVersion, Metadata, ObjectError, ObjectKey, ObjectMeta,
+    ObjectStore, PutCondition,
 };
 
 // Larger objects are read in ranges of at most this.
@@ -317,24 +318,42 @@ impl wit::Host for HostView<'_> {
     ) -> Result<wit::VersionPage, HostError> {
         self.charge()?;
         let store = self.store(&store)?;
-        let page = self
-            .wait(store.list_versions(&prefix, cursor.as_deref(), limit))?
-            .map_err(object_error)?;
-        Ok(wit::VersionPage {
-            versions: page
-                .items
-                .into_iter()
-                .map(|v: ListedVersion| wit::ListedVersion {
-                    key: v.key,
-                    version_id: v.version_id,
-                    etag: v.etag,
-                    size: v.size,
-                    is_current: v.is_current,
-                    is_delete_marker: v.is_delete_marker,
-                    last_modified_ms: v.last_modified_ms,
-                })
-                .collect(),
-            next: page.next,
-        })
+        self.wait(store.list_versions(&prefix, cursor.as_deref(), limit))?
+            .map(version_page)
+            .map_err(object_error)
+    }
+
+    fn list_key_versions(
+        &mut self,
+        store: String,
+        key: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<wit::VersionPage, HostError> {
+        self.charge()?;
+        let store = self.store(&store)?;
+        let key = ObjectKey::new(key).map_err(object_error)?;
+        self.wait(store.list_key_versions(&key, cursor.as_deref(), limit))?
+            .map(version_page)
+            .map_err(object_error)
+    }
+}
+
+fn version_page(page: ListPage<ListedVersion>) -> wit::VersionPage {
+    wit::VersionPage {
+        versions: page
+            .items
+            .into_iter()
+            .map(|v| wit::ListedVersion {
+                key: v.key,
+                version_id: v.version_id,
+                etag: v.etag,
+                size: v.size,
+                is_current: v.is_current,
+                is_delete_marker: v.is_delete_marker,
+                last_modified_ms: v.last_modified_ms,
+            })
+            .collect(),
+        next: page.next,
     }
 }

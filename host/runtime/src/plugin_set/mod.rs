@@ -57,12 +57,14 @@
 
 mod events;
 mod proof;
+mod rollback;
 pub mod shared;
 #[cfg(test)]
 mod tests;
 
 pub use events::{NoEvents, SetEvents};
 use proof::read_source;
+pub use rollback::LastSwap;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -392,6 +394,9 @@ pub struct PluginSet {
     /// One swap or follow at a time: two concurrent swaps of a world would
     /// each audit a "previous" plugin the other already replaced.
     swapping: tokio::sync::Mutex<SwapState>,
+    /// The last swap made on this host, per world, with the replaced
+    /// plugin's bytes: what a rollback restores (see [`rollback`]).
+    last_swaps: std::sync::Mutex<BTreeMap<World, rollback::Remembered>>,
 }
 
 /// What one swap leaves for the next.
@@ -737,6 +742,7 @@ impl PluginSet {
                 last_error: None,
             }),
             swapping: tokio::sync::Mutex::new(SwapState::default()),
+            last_swaps: std::sync::Mutex::new(BTreeMap::new()),
         });
         set.register_handler();
         set.events.in_sync(true);
@@ -1044,6 +1050,9 @@ impl PluginSet {
                 return Err(SwapError::Contended(attempts));
             }
             attempts += 1;
+            // Kept for a rollback, read while the set still names it (a
+            // publish collects the blobs the new set no longer names).
+            let kept = self.keep(world, &previous).await;
             // 1. The set names the new plugin: the old one's commits fail.
             shared::store_blob(self.kv.as_ref(), &new_member.hash, &bytes).await?;
             let installed = self.installed();
@@ -1064,6 +1073,7 @@ impl PluginSet {
             };
             // 2. New calls use the new plugin, under the new set's guard.
             self.slot(world).replace(loaded.clone());
+            self.remember_swap(world, kept, &new_member.hash);
             self.install(row.clone());
             state.unfenced = true;
             settle(self.kv.as_ref(), &row, &[(&new_member.hash, &bytes)]).await;

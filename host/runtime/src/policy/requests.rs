@@ -61,6 +61,10 @@ pub enum RequestError {
     /// retain-until is not later than the one in force.
     #[error("{0}")]
     NotExtended(String),
+    /// The plugin planned a commit outside the host's bounds (too many
+    /// operations or audit entries); nothing changed.
+    #[error("the takedown plugin planned {0}")]
+    Invalid(String),
 }
 
 impl RequestError {
@@ -80,6 +84,8 @@ impl RequestError {
             Self::Contention | Self::Swapped => ErrorKind::Unavailable,
             Self::NoLock(_) => ErrorKind::NotFound,
             Self::NotExtended(_) => ErrorKind::PreconditionFailed,
+            // The deployment's plugin is broken, as when it traps.
+            Self::Invalid(_) => ErrorKind::Internal,
         }
     }
 }
@@ -97,7 +103,11 @@ fn record(now_ms: u64, actor: &str, event: &str, targets: Vec<String>, detail: S
 /// Adds the operator's record and the plugin's entries to `batch`, under
 /// keys derived from `unique` (so a retried plan cannot duplicate them).
 fn add_audit(batch: &mut Batch, records: Vec<Record>, unique: &[u8]) -> Result<(), RequestError> {
-    for (i, record) in (0u8..).zip(&records) {
+    for (i, record) in records.iter().enumerate() {
+        // A plan's records are bounded (`plugin_records`), but an index
+        // past a byte must fail, never wrap onto another record's key.
+        let i = u8::try_from(i)
+            .map_err(|_| RequestError::Invalid(format!("{} audit records", records.len())))?;
         let (guard, write) = audit::plan(record, unique, i)?;
         batch.preconditions.push(guard);
         batch.writes.push(write);
@@ -105,8 +115,16 @@ fn add_audit(batch: &mut Batch, records: Vec<Record>, unique: &[u8]) -> Result<(
     Ok(())
 }
 
-fn plugin_records(commit: &StepCommit, now_ms: u64, actor: &str) -> Vec<Record> {
-    commit
+/// The plugin's audit entries as records, once its commit is checked
+/// against the host's bounds: every path that commits a plugin's plan
+/// passes here first.
+fn plugin_records(
+    commit: &StepCommit,
+    now_ms: u64,
+    actor: &str,
+) -> Result<Vec<Record>, RequestError> {
+    commit.check().map_err(RequestError::Invalid)?;
+    Ok(commit
         .audit
         .iter()
         .map(|entry| Record {
@@ -116,7 +134,7 @@ fn plugin_records(commit: &StepCommit, now_ms: u64, actor: &str) -> Vec<Record> 
             targets: entry.targets.clone(),
             detail: entry.detail.clone(),
         })
-        .collect()
+        .collect())
 }
 
 /// What an operator action commits with, beyond its own guards.
@@ -188,7 +206,7 @@ pub fn create(
                 None => format!("{} object(s)", request.objects.len()),
             },
         )];
-        records.extend(plugin_records(&commit, now_ms, &plugin_actor));
+        records.extend(plugin_records(&commit, now_ms, &plugin_actor)?);
         let mut batch = commit.batch;
         add_audit(&mut batch, records, &request.id)?;
         let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
@@ -257,7 +275,7 @@ pub fn settle(
             Err(PolicyError::Unavailable(_)) => return Ok(Settled::Pending),
             Err(refused) => return Err(RequestError::Refused(refused)),
         };
-        let records = plugin_records(&commit, action.now_ms, &plugin_actor);
+        let records = plugin_records(&commit, action.now_ms, &plugin_actor)?;
         let mut batch = commit.batch;
         let unique = [
             id.as_slice(),
@@ -463,7 +481,7 @@ fn act_on(
             vec![format!("takedown:{}", hex(id))],
             planned.detail.to_owned(),
         )];
-        records.extend(plugin_records(&commit, now_ms, &plugin_actor));
+        records.extend(plugin_records(&commit, now_ms, &plugin_actor)?);
         let mut batch = commit.batch;
         let unique = [id.as_slice(), &[planned.tag, attempt as u8]].concat();
         add_audit(&mut batch, records, &unique)?;
@@ -561,5 +579,92 @@ mod kind_tests {
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+    use custodian_core::timers::{AuditEntry, MAX_STEP_AUDIT};
+    use custodian_kv::MAX_BATCH_OPS;
+
+    fn entries(n: usize) -> Vec<AuditEntry> {
+        (0..n)
+            .map(|i| AuditEntry {
+                event: "E".into(),
+                targets: vec![format!("t:{i}")],
+                detail: None,
+            })
+            .collect()
+    }
+
+    fn writes(n: usize) -> Batch {
+        let partition = custodian_kv::Partition::new("takedown").unwrap();
+        Batch {
+            preconditions: Vec::new(),
+            writes: (0..n)
+                .map(|i| Write::Put {
+                    partition: partition.clone(),
+                    key: (i as u64).to_be_bytes().to_vec(),
+                    value: vec![1],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_plan_with_any_count_of_audit_entries_is_refused_past_the_bound_and_never_panics() {
+        // Around every byte and batch boundary an index or a sum could
+        // cross, and far past them.
+        for n in [
+            0,
+            1,
+            MAX_STEP_AUDIT,
+            MAX_STEP_AUDIT + 1,
+            61,
+            62,
+            253,
+            254,
+            255,
+            256,
+            257,
+            10_000,
+        ] {
+            let commit = StepCommit {
+                batch: Batch::default(),
+                audit: entries(n),
+            };
+            let got = plugin_records(&commit, 1, "plugin:takedown@x");
+            if n <= MAX_STEP_AUDIT {
+                assert_eq!(got.unwrap().len(), n);
+            } else {
+                let error = got.unwrap_err();
+                assert!(matches!(error, RequestError::Invalid(_)), "{n}: {error:?}");
+                assert_eq!(error.kind(), ErrorKind::Internal);
+                assert!(error.to_string().contains(&n.to_string()), "{error}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_with_too_many_operations_is_the_plugins_fault_not_the_kvs() {
+        for n in [MAX_BATCH_OPS + 1, 4 * MAX_BATCH_OPS, 100_000] {
+            let commit = StepCommit {
+                batch: writes(n),
+                audit: Vec::new(),
+            };
+            let error = plugin_records(&commit, 1, "plugin:takedown@x").unwrap_err();
+            assert!(matches!(error, RequestError::Invalid(_)), "{n}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn more_audit_records_than_a_byte_indexes_fail_instead_of_wrapping() {
+        let records: Vec<Record> = (0..300)
+            .map(|i| record(1, "operator:x", "E", vec![format!("t:{i}")], String::new()))
+            .collect();
+        let mut batch = Batch::default();
+        let error = add_audit(&mut batch, records, b"unique").unwrap_err();
+        assert!(matches!(error, RequestError::Invalid(_)), "{error:?}");
     }
 }

@@ -110,21 +110,29 @@ impl RetentionRoute {
     }
 }
 
-fn unanswered(error: CallError) -> PolicyError {
-    PolicyError::Unavailable(format!("the retention plugin did not answer: {error}"))
+impl RetentionRoute {
+    /// A call that did not answer, blamed on this plugin (see
+    /// [`crate::blame`]).
+    fn unanswered(&self, error: CallError) -> PolicyError {
+        crate::blame::failed(&self.call.actor);
+        PolicyError::Unavailable(format!(
+            "the retention plugin {} did not answer: {error}",
+            self.call.actor
+        ))
+    }
 }
 
 impl RetentionOracle for RetentionRoute {
     fn assess(&self, item: Item, now_ms: u64) -> Result<Assessment, PolicyError> {
         self.policy
             .assess(self.call.clone(), self.settings, item, now_ms)
-            .map_err(unanswered)?
+            .map_err(|e| self.unanswered(e))?
     }
 
     fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
         self.policy
             .set_hold(self.call.clone(), item, enabled)
-            .map_err(unanswered)?
+            .map_err(|e| self.unanswered(e))?
     }
 }
 

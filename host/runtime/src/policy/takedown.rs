@@ -631,15 +631,17 @@ impl TimerHandler for TakedownHandler {
         });
         let policy = self.policy.clone();
         let timer = timer.clone();
-        let answer = tokio::task::spawn_blocking(move || policy.step(call, &timer, now_ms))
-            .await
-            .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;
-        match answer {
-            Ok(Ok(fired)) => Ok(fired),
-            Ok(Err(policy)) => Err(StepFailure::because(
+        let (answer, blamed) = tokio::task::spawn_blocking(move || {
+            crate::blame::watch(|| policy.step(call, &timer, now_ms))
+        })
+        .await
+        .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;
+        let failure = match answer {
+            Ok(Ok(fired)) => return Ok(fired),
+            Ok(Err(policy)) => StepFailure::because(
                 FailureCause::Policy,
                 format!("the policy answered {policy}"),
-            )),
+            ),
             Err(call) => {
                 let cause = match &call {
                     CallError::Trap(_) => FailureCause::Trap,
@@ -647,8 +649,14 @@ impl TimerHandler for TakedownHandler {
                     CallError::Limit(_) => FailureCause::Limit,
                     _ => FailureCause::Other,
                 };
-                Err(StepFailure::because(cause, call.to_string()))
+                StepFailure::because(cause, call.to_string())
             }
-        }
+        };
+        // A plugin the step asked that failed to answer (the retention
+        // plugin) is blamed, not this one that passed its failure on.
+        Err(match blamed {
+            Some(plugin) => failure.blaming(plugin),
+            None => failure,
+        })
     }
 }

@@ -14,7 +14,9 @@
 //! ```
 //!
 //! Where cache invalidations are delivered is the `[invalidation]`
-//! section ([`invalidation`]).
+//! section ([`invalidation`]); how fast plugins' timers may step, the
+//! `[timers]` section ([`timers`]); how a swapped plugin is watched and
+//! rolled back, the `[probation]` section ([`probation`]).
 //!
 //! Secrets never go here: S3 credentials come from the standard AWS chain
 //! (environment, profile, instance role). Unknown keys are refused, so a
@@ -28,14 +30,18 @@ use serde::Deserialize;
 use custodian_object::open::StoreUrl;
 
 pub mod invalidation;
+pub mod probation;
 pub mod server;
+pub mod timers;
 
 pub use invalidation::InvalidationConfig;
+pub use probation::ProbationConfig;
 pub use server::{
     DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_REQUEST_TIMEOUT_MS, DEFAULT_LISTEN, GrantsConfig, KvBackend,
     KvConfig, MAX_NODE_BYTES, PluginConfig, PluginsConfig, RetentionConfig, ServerConfig,
     validate_node,
 };
+pub use timers::TimersConfig;
 
 /// A commented configuration file with every setting, as `custodian
 /// config example` prints it. A test parses it, so it stays valid.
@@ -76,7 +82,7 @@ pub enum ConfigError {
 }
 
 /// The configuration file's contents.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Object stores by name.
@@ -97,6 +103,12 @@ pub struct Config {
     /// Where cache invalidations are delivered.
     #[serde(default)]
     pub invalidation: InvalidationConfig,
+    /// How fast plugins' timers may step.
+    #[serde(default)]
+    pub timers: TimersConfig,
+    /// How a plugin swapped in is watched, and rolled back.
+    #[serde(default)]
+    pub probation: ProbationConfig,
 }
 
 /// One named object store.
@@ -159,6 +171,8 @@ impl Config {
         }
         config.kv.validate()?;
         config.invalidation.settings()?;
+        config.timers.limits()?;
+        config.probation.settings()?;
         if let Some(node) = &config.server.node {
             server::validate_node(node).map_err(|e| format!("[server] node: {e}"))?;
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
 
+use custodian_core::timers::governor::Quarantine;
 use custodian_core::timers::{FireOutcome, FiredTimer};
 use custodian_runtime::plugin_set::SetEvents;
 
@@ -80,6 +81,13 @@ struct Families {
     store_calls: BTreeMap<(String, &'static str), u64>,
     store_errors: BTreeMap<(String, &'static str), u64>,
     timer_lag: Histogram,
+    /// Quarantines declared by this host, by plugin and timer kind.
+    quarantines: BTreeMap<(String, String), u64>,
+    /// Due timers skipped because their plugin is quarantined.
+    paused_steps: u64,
+    /// Verdicts on plugins failing their probation, by world and what
+    /// became of them (`rolled_back`, `alerted`, `failed`).
+    rollbacks: BTreeMap<(String, &'static str), u64>,
     swaps: BTreeMap<(String, &'static str), u64>,
     /// Whether this host runs exactly the shared plugin set (1) or not
     /// (0); a gauge, so an alert can fire on a host that cannot follow.
@@ -212,12 +220,35 @@ impl Metrics {
                 .or_default()
                 .observe(fired.step_us as f64 / 1e6);
             if let Some(cause) = fired.cause {
+                // The plugin that failed: a retention plugin a step asked
+                // is blamed for its own trap, not the step's plugin.
+                let failed = fired.failed_plugin.as_ref().unwrap_or(&fired.actor);
                 *f.step_failures
-                    .entry((fired.actor.clone(), cause.name()))
+                    .entry((failed.clone(), cause.name()))
                     .or_default() += 1;
             }
             f.timer_lag
                 .observe(now_ms.saturating_sub(fired.due_ms) as f64 / 1e3);
+        });
+    }
+
+    /// What a tick reported beyond its steps: quarantines it declared
+    /// and due timers it skipped because their plugin is quarantined.
+    pub fn containment(&self, quarantined: &[Quarantine], paused: u64) {
+        self.with(|f| {
+            for q in quarantined {
+                *f.quarantines
+                    .entry((q.actor.clone(), q.kind.clone()))
+                    .or_default() += 1;
+            }
+            f.paused_steps += paused;
+        });
+    }
+
+    /// A plugin failed its probation; `outcome` is what became of it.
+    pub fn rollback(&self, world: &str, outcome: &'static str) {
+        self.with(|f| {
+            *f.rollbacks.entry((world.to_owned(), outcome)).or_default() += 1;
         });
     }
 
@@ -270,6 +301,9 @@ impl Metrics {
                 store_calls: f.store_calls.clone(),
                 store_errors: f.store_errors.clone(),
                 timer_lag: f.timer_lag.clone(),
+                quarantines: f.quarantines.clone(),
+                paused_steps: f.paused_steps,
+                rollbacks: f.rollbacks.clone(),
                 swaps: f.swaps.clone(),
                 in_sync: f.in_sync,
                 kv_calls: f.kv_calls.clone(),
@@ -343,6 +377,41 @@ impl Metrics {
                 out,
                 "custodian_step_failures_total{{plugin=\"{}\",cause=\"{cause}\"}} {n}",
                 escape(actor)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_plugin_quarantines_total",
+            "counter",
+            "Plugins this host quarantined for passing a step ceiling, by plugin and timer kind.",
+        );
+        for ((actor, kind), n) in &f.quarantines {
+            let _ = writeln!(
+                out,
+                "custodian_plugin_quarantines_total{{plugin=\"{}\",kind=\"{}\"}} {n}",
+                escape(actor),
+                escape(kind)
+            );
+        }
+        header(
+            &mut out,
+            "custodian_timers_paused_total",
+            "counter",
+            "Due timer steps skipped because their plugin is quarantined.",
+        );
+        let _ = writeln!(out, "custodian_timers_paused_total {}", f.paused_steps);
+        header(
+            &mut out,
+            "custodian_plugin_rollbacks_total",
+            "counter",
+            "Plugins that failed their probation after a swap, by world and outcome \
+             (rolled_back, alerted, failed).",
+        );
+        for ((world, outcome), n) in &f.rollbacks {
+            let _ = writeln!(
+                out,
+                "custodian_plugin_rollbacks_total{{world=\"{}\",outcome=\"{outcome}\"}} {n}",
+                escape(world)
             );
         }
         header(
@@ -523,6 +592,7 @@ mod tests {
             next_due_ms: None,
             error: None,
             cause,
+            failed_plugin: None,
             actor: "plugin:takedown@abc".into(),
             step_us: 2_000,
         }
@@ -568,6 +638,13 @@ mod tests {
             "custodian_step_failures_total{plugin=\"plugin:takedown@abc\",cause=\"trap\"} 1"
         ));
         assert!(text.contains("custodian_step_seconds_count{plugin=\"plugin:takedown@abc\"} 3"));
+        // A failure blamed on the retention plugin a step asked is its own.
+        let mut blamed = fired(FireOutcome::Failed, Some(FailureCause::Policy));
+        blamed.failed_plugin = Some("plugin:retention@def".into());
+        metrics.step(&blamed, 3_000);
+        assert!(metrics.render().contains(
+            "custodian_step_failures_total{plugin=\"plugin:retention@def\",cause=\"policy\"} 1"
+        ));
         // Lags of 0.5 s, 0.5 s and 2 s: two at or below 0.5, all three by 2.5.
         assert!(text.contains("custodian_timer_lag_seconds_bucket{le=\"0.5\"} 2"));
         assert!(text.contains("custodian_timer_lag_seconds_bucket{le=\"2.5\"} 3"));

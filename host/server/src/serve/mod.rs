@@ -22,6 +22,7 @@ pub mod http;
 pub mod jobs;
 pub mod metered;
 pub mod metrics;
+pub mod probation;
 #[cfg(test)]
 mod test_host;
 pub mod workers;

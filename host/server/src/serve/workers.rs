@@ -11,9 +11,11 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::metrics::Metrics;
+use super::probation::Probation;
 use custodian_base::clock::Clock;
 use custodian_core::fence::{Coordinator, Namespace, ShardId};
 use custodian_core::timers::claim::ClaimConfig;
+use custodian_core::timers::governor::Governor;
 use custodian_core::timers::{self, Handlers, Share, Worker, WorkerConfig};
 use custodian_kv::Kv;
 
@@ -49,6 +51,8 @@ pub struct WorkerSettings {
     /// How long a step claim keeps other hosts' workers away, when hosts
     /// share the KV; `None` for a host alone on its KV.
     pub claim: Option<Duration>,
+    /// Least time between two steps of one timer, ms.
+    pub min_step_interval_ms: u64,
 }
 
 /// The running workers.
@@ -70,6 +74,10 @@ pub struct WorkerParts {
     pub coordinator: Arc<Coordinator>,
     /// Where fired steps are counted.
     pub metrics: Arc<Metrics>,
+    /// The step ceilings and quarantines, shared by every worker loop.
+    pub governor: Arc<Governor>,
+    /// Where steps are counted against swapped plugins on probation.
+    pub probation: Arc<Probation>,
 }
 
 impl Workers {
@@ -86,10 +94,12 @@ impl Workers {
                     WorkerConfig {
                         step_store_calls: settings.step_store_calls,
                         share: Share { index, of: count },
+                        min_step_interval_ms: settings.min_step_interval_ms,
                         ..WorkerConfig::default()
                     },
                     parts.handlers.clone(),
                 );
+                worker.govern(parts.governor.clone());
                 let name = format!("{}.w{index}", settings.node);
                 worker.fence(
                     parts.coordinator.clone(),
@@ -111,6 +121,7 @@ impl Workers {
                         kv: parts.kv.clone(),
                         clock: parts.clock.clone(),
                         metrics: parts.metrics.clone(),
+                        probation: parts.probation.clone(),
                         wake: wake.clone(),
                         stopped: stopped.clone(),
                         drain: settings.drain,
@@ -149,6 +160,7 @@ struct Loop {
     kv: Arc<dyn Kv>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
+    probation: Arc<Probation>,
     wake: Arc<Notify>,
     stopped: watch::Receiver<bool>,
     drain: Duration,
@@ -185,7 +197,14 @@ async fn run(worker: Worker, mut lp: Loop) {
         let now = lp.clock.now_ms();
         for fired in &report.fired {
             lp.metrics.step(fired, now);
+            if let Some(verdict) = lp.probation.observe(fired, now) {
+                // A rollback swaps, which fences this very worker's steps:
+                // it runs beside the loop, not inside its tick.
+                let probation = lp.probation.clone();
+                tokio::spawn(async move { probation.act(verdict).await });
+            }
         }
+        lp.metrics.containment(&report.quarantined, report.paused);
         // Fenced: a swap (here or on another host) moved the authority or
         // the shared plugin set on. A pause lets this host follow before
         // its next step, instead of running steps that cannot commit.

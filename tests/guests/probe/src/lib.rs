@@ -87,6 +87,17 @@ impl exports::custodian_test::probe::probe::Guest for Probe {
             }
         }
     }
+
+    fn read_many(partition: String, count: u32) -> Result<u64, Error> {
+        let keys: Vec<Vec<u8>> = (0..count).map(|i| i.to_be_bytes().to_vec()).collect();
+        let values = kv::get_many(&partition, &keys)?;
+        Ok(values.iter().flatten().map(|v| v.len() as u64).sum())
+    }
+
+    fn scan_page(partition: String, limit: u32) -> Result<(u32, bool), Error> {
+        let page = kv::scan(&partition, &[], None, None, limit)?;
+        Ok((page.entries.len() as u32, page.next.is_some()))
+    }
 }
 
 export!(Probe);

@@ -6,7 +6,8 @@
 //!   it reschedules one second later until the count reaches N.
 //! - `trap:ID` panics; `fail:ID` answers `unavailable`; `spin:ID` never
 //!   returns; `greedy:ID` keeps reading past its budget and then returns a
-//!   commit anyway.
+//!   commit anyway; `past:ID` commits an audit entry and reschedules into
+//!   the past, forever (the runaway the host must contain).
 //!
 //! Filing a request for repository `wipe/preserved` makes it the hostile
 //! takedown plugin the lock tests need: it lists every version in the
@@ -120,6 +121,13 @@ impl TakedownSteps for Stepper {
             }
             (Some("trap"), ..) => panic!("stepper was told to trap"),
             (Some("fail"), ..) => Err(Error::Unavailable("stepper was told to fail".into())),
+            (Some("past"), ..) => Ok(Commit::new(Batch::new())
+                .audit(Entry {
+                    event: "Spun".into(),
+                    targets: vec![text.clone()],
+                    detail: None,
+                })
+                .reschedule(0)),
             (Some("spin"), ..) => {
                 let mut x = timer.now_ms | 1;
                 loop {

@@ -121,7 +121,16 @@ pub(super) fn classify(
             target.subject = param("id");
             Action::Inspect
         }
-        "/v1/jobs" | "/v1/audit" | "/v1/timers" | "/v1/plugins" if read => Action::Inspect,
+        "/v1/jobs" | "/v1/audit" | "/v1/timers" | "/v1/timers/quarantine" | "/v1/plugins"
+            if read =>
+        {
+            Action::Inspect
+        }
+        // Letting a quarantined plugin run again is managing plugins.
+        "/v1/timers/quarantine/{kind}" if method == Method::DELETE => {
+            target.subject = param("kind");
+            Action::SwapPlugin
+        }
         // The invalidation feed has no action of its own (the access
         // world's action enum, `wit/access.wit`, is fixed for now): reading
         // it is reading a host record, `inspect`, as the timers and the

@@ -43,6 +43,8 @@ const ROUTES: &[(Method, &str)] = &[
     (Method::GET, "/v1/jobs/00"),
     (Method::GET, "/v1/audit"),
     (Method::GET, "/v1/timers"),
+    (Method::GET, "/v1/timers/quarantine"),
+    (Method::DELETE, "/v1/timers/quarantine/takedown"),
     (Method::GET, "/v1/invalidations"),
     (Method::POST, "/v1/invalidations/ack"),
     (Method::GET, "/v1/plugins"),
@@ -138,8 +140,9 @@ async fn a_principal_without_roles_is_refused_everywhere_and_every_refusal_is_au
     assert!(denied.iter().all(|r| r["actor"] == "principal:nobody"));
     let metrics = get(&host, "/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body);
+    // A swap and a quarantine's release: both manage plugins.
     assert!(
-        text.contains(r#"custodian_access_decisions_total{action="swap-plugin",principal="nobody",outcome="denied"} 1"#),
+        text.contains(r#"custodian_access_decisions_total{action="swap-plugin",principal="nobody",outcome="denied"} 2"#),
         "{text}"
     );
 }
@@ -481,6 +484,20 @@ fn every_route_is_classified_as_the_action_it_performs() {
             Action::StartJob,
         ),
         (Method::GET, "/v1/timers", &none, &none, Action::Inspect),
+        (
+            Method::GET,
+            "/v1/timers/quarantine",
+            &none,
+            &none,
+            Action::Inspect,
+        ),
+        (
+            Method::DELETE,
+            "/v1/timers/quarantine/{kind}",
+            &none,
+            &none,
+            Action::SwapPlugin,
+        ),
         (
             Method::GET,
             "/v1/invalidations",

@@ -25,6 +25,8 @@
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | jobs and their progress |
 //! | `GET /v1/audit?since_ms=&cursor=&limit=` | the audit log, paged |
 //! | `GET /v1/timers?cursor=&limit=` | the durable timers, in due order |
+//! | `GET /v1/timers/quarantine` | the plugins quarantined for passing a step ceiling (their timers are paused) |
+//! | `DELETE /v1/timers/quarantine/{kind}` | let a quarantined plugin's timers run again |
 //! | `GET /v1/invalidations?cursor=&limit=` | the cache invalidations not yet delivered, in planning order (`invalidations.rs`) |
 //! | `POST /v1/invalidations/ack` | acknowledge (delete) invalidations a pull consumer has handled |
 //! | `GET /v1/plugins` | the loaded plugins, with hashes and versions |

@@ -1,27 +1,66 @@
 //! `GET /v1/timers`: the durable timers of a running server (what
 //! `custodian timer list` shows, which cannot open the data directory
-//! while the server holds it).
+//! while the server holds it); `GET /v1/timers/quarantine`: the plugins
+//! quarantined for passing a step ceiling, and `DELETE
+//! /v1/timers/quarantine/{kind}` to let one run again.
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::routing::get;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiError;
+use super::auth::Caller;
 use super::extract::{cursor_from_hex, cursor_to_hex, query};
 use crate::serve::Host;
-use custodian_core::timers::{self, TimerSummary};
+use custodian_core::timers::{self, TimerSummary, governor};
 
 /// Largest page: one page is one KV scan held in memory.
 const MAX_PAGE: u32 = 1_000;
 
 pub(super) fn routes() -> Router<Arc<Host>> {
-    Router::new().route("/v1/timers", get(list))
+    Router::new()
+        .route("/v1/timers", get(list))
+        .route("/v1/timers/quarantine", get(quarantined))
+        .route("/v1/timers/quarantine/{kind}", delete(release))
+}
+
+fn timer_failure(doing: &str, e: &timers::TimerError) -> ApiError {
+    ApiError::of_server_call(e.kind(), format!("cannot {doing}: {e}"))
+}
+
+async fn quarantined(State(host): State<Arc<Host>>) -> Result<Json<Value>, ApiError> {
+    let rows = governor::quarantined(host.kv.as_ref())
+        .await
+        .map_err(|e| timer_failure("read the quarantines", &e))?;
+    Ok(Json(json!({"quarantined": rows})))
+}
+
+/// Lifts a quarantine: the plugin's timers run again (and, if it still
+/// runs away, it is quarantined again at the next window's ceiling).
+async fn release(
+    State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
+    Path(kind): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let now = host.clock.now_ms();
+    let released = governor::release(host.kv.as_ref(), &kind, &caller.actor(), now)
+        .await
+        .map_err(|e| timer_failure("release the quarantine", &e))?;
+    if released {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!(
+            "no plugin of timer kind {kind:?} is quarantined"
+        )))
+    }
 }
 
 #[derive(Debug, Deserialize)]

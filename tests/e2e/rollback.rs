@@ -1,52 +1,63 @@
-//! A swapped-in plugin that passes its smoke call and then fails every
-//! step is on probation: `custodian serve` counts its steps and, past the
-//! allowed share of failures, restores the plugin it replaced through the
-//! same fenced swap, audited as `plugin/rollback` (or, with `rollback =
-//! "alert"`, reports it and leaves it serving).
+//! A takedown plugin that passes its smoke call and then fails every real
+//! step (the stepper guest: it answers `status` of the smoke call's zero
+//! id, but knows no request's timer) is refused at the swap by the replay
+//! of the timers due next (read-only, through the serving plugin and the
+//! new one). With the replay off, it serves on probation: `custodian
+//! serve` counts its steps and, past the allowed share of failures,
+//! restores the plugin it replaced through the same fenced swap, audited
+//! as `plugin/rollback` (or, with `rollback = "alert"`, reports it and
+//! leaves it serving).
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::serve::{plugin_hash, plugin_hash_of};
-use crate::server::{
-    Server, agent, answer, bearer, schedule_takedown_timer, timer_steps, wait_for,
-};
+use crate::serve::{file_takedown, plugin_hash, plugin_hash_of, push, takedown_status};
+use crate::server::{Server, agent, answer, bearer, wait_for};
 use crate::support::{run, stepper};
 
-/// Counting timers the stepper runs (one step a second each): enough
-/// steps for a verdict within seconds.
-const TIMERS: usize = 12;
+/// Requests filed before the swap, and objects in each: enough steps
+/// still to run after it for a verdict.
+const REQUESTS: usize = 6;
+const OBJECTS: usize = 60;
 
-fn start(mode: &str) -> Server {
-    let config = format!(
-        "[plugins.takedown]\npath = {:?}\n\n[probation]\nmin_steps = 8\nrollback = {mode:?}\n",
-        stepper().display().to_string()
-    );
-    Server::start_prepared(&config, &[], |data| {
-        for i in 0..TIMERS {
-            schedule_takedown_timer(data, &format!("count:100000:c{i}"));
-        }
-    })
+/// A server on the bundled takedown plugin; `replay_timers = 0` lets a
+/// failing plugin past the swap, onto probation.
+fn start(mode: &str, replay_timers: u32) -> Server {
+    Server::start(&format!(
+        "[probation]\nmin_steps = 8\nrollback = {mode:?}\nreplay_timers = {replay_timers}\n"
+    ))
 }
 
-fn steps(server: &Server) -> u64 {
-    timer_steps(server).iter().sum()
+/// Files [`REQUESTS`] takedowns of [`OBJECTS`] new objects each; their
+/// ids.
+fn file_requests(server: &Server) -> Vec<String> {
+    (0..REQUESTS)
+        .map(|r| {
+            let objects: Vec<String> = (0..OBJECTS)
+                .map(|o| {
+                    let body = format!("request {r} object {o}");
+                    push(
+                        server,
+                        "acme/site",
+                        &format!("r{r}/o{o}.txt"),
+                        body.as_bytes(),
+                    )
+                })
+                .collect();
+            file_takedown(server, &objects)
+        })
+        .collect()
 }
 
-/// Swaps in the bundled takedown plugin: it passes the smoke call, and
-/// fails every step of the stepper's counting timers (their references
-/// are not request ids).
-fn swap_to_a_plugin_that_fails_every_step(server: &Server) -> String {
-    let path = custodian::bundled::path(custodian::runtime::World::Takedown).unwrap();
-    let (status, body) = answer(
+/// Asks to swap in the stepper; the answer.
+fn swap_in_the_stepper(server: &Server) -> (u16, Value) {
+    answer(
         agent()
             .put(&server.url("/v1/plugins/takedown"))
             .header("Authorization", bearer())
-            .send(std::fs::read(path).unwrap()),
-    );
-    assert_eq!(status, 200, "{body}");
-    plugin_hash_of(path)
+            .send(std::fs::read(stepper()).unwrap()),
+    )
 }
 
 fn audit(server: &Server) -> Vec<Value> {
@@ -67,31 +78,52 @@ fn rollbacks(server: &Server, outcome: &str) -> bool {
 }
 
 #[test]
-fn a_plugin_failing_every_step_after_its_smoke_call_is_rolled_back_and_audited() {
-    let mut server = start("auto");
-    let good = plugin_hash_of(stepper());
-    wait_for(
-        "the counting timers to step",
-        Duration::from_secs(30),
-        || steps(&server) >= TIMERS as u64,
+fn a_plugin_failing_the_steps_the_serving_one_answers_is_refused_by_the_replay() {
+    let mut server = start("auto", 8);
+    let bundled = plugin_hash(&server, "takedown");
+    file_requests(&server);
+    let (status, body) = swap_in_the_stepper(&server);
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "plugin_refused", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("replaying timer 0x"), "{message}");
+    assert!(
+        message.contains("the serving plugin answered and the new one failed"),
+        "{message}"
     );
-    let bad = swap_to_a_plugin_that_fails_every_step(&server);
-    assert_eq!(plugin_hash(&server, "takedown"), bad);
+    assert_eq!(plugin_hash(&server, "takedown"), bundled);
+    assert!(server.terminate().success(), "{}", server.log());
+    let swapped_in = format!("to:{}", plugin_hash_of(stepper()));
+    assert!(
+        !audit(&server)
+            .iter()
+            .any(|r| r["event"] == "plugin/swap" && r["targets"][2] == swapped_in.as_str()),
+        "the refused plugin was swapped in"
+    );
+}
+
+#[test]
+fn a_plugin_failing_every_step_after_its_smoke_call_is_rolled_back_and_audited() {
+    let mut server = start("auto", 0);
+    let bundled = plugin_hash(&server, "takedown");
+    let requests = file_requests(&server);
+    let (status, body) = swap_in_the_stepper(&server);
+    assert_eq!(status, 200, "{body}");
+    let bad = plugin_hash_of(stepper());
     wait_for("the rollback", Duration::from_secs(60), || {
-        plugin_hash(&server, "takedown") == good
+        plugin_hash(&server, "takedown") == bundled
     });
     // Counted once the rollback's audit is written, just after the swap.
     wait_for("the rollback's count", Duration::from_secs(10), || {
         rollbacks(&server, "rolled_back")
     });
-    // The restored plugin counts again.
-    let restored_at = steps(&server);
-    wait_for("steps after the rollback", Duration::from_secs(30), || {
-        steps(&server) > restored_at
+    // The restored plugin takes every request on to retain.
+    wait_for("every request in retain", Duration::from_secs(120), || {
+        requests
+            .iter()
+            .all(|id| takedown_status(&server, id)["phase"] == "retain")
     });
-    // It stays: the restored plugin is not on probation.
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(plugin_hash(&server, "takedown"), good);
+    assert_eq!(plugin_hash(&server, "takedown"), bundled);
 
     assert!(server.terminate().success(), "{}", server.log());
     let records = audit(&server);
@@ -101,19 +133,13 @@ fn a_plugin_failing_every_step_after_its_smoke_call_is_rolled_back_and_audited()
         .collect();
     assert_eq!(rollback.len(), 1, "{records:?}");
     assert_eq!(rollback[0]["actor"], "system:probation");
-    let targets: Vec<&str> = rollback[0]["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
     assert_eq!(
-        targets,
-        [
-            "world:takedown".to_owned(),
+        rollback[0]["targets"],
+        serde_json::json!([
+            "world:takedown",
             format!("from:{bad}"),
-            format!("to:{good}")
-        ]
+            format!("to:{bundled}")
+        ])
     );
     let detail = rollback[0]["detail"].as_str().unwrap();
     assert!(detail.contains("steps on probation failed"), "{detail}");
@@ -128,17 +154,14 @@ fn a_plugin_failing_every_step_after_its_smoke_call_is_rolled_back_and_audited()
 
 #[test]
 fn with_rollback_alert_a_failing_plugin_is_reported_and_left_serving() {
-    let mut server = start("alert");
-    wait_for(
-        "the counting timers to step",
-        Duration::from_secs(30),
-        || steps(&server) >= TIMERS as u64,
-    );
-    let bad = swap_to_a_plugin_that_fails_every_step(&server);
+    let mut server = start("alert", 0);
+    file_requests(&server);
+    let (status, body) = swap_in_the_stepper(&server);
+    assert_eq!(status, 200, "{body}");
     wait_for("the alert", Duration::from_secs(60), || {
         rollbacks(&server, "alerted")
     });
-    assert_eq!(plugin_hash(&server, "takedown"), bad);
+    assert_eq!(plugin_hash(&server, "takedown"), plugin_hash_of(stepper()));
     assert!(server.terminate().success(), "{}", server.log());
     let records = audit(&server);
     assert!(

@@ -104,6 +104,22 @@ impl Grants {
     pub fn may_read_store(&self, name: &str) -> bool {
         self.stores.contains(name) || self.read_stores.contains(name)
     }
+
+    /// The same reach, for reading only: every write a plugin tries is
+    /// refused, so a call under these grants changes nothing.
+    #[must_use]
+    pub fn read_only(&self) -> Self {
+        Self {
+            partitions: std::collections::BTreeSet::new(),
+            read_partitions: self
+                .partitions
+                .union(&self.read_partitions)
+                .cloned()
+                .collect(),
+            stores: std::collections::BTreeSet::new(),
+            read_stores: self.stores.union(&self.read_stores).cloned().collect(),
+        }
+    }
 }
 
 fn grantable(name: &str) -> Result<Partition, KvError> {

@@ -271,6 +271,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             ),
         })?;
     let (kv, stores, plugins) = (assembly.kv, assembly.stores, assembly.plugins);
+    plugins.replay_before_swap(probation.replay_timers);
     tokio::spawn(follow_shared_set(plugins.clone()));
 
     let workers = Workers::start(

@@ -20,19 +20,25 @@
 //! without trapping or hitting a limit. Anything else refuses the swap and
 //! the old plugin keeps serving.
 //!
+//! Then it replays the takedown timers due next through the serving
+//! plugin and the new one, read-only (`proof::replay`): a new plugin
+//! that traps on the deployment's own state, or fails a step the serving
+//! plugin answers, is refused too.
+//!
 //! Then, one swap at a time on this host:
 //! 1. the host catches up with the shared set, stores the new plugin's
 //!    bytes, and publishes the set naming it, compare-and-set on the row
 //!    it caught up with (another host's concurrent swap makes it catch up
 //!    and try again): from here no step or action guarded on the old set
 //!    commits anywhere;
-//! 2. the world's slot points at the new plugin, the timer handler of a
+//! 2. the timer fence's *authority* generation is raised and revoked to
+//!    completion ([`custodian_core::fence`]), so each step's audit record
+//!    shows by its authority which side of the swap it committed on: no
+//!    step of the new plugin commits under the old generation;
+//! 3. the world's slot points at the new plugin, the timer handler of a
 //!    timer-driven world is replaced, and both carry the new set's guard:
 //!    calls already running finish on the old plugin (and cannot commit),
 //!    calls starting now use the new one;
-//! 3. the timer fence's *authority* generation is raised and revoked to
-//!    completion ([`custodian_core::fence`]), so each step's audit record shows by
-//!    its authority which side of the swap it committed on;
 //! 4. the swap is audited (`plugin/swap`, both content hashes, the new
 //!    authority generation) and only then reported complete.
 //!
@@ -198,9 +204,10 @@ pub enum SwapError {
     /// The new plugin was refused; the old one keeps serving.
     #[error("the plugin was refused: {0}")]
     Refused(String),
-    /// The new plugin is the shared set's and serves (nothing of the old
-    /// one commits), but the authority generation could not be raised
-    /// yet; retrying the swap with the same plugin finishes it.
+    /// The new plugin is the shared set's (nothing of the old one
+    /// commits), but the authority generation could not be raised yet, so
+    /// this host does not run it until it follows the set (within a
+    /// poll); retrying the swap with the same plugin finishes it.
     #[error("the new plugin serves, but the authority generation could not be raised yet: {0}")]
     Fence(#[from] FenceError),
     /// The swap could not be audited (the new plugin serves, fenced).
@@ -397,6 +404,8 @@ pub struct PluginSet {
     /// The last swap made on this host, per world, with the replaced
     /// plugin's bytes: what a rollback restores (see [`rollback`]).
     last_swaps: std::sync::Mutex<BTreeMap<World, rollback::Remembered>>,
+    /// Takedown timers a swap replays through both plugins first.
+    replay_timers: std::sync::atomic::AtomicU32,
 }
 
 /// What one swap leaves for the next.
@@ -743,6 +752,7 @@ impl PluginSet {
             }),
             swapping: tokio::sync::Mutex::new(SwapState::default()),
             last_swaps: std::sync::Mutex::new(BTreeMap::new()),
+            replay_timers: std::sync::atomic::AtomicU32::new(proof::DEFAULT_REPLAY_TIMERS),
         });
         set.register_handler();
         set.events.in_sync(true);
@@ -1010,6 +1020,45 @@ impl PluginSet {
         Ok(adopted.into_iter().map(|(world, ..)| world).collect())
     }
 
+    /// How many of the takedown timers due next a swap of the takedown
+    /// plugin replays, read-only, through the serving plugin and the new
+    /// one before it publishes (0: none; default 8).
+    pub fn replay_before_swap(&self, timers: u32) {
+        self.replay_timers
+            .store(timers, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Proves `loaded`, about to replace `world`'s plugin, on the
+    /// deployment's own state (takedown only: the other worlds decide
+    /// from what the host hands them, which the smoke call covers).
+    async fn replay(&self, world: World, loaded: &Loaded) -> Result<(), SwapError> {
+        let serving = self.slot(world).get();
+        let (Policy::Takedown(candidate), Policy::Takedown(serving)) =
+            (&loaded.policy, &serving.policy)
+        else {
+            return Ok(());
+        };
+        let count = self
+            .replay_timers
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let settings = self.settings(world);
+        let replayed = proof::replay(
+            &self.services,
+            &settings,
+            serving.clone(),
+            candidate.clone(),
+            count,
+        )
+        .await?;
+        tracing::info!(
+            %world,
+            timers = replayed.timers,
+            answered = replayed.answered,
+            "the new plugin answered every replayed timer the serving one did"
+        );
+        Ok(())
+    }
+
     /// Replaces the plugin of `world` with the component in `bytes`
     /// (named `source` in messages), by `actor` (as the audit names who
     /// acts: `principal:NAME`, `operator:NAME`), on every host sharing
@@ -1038,8 +1087,15 @@ impl PluginSet {
             }
         };
         let mut state = self.swapping.lock().await;
+        if let Err(error) = self.replay(world, &loaded).await {
+            self.events.swap(world.name(), "refused");
+            tracing::warn!(%world, "plugin swap refused: {error}");
+            return Err(error);
+        }
         let new_member = member_of(&loaded);
         let mut attempts = 0;
+        // The set row this swap published, installed once fenced.
+        let mut published = None;
         let previous = loop {
             self.follow_locked().await?;
             let previous = self.slot(world).get();
@@ -1071,12 +1127,8 @@ impl PluginSet {
                 // Another host swapped first: catch up and try again.
                 continue;
             };
-            // 2. New calls use the new plugin, under the new set's guard.
-            self.slot(world).replace(loaded.clone());
-            self.remember_swap(world, kept, &new_member.hash);
-            self.install(row.clone());
             state.unfenced = true;
-            settle(self.kv.as_ref(), &row, &[(&new_member.hash, &bytes)]).await;
+            published = Some((row, kept));
             break previous;
         };
         let changed = previous.plugin.info().hash != loaded.plugin.info().hash;
@@ -1092,12 +1144,20 @@ impl PluginSet {
             let generation = self.authority().await?;
             return Ok(unchanged(generation));
         }
-        // 3. The authority moves on: steps audited under it ran the new set.
+        // 2. The authority moves on before the new plugin runs here: every
+        // step it commits holds a lease of the new generation.
         let generation = self.authority().await? + 1;
         self.coordinator
             .transition_and_revoke(&fence_namespace(), generation, FenceKind::Authority)
             .await?;
         state.unfenced = false;
+        // 3. New calls use the new plugin, under the new set's guard.
+        if let Some((row, kept)) = published {
+            self.slot(world).replace(loaded.clone());
+            self.remember_swap(world, kept, &new_member.hash);
+            self.install(row.clone());
+            settle(self.kv.as_ref(), &row, &[(&new_member.hash, &bytes)]).await;
+        }
         if !changed {
             return Ok(unchanged(generation));
         }

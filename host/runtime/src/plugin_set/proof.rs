@@ -10,6 +10,7 @@ use crate::policy::access::{AccessPolicy, AccessRequest, Action, Principal, Targ
 use crate::policy::archive::ArchivePolicy;
 use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
+use crate::policy::PolicyError;
 use crate::policy::takedown::{self, TakedownPolicy};
 use crate::{CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World};
 use custodian_base::clock::Clock;
@@ -176,4 +177,96 @@ fn smoke(
             policy.decide(&request).map(drop)
         }
     }
+}
+
+/// Takedown timers replayed before a swap, unless the host sets another
+/// count ([`super::PluginSet::replay_before_swap`]).
+pub const DEFAULT_REPLAY_TIMERS: u32 = 8;
+
+/// What a replay found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Replayed {
+    /// Timers replayed.
+    pub timers: u32,
+    /// Of those, the steps the serving plugin answered.
+    pub answered: u32,
+}
+
+/// Replays up to `count` takedown timers that are due next, as they are
+/// now, through the serving plugin and the candidate, read-only (every
+/// partition and store granted for reading only, and each step's commit
+/// discarded), so neither changes anything. The smoke call proves the
+/// candidate answers an empty world; this proves it on the deployment's
+/// own state. The candidate is refused if a step traps or hits a limit,
+/// or fails where the serving plugin answered.
+///
+/// A step that would write (an acquisition copying a piece) is refused
+/// its write here and answers `access-denied`: for either plugin that
+/// counts as answering, since it got as far as the write.
+pub(super) async fn replay(
+    services: &Arc<Services>,
+    settings: &WorldSettings,
+    serving: Arc<TakedownPolicy>,
+    candidate: Arc<TakedownPolicy>,
+    count: u32,
+) -> Result<Replayed, SwapError> {
+    use custodian_core::timers::{self, DueTimer};
+    if count == 0 {
+        return Ok(Replayed::default());
+    }
+    let (due, _) = timers::list(services.kv.as_ref(), None, count)
+        .await
+        .map_err(|e| SwapError::Refused(format!("cannot read the timers to replay: {e}")))?;
+    let due: Vec<DueTimer> = due
+        .into_iter()
+        .filter(|t| t.kind == takedown::KIND)
+        .map(|t| DueTimer {
+            kind: t.kind,
+            reference: t.reference,
+            due_ms: t.due_ms,
+            steps: t.state.steps,
+            failures: t.state.failures,
+        })
+        .collect();
+    let now = services.clock.now_ms();
+    let call = |policy: &TakedownPolicy| {
+        Arc::new(CallContext {
+            services: services.clone(),
+            grants: settings.grants.read_only(),
+            limits: settings.limits.clone(),
+            actor: policy.plugin().info().actor(),
+        })
+    };
+    let (serving_call, candidate_call) = (call(&serving), call(&candidate));
+    tokio::task::spawn_blocking(move || {
+        let mut replayed = Replayed::default();
+        for timer in &due {
+            replayed.timers += 1;
+            let answered = |result: &Result<Result<_, PolicyError>, CallError>| {
+                matches!(result, Ok(Ok(_) | Err(PolicyError::AccessDenied(_))))
+            };
+            let before = serving.step(serving_call.clone(), timer, now);
+            let after = candidate.step(candidate_call.clone(), timer, now);
+            let reference = timers::display_reference(&timer.reference);
+            match after {
+                Err(call) => {
+                    return Err(SwapError::Refused(format!(
+                        "replaying timer {reference} (read-only), the new plugin failed: {call}"
+                    )));
+                }
+                Ok(Err(policy))
+                    if answered(&before) && !matches!(policy, PolicyError::AccessDenied(_)) =>
+                {
+                    return Err(SwapError::Refused(format!(
+                        "replaying timer {reference} (read-only), the serving plugin answered \
+                         and the new one failed: {policy}"
+                    )));
+                }
+                _ => replayed.answered += u32::from(answered(&before)),
+            }
+        }
+        Ok(replayed)
+    })
+    .await
+    .map_err(|e| SwapError::Refused(format!("the replay could not finish: {e}")))?
 }

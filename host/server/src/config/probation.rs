@@ -7,6 +7,7 @@
 //! min_steps = 20              # steps counted before a verdict
 //! max_failure_ratio = 0.5     # the share of them that may fail
 //! rollback = "auto"           # or "alert": report, do not roll back
+//! replay_timers = 8           # takedown timers a swap replays first (0..=256)
 //! ```
 
 use serde::Deserialize;
@@ -26,7 +27,15 @@ pub struct ProbationConfig {
     pub max_failure_ratio: Option<f64>,
     /// `auto` (default) rolls a failing plugin back; `alert` only reports.
     pub rollback: Option<Rollback>,
+    /// Takedown timers due next that a swap replays, read-only, through
+    /// the serving and the new plugin before publishing (default 8, at
+    /// most [`MAX_REPLAY_TIMERS`]; 0 turns the replay off).
+    pub replay_timers: Option<u32>,
 }
+
+/// Most timers a swap replays: each costs two plugin steps while the swap
+/// holds this host's swap lock.
+pub const MAX_REPLAY_TIMERS: u32 = 256;
 
 /// Longest probation, ms: a day.
 pub const MAX_WINDOW_MS: u64 = 86_400_000;
@@ -54,11 +63,18 @@ impl ProbationConfig {
                 "[probation] max_failure_ratio {ratio} is outside 0..=1"
             ));
         }
+        let replay_timers = self.replay_timers.unwrap_or(defaults.replay_timers);
+        if replay_timers > MAX_REPLAY_TIMERS {
+            return Err(format!(
+                "[probation] replay_timers {replay_timers} is more than {MAX_REPLAY_TIMERS}"
+            ));
+        }
         Ok(ProbationSettings {
             window_ms,
             min_steps,
             max_failure_ratio: ratio,
             rollback: self.rollback.unwrap_or(defaults.rollback),
+            replay_timers,
         })
     }
 }
@@ -85,6 +101,7 @@ mod tests {
             ("min_steps = 0", "min_steps"),
             ("max_failure_ratio = 1.5", "max_failure_ratio"),
             ("max_failure_ratio = -0.1", "max_failure_ratio"),
+            ("replay_timers = 257", "replay_timers"),
         ] {
             let config: ProbationConfig = toml::from_str(text).unwrap();
             let error = config.settings().unwrap_err();

@@ -45,6 +45,9 @@ pub struct ProbationSettings {
     pub max_failure_ratio: f64,
     /// What a plugin past that share gets.
     pub rollback: Rollback,
+    /// Takedown timers a swap replays, read-only, through the serving and
+    /// the new plugin before it publishes (0: none).
+    pub replay_timers: u32,
 }
 
 impl Default for ProbationSettings {
@@ -57,6 +60,7 @@ impl Default for ProbationSettings {
             min_steps: 20,
             max_failure_ratio: 0.5,
             rollback: Rollback::Auto,
+            replay_timers: 8,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod access;
 mod archive;
+mod bounds;
 mod cli;
 mod contract;
 mod crc64;

@@ -15,6 +15,7 @@ use custodian::plugin_set::{PluginSet, SwapError};
 use custodian::principals::Principals;
 use custodian::runtime::{Limits, RuntimeConfig, World};
 use custodian::serve::delivery::{Delivery, DeliveryParts};
+use custodian::serve::http::listen::ListenLimits;
 use custodian::serve::jobs::{Board, JobLimits, Jobs};
 use custodian::serve::metrics::Metrics;
 use custodian::serve::probation::Probation;
@@ -100,6 +101,7 @@ struct Plan {
     workers: u32,
     drain: Duration,
     limits: RequestLimits,
+    listen_limits: ListenLimits,
 }
 
 fn plan(global: &Global, args: &ServeArgs) -> Result<Plan, Failure> {
@@ -115,24 +117,24 @@ fn plan(global: &Global, args: &ServeArgs) -> Result<Plan, Failure> {
             .parse()
             .expect("the default listen address parses")
     });
-    let max_object_bytes = config.server.max_object_mib.map_or(
-        Ok(RequestLimits::default().max_object_bytes),
-        |mib| {
-            mib.checked_mul(1 << 20)
-                .filter(|bytes| (1..=1 << 32).contains(bytes))
-                .ok_or_else(|| usage(anyhow!("[server] max_object_mib {mib} is out of range")))
-        },
-    )?;
+    // Checked when the file was read; checked again here so a bad value
+    // can never pass as a default.
+    let limits = config
+        .server
+        .request_limits()
+        .map_err(|e| usage(anyhow!(e)))?;
+    let listen_limits = config
+        .server
+        .listen_limits()
+        .map_err(|e| usage(anyhow!(e)))?;
     Ok(Plan {
         workers: args
             .workers
             .or(config.server.workers)
             .unwrap_or(DEFAULT_WORKERS),
         drain: Duration::from_millis(config.server.drain_ms.unwrap_or(10_000)),
-        limits: RequestLimits {
-            max_object_bytes,
-            ..RequestLimits::default()
-        },
+        limits,
+        listen_limits,
         config_path: global.config.clone(),
         config,
         data,
@@ -357,20 +359,20 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         clock,
         stores,
         plugins,
-        metrics,
+        metrics: metrics.clone(),
         jobs,
         auth: Auth {
             principals,
             read_access: plan.config.server.read_access,
             access,
         },
+        bodies: plan.limits.bodies(metrics),
         limits: plan.limits,
         readiness: Readiness::default(),
         wake_workers: workers.waker(),
     });
 
-    let listener = tokio::net::TcpListener::bind(plan.listen)
-        .await
+    let listener = listen(plan.listen)
         .with_context(|| format!("cannot listen on {}", plan.listen))
         .map_err(usage)?;
     let address = listener.local_addr().map_err(failed)?;
@@ -382,27 +384,53 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(signals(host.clone(), plan.config_path.clone(), stop_tx));
     let mut stopped = stop_rx.clone();
-    let server =
-        axum::serve(listener, http::router(host.clone())).with_graceful_shutdown(async move {
+    let server = http::listen::serve(
+        listener,
+        http::router(host.clone()),
+        plan.listen_limits,
+        host.metrics.clone(),
+        async move {
             let _ = stopped.wait_for(|stop| *stop).await;
-        });
+        },
+    );
     // The server drains requests while the workers drain steps and the
     // delivery worker its delivery in flight.
     let drain = plan.drain;
-    let serving = tokio::spawn(async move { server.await });
+    let serving = tokio::spawn(server);
     let mut stopped = stop_rx;
     let _ = stopped.wait_for(|stop| *stop).await;
     let (_, _, served) = tokio::join!(workers.stop(), delivery.stop(), async {
         tokio::time::timeout(drain, serving).await
     });
     match served {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => return Err(failed(anyhow!(e).context("the HTTP server failed"))),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(failed(anyhow!(e).context("the HTTP server panicked"))),
         Err(_) => tracing::warn!("requests were still in flight after the drain period"),
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Connections the kernel completes and queues for the accept loop: a
+/// burst (a flood of strangers, or many clients at once) waits there for
+/// the loop instead of having its handshakes dropped, which costs every
+/// client caught in it a second's retry, `/healthz` probes included (seen
+/// with the default of 128 under a 300-connection slowloris). The kernel
+/// caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `address` with [`LISTEN_BACKLOG`].
+fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can take its port
+    // back while the old connections linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Follows the shared plugin set (swaps made on other hosts) for as long

@@ -176,6 +176,8 @@ impl Config {
         if let Some(node) = &config.server.node {
             server::validate_node(node).map_err(|e| format!("[server] node: {e}"))?;
         }
+        config.server.request_limits()?;
+        config.server.listen_limits()?;
         if config.server.workers == Some(0) {
             return Err("[server] workers must be at least 1".into());
         }
@@ -309,6 +311,46 @@ mod tests {
         ] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn server_bounds_out_of_range_or_inconsistent_are_refused_naming_the_setting() {
+        for (bad, why) in [
+            (
+                "header_timeout_ms = 0",
+                "header_timeout_ms = 0 is out of range",
+            ),
+            (
+                "body_timeout_ms = 700000",
+                "body_timeout_ms = 700000 is out of range",
+            ),
+            ("max_unauthenticated_connections = 0", "out of range"),
+            (
+                "max_unauthenticated_connections = 10\nmax_unauthenticated_per_ip = 11",
+                "max_unauthenticated_per_ip = 11 is more than",
+            ),
+            ("bodies_in_flight_mib = 0", "out of range"),
+            ("bodies_in_flight_mib = 32", "could never be taken"),
+            ("max_object_mib = 512", "could never be taken"),
+            ("max_object_mib = 0", "max_object_mib = 0 is out of range"),
+            ("max_plugin_answer_kib = 0", "out of range"),
+        ] {
+            let error = Config::parse(&format!("[server]\n{bad}")).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+        let config = Config::parse(
+            "[server]\nmax_object_mib = 512\nbodies_in_flight_mib = 1024\nheader_timeout_ms = 500\n\
+             max_unauthenticated_per_ip = 8\nmax_plugin_answer_kib = 4",
+        )
+        .unwrap();
+        let limits = config.server.request_limits().unwrap();
+        assert_eq!(limits.max_object_bytes, 512 << 20);
+        assert_eq!(limits.bodies_in_flight_bytes, 1 << 30);
+        assert_eq!(limits.max_plugin_answer_bytes, 4 << 10);
+        let listen = config.server.listen_limits().unwrap();
+        assert_eq!(listen.header_timeout, std::time::Duration::from_millis(500));
+        assert_eq!(listen.unauthenticated_per_ip, 8);
+        assert_eq!(listen.unauthenticated, 512);
     }
 
     #[test]

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::serve::ReadAccess;
+use std::time::Duration;
+
+use crate::serve::http::listen::ListenLimits;
+use crate::serve::{ReadAccess, RequestLimits};
 use custodian_runtime::{Limits, World};
 
 /// The address `custodian serve` listens on when nothing says otherwise:
@@ -43,11 +46,114 @@ pub struct ServerConfig {
     pub drain_ms: Option<u64>,
     /// Largest object body a `PUT` may send, in MiB.
     pub max_object_mib: Option<u64>,
+    /// Most request-body bytes held at once across all requests, in MiB
+    /// (default 256); a body beyond is refused 503 `busy` with
+    /// `Retry-After`.
+    pub bodies_in_flight_mib: Option<u64>,
+    /// Longest pause between two pieces of one request body, in ms
+    /// (default 30000); beyond it, 408 `request_timeout`.
+    pub body_timeout_ms: Option<u64>,
+    /// How long a connection may take to send a request's headers, from
+    /// its opening or its previous response, in ms (default 10000).
+    pub header_timeout_ms: Option<u64>,
+    /// Most connections open at once that have not presented a valid
+    /// credential, in all (default 512).
+    pub max_unauthenticated_connections: Option<u32>,
+    /// The same, from one peer address (default 64).
+    pub max_unauthenticated_per_ip: Option<u32>,
+    /// Largest plugin answer copied into a response (a takedown's
+    /// status), in KiB (default 256).
+    pub max_plugin_answer_kib: Option<u64>,
     /// This host's name among the hosts sharing one KV: it names the
     /// workers' fence leases and step claims. Without it the host takes the
     /// one kept in `DATA/node`, made on first start, so a restarted host
     /// keeps its name. `[a-z0-9._-]`, 1..=32 bytes.
     pub node: Option<String>,
+}
+
+/// Checks `value` of `[server] name` is within `range`.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, String> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "[server] {name} = {value} is out of range ({}..={})",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+impl ServerConfig {
+    /// The per-request bounds: the defaults with this section's
+    /// overrides.
+    ///
+    /// # Errors
+    /// A bound out of range, naming the setting, or a body budget that
+    /// could never hold the largest body allowed.
+    pub fn request_limits(&self) -> Result<RequestLimits, String> {
+        let mut limits = RequestLimits::default();
+        if let Some(mib) = self.max_object_mib {
+            // Up to 4 GiB: the stores take a body in one piece.
+            limits.max_object_bytes = in_range("max_object_mib", mib, 1..=4096)? << 20;
+        }
+        if let Some(mib) = self.bodies_in_flight_mib {
+            // Up to 1 TiB: far beyond any host's memory, and no overflow.
+            limits.bodies_in_flight_bytes =
+                in_range("bodies_in_flight_mib", mib, 1..=1 << 20)? << 20;
+        }
+        let largest = limits.max_object_bytes.max(limits.max_plugin_bytes);
+        if limits.bodies_in_flight_bytes < largest {
+            return Err(format!(
+                "[server] bodies_in_flight_mib = {} is less than the largest body a request \
+                 may send ({} MiB: max_object_mib, or a plugin upload): that body could \
+                 never be taken",
+                limits.bodies_in_flight_bytes >> 20,
+                largest >> 20
+            ));
+        }
+        if let Some(ms) = self.body_timeout_ms {
+            limits.body_timeout =
+                Duration::from_millis(in_range("body_timeout_ms", ms, 100..=600_000)?);
+        }
+        if let Some(kib) = self.max_plugin_answer_kib {
+            limits.max_plugin_answer_bytes =
+                in_range("max_plugin_answer_kib", kib, 1..=64 << 10)? << 10;
+        }
+        Ok(limits)
+    }
+
+    /// The listener's bounds: the defaults with this section's overrides.
+    ///
+    /// # Errors
+    /// A bound out of range, naming the setting, or a per-address cap
+    /// over the whole.
+    pub fn listen_limits(&self) -> Result<ListenLimits, String> {
+        let mut limits = ListenLimits::default();
+        if let Some(ms) = self.header_timeout_ms {
+            // At least 100 ms: a real client's headers take a round trip.
+            limits.header_timeout =
+                Duration::from_millis(in_range("header_timeout_ms", ms, 100..=300_000)?);
+        }
+        if let Some(n) = self.max_unauthenticated_connections {
+            limits.unauthenticated = in_range("max_unauthenticated_connections", n, 1..=1 << 20)?;
+        }
+        if let Some(n) = self.max_unauthenticated_per_ip {
+            limits.unauthenticated_per_ip = in_range("max_unauthenticated_per_ip", n, 1..=1 << 20)?;
+        }
+        if limits.unauthenticated_per_ip > limits.unauthenticated {
+            return Err(format!(
+                "[server] max_unauthenticated_per_ip = {} is more than \
+                 max_unauthenticated_connections = {}",
+                limits.unauthenticated_per_ip, limits.unauthenticated
+            ));
+        }
+        Ok(limits)
+    }
 }
 
 /// How long a credential lookup is trusted by default, in ms: a second

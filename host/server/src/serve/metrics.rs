@@ -100,6 +100,9 @@ struct Families {
     access: BTreeMap<(&'static str, String, &'static str), u64>,
     /// Requests refused for want of a valid credential.
     unauthenticated: u64,
+    /// Connections and requests refused or closed by a resource bound,
+    /// by [`Refusal`].
+    refusals: BTreeMap<&'static str, u64>,
     /// Entries in the invalidation outbox, as of the delivery worker's
     /// last pass, less those delivered or acknowledged since.
     invalidations_pending: u64,
@@ -116,6 +119,36 @@ struct BatchSizes {
     bytes: u64,
     max_ops: u64,
     max_bytes: u64,
+}
+
+/// Why a resource bound refused a connection or a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A connection closed at once: its peer, or all peers together,
+    /// already hold as many unauthenticated connections as allowed.
+    ConnectionCap,
+    /// A connection closed for not sending a request's headers in time
+    /// (or, idle between requests, a next request).
+    HeaderTimeout,
+    /// A request refused 503: its body does not fit the bytes in flight.
+    BodyBudget,
+    /// A request refused 408: its body paused for too long.
+    BodyTimeout,
+    /// A plugin's answer too large to copy into a response.
+    PluginAnswer,
+}
+
+impl Refusal {
+    /// Its label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ConnectionCap => "connection_cap",
+            Self::HeaderTimeout => "header_timeout",
+            Self::BodyBudget => "body_budget",
+            Self::BodyTimeout => "body_timeout",
+            Self::PluginAnswer => "plugin_answer",
+        }
+    }
 }
 
 /// The server's metrics.
@@ -162,6 +195,12 @@ impl Metrics {
     /// Counts one request refused for want of a valid credential.
     pub fn unauthenticated(&self) {
         self.with(|f| f.unauthenticated += 1);
+    }
+
+    /// Counts one connection or request refused or closed by a resource
+    /// bound.
+    pub fn refused(&self, refusal: Refusal) {
+        self.with(|f| *f.refusals.entry(refusal.name()).or_default() += 1);
     }
 
     /// The invalidation outbox holds `entries`, as a pass over it counted.
@@ -311,6 +350,7 @@ impl Metrics {
                 kv_batch: f.kv_batch,
                 access: f.access.clone(),
                 unauthenticated: f.unauthenticated,
+                refusals: f.refusals.clone(),
                 invalidations_pending: f.invalidations_pending,
                 invalidations_delivered: f.invalidations_delivered,
                 invalidations_failed: f.invalidations_failed,
@@ -536,6 +576,19 @@ impl Metrics {
             "Requests refused for want of a valid credential.",
         );
         let _ = writeln!(out, "custodian_unauthenticated_total {}", f.unauthenticated);
+        header(
+            &mut out,
+            "custodian_resource_refusals_total",
+            "counter",
+            "Connections and requests refused or closed by a resource bound, by reason \
+             (connection_cap, header_timeout, body_budget, body_timeout, plugin_answer).",
+        );
+        for (reason, n) in &f.refusals {
+            let _ = writeln!(
+                out,
+                "custodian_resource_refusals_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
         header(
             &mut out,
             "custodian_invalidations_pending",

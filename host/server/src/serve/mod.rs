@@ -30,6 +30,7 @@ pub mod workers;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use custodian_base::clock::Clock;
 use custodian_core::decisions::access::AccessJudge;
@@ -71,6 +72,28 @@ pub struct RequestLimits {
     pub max_object_bytes: u64,
     /// Largest plugin a swap may upload, in bytes.
     pub max_plugin_bytes: u64,
+    /// Most request-body bytes held at once across all requests (see
+    /// [`http::Bodies`]); at least the largest single body, so every
+    /// allowed upload can be taken when the server is otherwise idle.
+    pub bodies_in_flight_bytes: u64,
+    /// Longest pause between two pieces of one request body.
+    pub body_timeout: Duration,
+    /// Largest plugin answer copied into a response, in bytes (a
+    /// takedown's status): the answer is serialized and sent on every
+    /// request for it, so a plugin cannot make each one cost megabytes.
+    pub max_plugin_answer_bytes: u64,
+}
+
+/// The default of [`RequestLimits::bodies_in_flight_bytes`]: four
+/// largest-size uploads at once, or many smaller ones.
+pub const DEFAULT_BODIES_IN_FLIGHT_BYTES: u64 = 256 << 20;
+
+impl RequestLimits {
+    /// The bodies' shared budget these limits set, its refusals counted
+    /// in `metrics`.
+    pub fn bodies(&self, metrics: Arc<metrics::Metrics>) -> http::Bodies {
+        http::Bodies::new(self.bodies_in_flight_bytes, self.body_timeout, metrics)
+    }
 }
 
 impl Default for RequestLimits {
@@ -78,6 +101,12 @@ impl Default for RequestLimits {
         Self {
             max_object_bytes: 64 << 20,
             max_plugin_bytes: 64 << 20,
+            bodies_in_flight_bytes: DEFAULT_BODIES_IN_FLIGHT_BYTES,
+            // Far longer than any pause of a client that is sending, short
+            // enough that a stalled upload gives its bytes back soon.
+            body_timeout: Duration::from_secs(30),
+            // A status is a few hundred bytes; a thousandfold of room.
+            max_plugin_answer_bytes: 256 << 10,
         }
     }
 }
@@ -101,6 +130,8 @@ pub struct Host {
     pub auth: Auth,
     /// Per-request bounds.
     pub limits: RequestLimits,
+    /// The request bodies held, within their shared budget.
+    pub bodies: http::Bodies,
     /// Whether the host takes new work.
     pub readiness: Readiness,
     /// Wakes idle timer workers: a request just scheduled a timer.

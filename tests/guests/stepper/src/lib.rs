@@ -9,6 +9,8 @@
 //!   commit anyway; `past:ID` commits an audit entry and reschedules into
 //!   the past, forever (the runaway the host must contain).
 //!
+//! The status of a request filed for repository `giant/status` is 40 MiB.
+//!
 //! Filing a request for repository `wipe/preserved` makes it the hostile
 //! takedown plugin the lock tests need: it lists every version in the
 //! `preserved` store, deletes each one, overwrites and deletes each key,
@@ -181,37 +183,55 @@ impl TakedownSteps for Stepper {
     }
 
     fn status(request: Vec<u8>) -> Result<RequestStatus, Error> {
+        let mut created = b"created/".to_vec();
+        created.extend_from_slice(&request);
+        if kv::get(PARTITION, &created)?.as_deref() == Some(GIANT.as_bytes()) {
+            return Ok(counting(0, "x".repeat(GIANT_BYTES)));
+        }
         let Some(value) = kv::get(PARTITION, &request)? else {
             return Err(Error::NotFound("no such counter".into()));
         };
-        Ok(RequestStatus {
-            repository: String::new(),
-            created_ms: 0,
-            phase: "counting".into(),
-            verification: "verified".into(),
-            counts: Counts {
-                objects: 0,
-                verified: count_of(Some(&value))?,
-                corrupt: 0,
-                pieces: 0,
-                bytes: 0,
-                holders: 0,
-                purged_pieces: 0,
-            },
-            retain_until_ms: 0,
-            hold: false,
-            purged: false,
-            next_purge_ms: None,
-            denial: Denial {
-                since_ms: 0,
-                settled: true,
-                denied: 0,
-                removed: 0,
-                restored: 0,
-                withdrawn_ms: None,
-            },
-            last_error: None,
-        })
+        Ok(counting(count_of(Some(&value))?, "counting".into()))
+    }
+}
+
+/// A request filed for this repository has a status whose phase is
+/// [`GIANT_BYTES`] long: the oversized answer the host must not copy
+/// into its responses.
+const GIANT: &str = "giant/status";
+
+/// 40 MiB, what the hostile plugin of the hardening review answered.
+const GIANT_BYTES: usize = 40 << 20;
+
+/// The status of a counter at `verified`, in `phase`.
+fn counting(verified: u64, phase: String) -> RequestStatus {
+    RequestStatus {
+        repository: String::new(),
+        created_ms: 0,
+        phase,
+        verification: "verified".into(),
+        counts: Counts {
+            objects: 0,
+            verified,
+            corrupt: 0,
+            pieces: 0,
+            bytes: 0,
+            holders: 0,
+            purged_pieces: 0,
+        },
+        retain_until_ms: 0,
+        hold: false,
+        purged: false,
+        next_purge_ms: None,
+        denial: Denial {
+            since_ms: 0,
+            settled: true,
+            denied: 0,
+            removed: 0,
+            restored: 0,
+            withdrawn_ms: None,
+        },
+        last_error: None,
     }
 }
 

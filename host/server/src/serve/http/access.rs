@@ -398,7 +398,7 @@ pub(super) fn refusal_record(
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
-fn truncated(text: &str, max: usize) -> String {
+pub(super) fn truncated(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;

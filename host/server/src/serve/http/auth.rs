@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use super::listen::Connection;
 use super::{ApiError, RetainedRefusal};
 use crate::serve::Host;
 use custodian_core::audit;
@@ -122,7 +123,16 @@ pub async fn authorize(
         return Ok(next.run(request).await);
     }
     let principal = match who(&host, request.method(), request.headers()).await {
-        Ok(principal) => principal,
+        Ok(principal) => {
+            // A credential, not the anonymous reader: the connection has
+            // proved itself and leaves the unauthenticated caps.
+            if request.headers().contains_key(header::AUTHORIZATION)
+                && let Some(connection) = request.extensions().get::<Arc<Connection>>()
+            {
+                connection.authenticated();
+            }
+            principal
+        }
         Err(refusal) => {
             host.metrics.unauthenticated();
             drain(request).await;

@@ -101,9 +101,10 @@ use serde_json::{Value, json};
 
 use super::ApiError;
 use super::auth::Caller;
-use super::extract::{BodyLimit, json_body, path, query, read_body};
+use super::extract::{BodyLimit, Received, json_body, path, query, read_body};
 use super::withheld::TakenDown;
 use crate::serve::Host;
+use crate::serve::metrics::Refusal;
 use custodian_base::error::ErrorKind;
 use custodian_core::content::push::push_bytes;
 use custodian_core::content::{self, Entry, ObjectId, RepoName, denial};
@@ -260,7 +261,8 @@ pub(super) async fn push_file(
         bytes: host.limits.max_object_bytes,
         per: "upload",
     };
-    let bytes = read_body(body, &headers, limit).await?;
+    // Held until the push is done with the bytes.
+    let Received { bytes, held: _held } = read_body(&host.bodies, body, &headers, limit).await?;
     let entry = push_bytes(host.kv.as_ref(), serving.as_ref(), &repo, &file, bytes)
         .await
         .map_err(ApiError::from)?;
@@ -352,8 +354,14 @@ async fn create_takedown(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let actor = caller.actor();
-    let filed: FileTakedown =
-        json_body(body, &headers, REQUEST_LIMIT, "a takedown request").await?;
+    let filed: FileTakedown = json_body(
+        &host.bodies,
+        body,
+        &headers,
+        REQUEST_LIMIT,
+        "a takedown request",
+    )
+    .await?;
     let repo = RepoName::parse(&filed.repository).map_err(ApiError::from)?;
     let objects = filed
         .objects
@@ -455,7 +463,7 @@ async fn set_hold(
     let id = parse_id(&path(params)?, "request id")?;
     let actor = caller.actor();
     let what = "a hold (`{\"enabled\": true|false}`)";
-    let Hold { enabled } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
+    let Hold { enabled } = json_body(&host.bodies, body, &headers, REQUEST_LIMIT, what).await?;
     act_on_request(&host, id, actor, move |policy, call, io, kv, action| {
         requests::hold(policy, call, io, kv, &id, enabled, action)
     })
@@ -479,7 +487,7 @@ async fn extend_retention(
     let id = parse_id(&path(params)?, "request id")?;
     let actor = caller.actor();
     let what = "an extension (`{\"until_ms\": MS}`)";
-    let Extend { until_ms } = json_body(body, &headers, REQUEST_LIMIT, what).await?;
+    let Extend { until_ms } = json_body(&host.bodies, body, &headers, REQUEST_LIMIT, what).await?;
     act_on_request(&host, id, actor, move |_, _, io, kv, action| {
         requests::extend(io, kv, &id, until_ms, action)
     })
@@ -577,11 +585,41 @@ async fn status(host: &Host, id: [u8; 32]) -> Result<Value, ApiError> {
     if let Some(error) = timer.as_ref().and_then(|t| t.state.last_error.clone()) {
         status.last_error = Some(error);
     }
+    // The answer is copied into every response for it: a plugin must not
+    // make each status request cost megabytes.
+    let limit = host.limits.max_plugin_answer_bytes;
+    if !fits_json(&status, limit) {
+        host.metrics.refused(Refusal::PluginAnswer);
+        return Err(ApiError::plugin_failed(format!(
+            "the takedown plugin's status answer is larger than this server's limit of \
+             {limit} bytes ([server] max_plugin_answer_kib); none of it is sent"
+        )));
+    }
     let mut value = serde_json::to_value(&status)
         .map_err(|e| ApiError::internal(format!("serializing the status: {e}")))?;
     value["id"] = json!(ObjectId(id).to_hex());
     value["next_step_ms"] = json!(timer.map(|t| t.due_ms));
     Ok(value)
+}
+
+/// Whether `value` is at most `limit` bytes of JSON, found without
+/// holding the text: the count stops at the limit.
+fn fits_json(value: &impl serde::Serialize, limit: u64) -> bool {
+    /// A writer with room for `.0` more bytes, failing past them.
+    struct Room(u64);
+    impl std::io::Write for Room {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = u64::try_from(bytes.len())
+                .ok()
+                .and_then(|len| self.0.checked_sub(len))
+                .ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Room(limit), value).is_ok()
 }
 
 #[cfg(test)]
@@ -695,6 +733,44 @@ mod tests {
         assert_eq!(reply.code(), "payload_too_large");
         let listed = get(&host, "/v1/repos/acme/site/files").await.json();
         assert_eq!(listed["entries"], json!([]));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_status_answer_over_the_plugin_answer_limit_is_500_plugin_failed_naming_the_limit() {
+        let limits = RequestLimits {
+            max_plugin_answer_bytes: 64,
+            ..RequestLimits::default()
+        };
+        let host = test_host_with(Arc::new(FixedClock::new(NOW)), limits).await;
+        let entry = push(&host, "acme/site", "a.txt", b"take me down".to_vec()).await;
+        let body = json!({"repository": "acme/site", "objects": [entry["id"]]});
+        let filed = file(&host, body, &[]).await.expect(StatusCode::CREATED);
+        let id = filed.json()["id"].as_str().unwrap().to_owned();
+        let status = get(&host, &format!("/v1/takedowns/{id}"))
+            .await
+            .expect(StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(status.code(), "plugin_failed");
+        assert!(
+            status.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("limit of 64 bytes ([server] max_plugin_answer_kib)"),
+            "{}",
+            status.json()
+        );
+        assert!(
+            host.metrics
+                .render()
+                .contains("reason=\"plugin_answer\"} 1")
+        );
+    }
+
+    #[test]
+    fn json_fits_its_limit_exactly_and_not_a_byte_less() {
+        let value = json!({"phase": "seed"});
+        let len = serde_json::to_vec(&value).unwrap().len() as u64;
+        assert!(fits_json(&value, len));
+        assert!(!fits_json(&value, len - 1));
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -16,7 +16,7 @@
 //! ```
 
 use axum::Json;
-use axum::http::header::LINK;
+use axum::http::header::{LINK, RETRY_AFTER};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -117,8 +117,38 @@ impl std::error::Error for ApiError {}
 #[derive(Debug, Clone)]
 pub struct RetainedRefusal(pub String);
 
+/// What a client waits before it retries a 503, in seconds (`Retry-After`
+/// on every 503): what was short (room for a body, a busy backend, a
+/// plugin's budget) comes back as requests in flight finish.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut response = self.response();
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}
+
+/// Longest error message sent, in bytes: a message may quote a plugin (a
+/// policy's refusal reason), and what a plugin says must not make every
+/// error response it causes megabytes long. Far longer than any message
+/// the host writes itself.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 10;
+
+impl ApiError {
+    fn response(mut self) -> Response {
+        if self.message.len() > MAX_MESSAGE_BYTES {
+            let cut = self.message.len();
+            self.message = format!(
+                "{}… (cut from {cut} bytes)",
+                super::access::truncated(&self.message, MAX_MESSAGE_BYTES)
+            );
+        }
         let Some(withheld) = self.withheld else {
             let retained = (self.code == "retained").then(|| RetainedRefusal(self.message.clone()));
             let body = json!({"error": {"code": self.code, "message": self.message}});
@@ -252,6 +282,31 @@ impl From<ObjectError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_message_longer_than_the_bound_is_cut_on_a_character_boundary_saying_so() {
+        let long = "é".repeat(MAX_MESSAGE_BYTES);
+        let response = ApiError::forbidden(long).into_response();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.len() <= MAX_MESSAGE_BYTES + 64, "{}", message.len());
+        assert!(
+            message.ends_with(&format!("… (cut from {} bytes)", 2 * MAX_MESSAGE_BYTES)),
+            "{}",
+            &message[message.len() - 40..]
+        );
+    }
+
+    #[test]
+    fn every_503_says_when_to_retry_and_other_errors_do_not() {
+        let busy = ApiError::of_kind(ErrorKind::Busy, "full").into_response();
+        assert_eq!(busy.headers()[RETRY_AFTER], "1");
+        let missing = ApiError::not_found("gone").into_response();
+        assert!(missing.headers().get(RETRY_AFTER).is_none());
+    }
 
     #[test]
     fn each_kind_answers_its_own_status_and_code() {

@@ -96,6 +96,7 @@ async fn ack(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let ack: Ack = json_body(
+        &host.bodies,
         body,
         &headers,
         ACK_BODY,

@@ -58,8 +58,14 @@ async fn start_verify(
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let request: VerifyRequest =
-        json_body(body, &headers, REQUEST_LIMIT, "a verify request").await?;
+    let request: VerifyRequest = json_body(
+        &host.bodies,
+        body,
+        &headers,
+        REQUEST_LIMIT,
+        "a verify request",
+    )
+    .await?;
     let inputs = VerifyInputs::parse(request)?;
     let store = named_store(&host, inputs.store())?;
     accepting(&host)?;
@@ -77,7 +83,14 @@ async fn start_purge(
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let request: PurgeRequest = json_body(body, &headers, REQUEST_LIMIT, "a purge request").await?;
+    let request: PurgeRequest = json_body(
+        &host.bodies,
+        body,
+        &headers,
+        REQUEST_LIMIT,
+        "a purge request",
+    )
+    .await?;
     let inputs = PurgeInputs::parse(request)?;
     let store = named_store(&host, inputs.store())?;
     accepting(&host)?;

@@ -37,6 +37,10 @@
 //! | `POST /v1/principals/{name}/credentials` | issue it one more token |
 //! | `POST /v1/principals/{name}/rotate` | replace all its tokens with one new one |
 //! | `DELETE /v1/principals/{name}/credentials/{id}` | revoke one token |
+//!
+//! [`listen::serve`] serves the router on a socket, within the listener's
+//! bounds (header timeout, unauthenticated connections); [`Bodies`] bounds
+//! the request bodies held across all requests.
 
 mod access;
 #[cfg(test)]
@@ -53,6 +57,7 @@ mod files;
 mod health;
 mod invalidations;
 mod jobs;
+pub mod listen;
 mod objects;
 mod plugins;
 mod principals;
@@ -70,6 +75,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 
 pub use error::{ApiError, RetainedRefusal};
+pub use extract::Bodies;
 
 use super::Host;
 

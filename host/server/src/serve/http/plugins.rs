@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::ApiError;
 use super::auth::Caller;
 use super::error::one_line;
-use super::extract::{BodyLimit, path, read_body};
+use super::extract::{BodyLimit, Received, path, read_body};
 use crate::serve::Host;
 use custodian_runtime::World;
 use custodian_runtime::plugin_set::SwapError;
@@ -53,10 +53,11 @@ async fn swap(
         bytes: host.limits.max_plugin_bytes,
         per: "plugin",
     };
-    let wasm = read_body(body, &headers, limit).await?;
+    // Held until the swap is done with the plugin.
+    let Received { bytes, held: _held } = read_body(&host.bodies, body, &headers, limit).await?;
     match host
         .plugins
-        .swap(world, Vec::from(wasm), source, &actor)
+        .swap(world, Vec::from(bytes), source, &actor)
         .await
     {
         Ok(report) => Ok(Json(json!(report))),

@@ -99,7 +99,7 @@ async fn create(
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let what = "a principal (`{\"name\": \"...\", \"roles\": [...]}`)";
-    let new: NewPrincipal = json_body(body, &headers, BODY, what).await?;
+    let new: NewPrincipal = json_body(&host.bodies, body, &headers, BODY, what).await?;
     let created = host
         .auth
         .principals
@@ -120,7 +120,14 @@ async fn set_roles(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let name = path(name)?;
-    let Roles { roles } = json_body(body, &headers, BODY, "roles (`{\"roles\": [...]}`)").await?;
+    let Roles { roles } = json_body(
+        &host.bodies,
+        body,
+        &headers,
+        BODY,
+        "roles (`{\"roles\": [...]}`)",
+    )
+    .await?;
     let view = host
         .auth
         .principals

@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ApiError;
 use super::byte_range::{parse_range, unsatisfiable};
-use super::extract::{BodyLimit, path, query, read_body_inspecting};
+use super::extract::{BodyLimit, Received, path, query, read_body_inspecting};
 use super::withheld::TakenDown;
 use crate::serve::Host;
 use conditions::{check_guard, put_condition, read_guard};
@@ -216,7 +216,12 @@ async fn put_object(
         per: "object",
     };
     let mut crc = Crc64Nvme::new();
-    let body = read_body_inspecting(body, &headers, limit, |chunk| crc.update(chunk)).await?;
+    // Held until the store is done with the bytes.
+    let Received { bytes, held: _held } =
+        read_body_inspecting(&host.bodies, body, &headers, limit, |chunk| {
+            crc.update(chunk)
+        })
+        .await?;
     let crc = crc.finalize();
     if let Some(claimed) = claimed.filter(|claimed| *claimed != crc) {
         return Err(ObjectError::ChecksumMismatch(
@@ -232,7 +237,7 @@ async fn put_object(
     }
     let created = condition == PutCondition::IfNoneMatchAny;
     let mut meta = store
-        .put_whole(&key, body, &condition, &metadata, crc)
+        .put_whole(&key, bytes, &condition, &metadata, crc)
         .await?;
     // The store validated this CRC; say it even if the backend's answer
     // leaves it out.

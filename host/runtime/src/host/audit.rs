@@ -78,6 +78,8 @@ impl wit::Host for HostView<'_> {
                 &nonce.to_be_bytes(),
             ]
             .concat();
+            // At most MAX_ENTRIES records (checked above): a byte indexes
+            // them without wrapping.
             for (i, record) in (0u8..).zip(&records) {
                 let (guard, write) = audit::plan(record, &unique, i)
                     .map_err(|e| HostError::Guest(Error::InvalidArgument(e.into_message())))?;

@@ -159,7 +159,7 @@ impl wit::Host for HostView<'_> {
         let mut entries = Vec::new();
         let mut cursor = cursor;
         let next = loop {
-            let left = limit as usize - entries.len();
+            let left = (limit as usize).saturating_sub(entries.len());
             let fits = room / (MAX_VALUE_BYTES + MAX_KEY_BYTES);
             if fits == 0 && !entries.is_empty() {
                 break cursor;

@@ -399,3 +399,24 @@ fn near_misses_of_a_valid_registry_never_panic_its_parsers() {
             parse_archive_documents(&mutate(valid, edits));
         });
 }
+
+#[test]
+fn deeply_nested_or_self_multiplying_documents_are_refused_not_a_crash() {
+    // Past any parser's recursion: a parser that recursed per level would
+    // overflow the stack, which aborts the process rather than panics.
+    let depth = 100_000;
+    let json = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(parse_json(&json, "m.json").is_err());
+    assert!(registry::parse("k", "a/data", json.as_bytes()).is_err());
+    let yaml = format!("outs: {}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(parse_dvc(&yaml, "m.dvc", "", None).is_err());
+    // Aliases of aliases under a key the parser skips: nine levels of
+    // nine make 9^9 strings if expanded.
+    let mut laughs = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..9 {
+        let previous = format!("*l{}", level - 1);
+        laughs += &format!("l{level}: &l{level} [{}]\n", vec![previous; 9].join(", "));
+    }
+    laughs += "expanded: *l8\nouts: []\n";
+    assert!(parse_dvc(&laughs, "m.dvc", "", None).is_err());
+}

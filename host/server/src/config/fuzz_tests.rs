@@ -102,3 +102,14 @@ fn generated_configs_are_accepted_exactly_when_every_rule_holds() {
         },
     );
 }
+
+#[test]
+fn a_deeply_nested_config_is_refused_not_a_crash() {
+    // Past any parser's recursion: a parser that recursed per level would
+    // overflow the stack, which aborts the process rather than panics.
+    for (open, close) in [("[", "]"), ("{a=", "}")] {
+        let depth = 100_000;
+        let text = format!("a = {}{}", open.repeat(depth), close.repeat(depth));
+        assert!(Config::parse(&text).is_err());
+    }
+}

@@ -217,7 +217,7 @@ mod tests {
 #[cfg(test)]
 mod fuzz {
     use axum::http::header::{IF_MATCH, IF_NONE_MATCH};
-    use axum::http::{HeaderMap, HeaderValue, StatusCode};
+    use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
     use custodian_base::checksum;
     use custodian_object::PutCondition;
 
@@ -265,25 +265,20 @@ mod fuzz {
                         headers.insert(name, value);
                     }
                 }
-                let text = |name| {
-                    headers
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::trim)
-                };
+                let text = |name: HeaderName| headers.get(name)?.to_str().ok().map(str::trim);
                 match put_condition(&headers) {
                     Ok(PutCondition::IfMatch(tag)) => {
                         assert!(is_strong_tag(&tag), "{tag:?}");
-                        assert!(text(&IF_NONE_MATCH).is_none());
+                        assert!(text(IF_NONE_MATCH).is_none());
                     }
                     Ok(PutCondition::IfNoneMatchAny) => {
-                        assert_eq!(text(&IF_NONE_MATCH), Some("*"));
-                        assert!(text(&IF_MATCH).is_none());
+                        assert_eq!(text(IF_NONE_MATCH), Some("*"));
+                        assert!(text(IF_MATCH).is_none());
                     }
                     Ok(PutCondition::Unconditional) => {
-                        assert!(text(&IF_MATCH).is_none() && text(&IF_NONE_MATCH).is_none());
+                        assert!(text(IF_MATCH).is_none() && text(IF_NONE_MATCH).is_none());
                         assert!(
-                            text(&UNCONDITIONAL).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+                            text(UNCONDITIONAL).is_some_and(|v| v.eq_ignore_ascii_case("true"))
                         );
                     }
                     Err(error) => assert!(
@@ -296,7 +291,7 @@ mod fuzz {
                 }
                 match read_guard(&headers) {
                     Ok(Some(tag)) => assert!(is_strong_tag(&tag), "{tag:?}"),
-                    Ok(None) => assert!(matches!(text(&IF_MATCH), None | Some("*"))),
+                    Ok(None) => assert!(matches!(text(IF_MATCH), None | Some("*"))),
                     Err(error) => assert_eq!(error.status, StatusCode::BAD_REQUEST),
                 }
             },

@@ -449,6 +449,57 @@ pub fn from_wire(wire: &str) -> Result<u64, WireFormError> {
     Ok(u64::from_be_bytes(bytes))
 }
 
+/// Fuzz targets of the wire form's parser (see the README's "Fuzzing").
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    /// Checks what [`from_wire`] made of `text`: a CRC whose wire form is
+    /// exactly `text` (the parser is strict, so only canonical forms pass),
+    /// or an error echoing `text`.
+    fn check(text: &str) {
+        match from_wire(text) {
+            Ok(crc) => assert_eq!(to_wire(crc), text),
+            Err(WireFormError(echo)) => assert_eq!(echo, text),
+        }
+    }
+
+    #[test]
+    fn every_crc_round_trips_through_its_wire_form() {
+        bolero::check!()
+            .with_type::<u64>()
+            .cloned()
+            .for_each(|crc| {
+                let wire = to_wire(crc);
+                assert_eq!(wire.len(), 12);
+                assert_eq!(from_wire(&wire), Ok(crc));
+            });
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics_the_wire_parser_and_only_canonical_forms_parse() {
+        bolero::check!()
+            .with_type::<(bool, Vec<u8>)>()
+            .for_each(|(shaped, bytes)| {
+                // Shaped: 12 characters of base64 and its near misses, so
+                // candidates with non-zero trailing bits or misplaced
+                // padding come often.
+                const BASE64ISH: &[u8] = b"AQgw/+=Z9a-_ ";
+                let text = if *shaped {
+                    bytes
+                        .iter()
+                        .chain(std::iter::repeat(&b'='))
+                        .take(12)
+                        .map(|&b| char::from(BASE64ISH[usize::from(b) % BASE64ISH.len()]))
+                        .collect()
+                } else {
+                    String::from_utf8_lossy(bytes).into_owned()
+                };
+                check(&text);
+            });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,3 +10,5 @@ pub mod child_process;
 pub mod clock;
 pub mod detail;
 pub mod error;
+#[cfg(feature = "testing")]
+pub mod fuzz_input;

@@ -353,3 +353,174 @@ pub fn load_info(id: &Id, object: &Id) -> Result<ObjectInfo, Error> {
     let raw = kv::get(PARTITION, &keys::object_key(keys::OBJECT, id, object))?;
     decode_info(object, raw.as_deref())
 }
+
+/// Fuzz targets of the takedown state's row codecs: the `state` and
+/// `object` rows are JSON any writer of the partition can leave behind,
+/// so a row decodes to a consistent record or is `Corrupt`, never a
+/// panic (see the README's "Fuzzing").
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::codec::encode;
+    use crate::content::Repository;
+
+    /// Phases by index.
+    const PHASES: [Phase; 8] = [
+        Phase::Seed,
+        Phase::Acquire,
+        Phase::Closure,
+        Phase::Discover,
+        Phase::Remove,
+        Phase::Retain,
+        Phase::Purging,
+        Phase::Purged,
+    ];
+
+    /// Verification progress by index.
+    const VERIFICATIONS: [Verification; 5] = [
+        Verification::CanonicalPending,
+        Verification::ManifestClosurePending,
+        Verification::SourceCorrupt,
+        Verification::ClosureMismatch,
+        Verification::Verified,
+    ];
+
+    fn request() -> Request {
+        Request {
+            repository: Repository {
+                namespace: "ns".into(),
+                name: "repo".into(),
+            },
+            created_ms: 1_000,
+            objects: 3,
+            pack: None,
+        }
+    }
+
+    /// Decodes `raw` as a state row and checks it as [`load`] does: a
+    /// state that passes keeps every rule of [`State::check`], and
+    /// re-encodes to a row that decodes to itself.
+    fn load_row(raw: &[u8]) {
+        let request = request();
+        let state = match decode::<State>(raw, "the takedown state") {
+            Ok(state) => state,
+            Err(error) => return assert!(matches!(error, Error::Corrupt(_)), "{error:?}"),
+        };
+        let again = encode(&state).expect("states encode");
+        assert_eq!(decode::<State>(&again, "again").ok().as_ref(), Some(&state));
+        match state.check(&request) {
+            Ok(()) => {
+                assert_eq!(state.version, VERSION);
+                assert!(!(state.hold && state.purge_begun()), "{state:?}");
+                assert!(state.phase != Phase::Purged || state.purged);
+                assert!(state.seed <= request.seed_steps());
+                assert!(state.retain_until >= request.created_ms);
+                assert!(state.last_error.as_ref().is_none_or(|e| e.len() <= 4096));
+            }
+            Err(error) => assert!(matches!(error, Error::Corrupt(_)), "{error:?}"),
+        }
+    }
+
+    /// A state's fields: phase, resume phase and verification indices,
+    /// retain-until and next purge, hold, purged and discovery flags, seed,
+    /// counts, purge cursor, last error, remove cursor.
+    type StateFields = (
+        (u8, u8, u8),
+        (u64, u64),
+        (bool, bool, bool),
+        u32,
+        [u64; 7],
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+
+    #[test]
+    fn state_rows_round_trip_and_their_near_misses_decode_consistently_or_are_corrupt() {
+        bolero::check!()
+            .with_type::<(StateFields, Vec<(u16, u8)>)>()
+            .cloned()
+            .for_each(|(fields, edits)| {
+                let ((phase, resume, verification), (retain_until, next_purge_at), flags, ..) =
+                    fields;
+                let (seed, counts, purge_after, last_error, remove_after) =
+                    (fields.3, fields.4, fields.5, fields.6, fields.7);
+                let state = State {
+                    version: VERSION,
+                    phase: PHASES[usize::from(phase) % PHASES.len()],
+                    resume_phase: PHASES[usize::from(resume) % PHASES.len()],
+                    verification: VERIFICATIONS[usize::from(verification) % VERIFICATIONS.len()],
+                    retain_until,
+                    hold: flags.0,
+                    purged: flags.1,
+                    purge_after,
+                    next_purge_at,
+                    discovery_complete: flags.2,
+                    seed: seed % 8,
+                    counts: Totals {
+                        objects: counts[0],
+                        verified: counts[1],
+                        corrupt: counts[2],
+                        pieces: counts[3],
+                        bytes: counts[4],
+                        holders: counts[5],
+                        purged_pieces: counts[6],
+                    },
+                    last_error,
+                    remove_after,
+                };
+                let mut raw = encode(&state).expect("states encode");
+                assert_eq!(decode::<State>(&raw, "state").ok(), Some(state));
+                load_row(&raw);
+                for (at, byte) in edits {
+                    let at = usize::from(at) % raw.len();
+                    raw[at] = byte;
+                }
+                load_row(&raw);
+            });
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_the_state_row_decoder() {
+        bolero::check!().for_each(load_row);
+    }
+
+    /// An object row's fields: kind, size, copied, CRC, chunks, verified,
+    /// source failed, holder cursor, holders done.
+    type InfoFields = (u8, u64, u64, u64, u32, bool, bool, Option<String>, bool);
+
+    #[test]
+    fn object_rows_decode_to_themselves_when_consistent_and_are_corrupt_otherwise() {
+        bolero::check!()
+            .with_type::<(InfoFields, Vec<u8>)>()
+            .cloned()
+            .for_each(|(fields, junk)| {
+                let (kind, size, copied, crc64, chunks, verified, failed, holders, done) = fields;
+                let info = ObjectInfo {
+                    kind: kind % 5,
+                    // Small sizes and counts often enough to be consistent.
+                    size: size % 4096,
+                    copied: copied % 4096,
+                    crc64,
+                    chunks: chunks % 128,
+                    verified,
+                    source_failed: failed,
+                    holders,
+                    holders_done: done,
+                };
+                let raw = encode(&info).expect("rows encode");
+                match decode_info(&[7; 32], Some(&raw)) {
+                    Ok(decoded) => {
+                        assert_eq!(decoded, info);
+                        assert!(info.copied <= info.size && !(info.verified && failed));
+                    }
+                    Err(error) => assert!(matches!(error, Error::Corrupt(_)), "{error:?}"),
+                }
+                for raw in [&junk[..], &[&raw[..raw.len() / 2], &junk[..]].concat()] {
+                    if let Err(error) = decode_info(&[7; 32], Some(raw)) {
+                        assert!(matches!(error, Error::Corrupt(_)), "{error:?}");
+                    }
+                }
+            });
+    }
+}

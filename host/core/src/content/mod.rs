@@ -50,6 +50,8 @@
 //! pushing again converges, uploading nothing twice ([`push()`]).
 
 pub mod denial;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod index;
 mod index_writer;
 pub mod manifest;

@@ -61,6 +61,8 @@ mod lease;
 mod revoke;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;

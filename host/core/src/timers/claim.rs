@@ -183,3 +183,33 @@ pub async fn current(
         .map(|bytes| ClaimRow::decode(&bytes))
         .transpose()
 }
+
+/// Fuzz target of the claim row's codec (the codec is private to this
+/// module, hence here; see the README's "Fuzzing").
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    #[test]
+    fn claim_rows_round_trip_and_arbitrary_values_are_corrupt_not_a_panic() {
+        bolero::check!()
+            .with_type::<(String, u64, u64, bool, Vec<u8>)>()
+            .cloned()
+            .for_each(|(holder, due_ms, until_ms, framed, value)| {
+                let row = ClaimRow {
+                    holder,
+                    due_ms,
+                    until_ms,
+                };
+                assert_eq!(ClaimRow::decode(&row.encode()), Ok(row));
+                let value = if framed {
+                    [&[CLAIM_FORMAT][..], &value].concat()
+                } else {
+                    value
+                };
+                if let Err(error) = ClaimRow::decode(&value) {
+                    assert!(matches!(error, TimerError::Corrupt(_)), "{error:?}");
+                }
+            });
+    }
+}

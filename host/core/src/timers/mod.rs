@@ -483,4 +483,6 @@ pub fn parse_reference(text: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -22,6 +22,8 @@ pub mod target;
 pub mod verify;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 pub use error::VersionsError;

@@ -247,6 +247,33 @@ fn dvc_key_dir(path: &Path, root: Option<&Path>, name: &str) -> Result<String, V
     Ok(prefix)
 }
 
+/// Deepest nesting of flow collections (`[`, `{`) a DVC file may have.
+/// DVC writes block style a few levels deep, but the YAML scanner's work
+/// grows with the square of the nesting: 100,000 `[` (200 KB) took 22 s
+/// to refuse, and a file of [`MAX_MANIFEST_BYTES`] would never finish.
+const MAX_DVC_NESTING: usize = 64;
+
+/// Whether `text` nests brackets or braces deeper than
+/// [`MAX_DVC_NESTING`]. Quoting is not tracked, so brackets inside a
+/// quoted path count too: only a path of dozens of unclosed brackets could
+/// be refused by mistake.
+fn nests_too_deep(text: &str) -> bool {
+    let mut depth = 0usize;
+    for byte in text.bytes() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DVC_NESTING {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Parses a DVC pointer file whose outputs live under `key_dir` (`""` or
 /// ending in `/`); `remote` picks the `cloud:` entry.
 ///
@@ -258,6 +285,12 @@ pub fn parse_dvc(
     key_dir: &str,
     remote: Option<&str>,
 ) -> Result<Vec<Pin>, VersionsError> {
+    if nests_too_deep(text) {
+        return Err(manifest_error(
+            path,
+            format!("nests collections deeper than {MAX_DVC_NESTING} levels"),
+        ));
+    }
     let file: DvcFile = serde_yaml_ng::from_str(text)
         .map_err(|e| manifest_error(path, format!("not a DVC pointer file: {e}")))?;
     if file.outs.is_empty() {
@@ -311,6 +344,25 @@ pub fn parse_dvc(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzzing: the YAML scanner is quadratic in the nesting, so
+    /// a deep file is refused before it parses.
+    #[test]
+    fn a_dvc_file_nesting_past_the_bound_is_refused_before_yaml_parses_it() {
+        let nested = |depth: usize| format!("outs: {}{}", "[".repeat(depth), "]".repeat(depth));
+        let refusal = |depth| parse_dvc(&nested(depth), "m.dvc", "", None).unwrap_err();
+        assert!(refusal(MAX_DVC_NESTING + 1).to_string().contains("nests"));
+        // At the bound, YAML parses it and finds no outputs in it.
+        assert!(!refusal(MAX_DVC_NESTING).to_string().contains("nests"));
+        // Closed brackets do not add up.
+        let flat = format!("outs: [{}]", "[], ".repeat(10 * MAX_DVC_NESTING));
+        assert!(
+            !parse_dvc(&flat, "m.dvc", "", None)
+                .unwrap_err()
+                .to_string()
+                .contains("nests")
+        );
+    }
 
     const MD5: &str = "900150983cd24fb0d6963f7d28e17f72";
 

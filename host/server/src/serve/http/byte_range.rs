@@ -104,3 +104,75 @@ mod tests {
         assert!(parse_range("bytes=1").is_err());
     }
 }
+
+/// Fuzz targets of the `Range` parser (see the README's "Fuzzing").
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    /// Checks what [`parse_range`] made of `value`: a range never ends
+    /// before it starts, and resolves to a non-empty part of the object
+    /// or to nothing.
+    fn check(value: &str, size: u64) {
+        let Ok(range) = parse_range(value) else {
+            return;
+        };
+        if let ByteRange::From(first, Some(last)) = range {
+            assert!(first <= last, "{value:?} parsed to {range:?}");
+        }
+        let Some(bytes) = range.resolve(size) else {
+            return;
+        };
+        assert!(
+            bytes.start < bytes.end && bytes.end <= size,
+            "{range:?} of {size}"
+        );
+        match range {
+            ByteRange::From(first, _) => assert_eq!(bytes.start, first),
+            ByteRange::Suffix(n) => assert_eq!(bytes.end - bytes.start, n.min(size)),
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_the_range_parser() {
+        bolero::check!()
+            .with_type::<(bool, Vec<u8>, u64)>()
+            .for_each(|(framed, bytes, size)| {
+                // Framed: `bytes=` then characters a range is made of, so
+                // inputs reach the numbers instead of failing on the unit.
+                const SPEC: &[u8] = b"0123456789-, =+\t9";
+                let value = if *framed {
+                    let spec: String = bytes
+                        .iter()
+                        .map(|&b| char::from(SPEC[usize::from(b) % SPEC.len()]))
+                        .collect();
+                    format!("bytes={spec}")
+                } else {
+                    String::from_utf8_lossy(bytes).into_owned()
+                };
+                check(&value, *size);
+            });
+    }
+
+    #[test]
+    fn generated_range_headers_parse_to_the_range_they_name() {
+        bolero::check!()
+            .with_type::<(u64, u64, u8, u64)>()
+            .cloned()
+            .for_each(|(first, last, form, size)| {
+                let (value, expected) = match form % 3 {
+                    0 => (
+                        format!("bytes={first}-{last}"),
+                        ByteRange::From(first, Some(last)),
+                    ),
+                    1 => (format!("Bytes={first}-"), ByteRange::From(first, None)),
+                    _ => (format!("bytes=-{last}"), ByteRange::Suffix(last)),
+                };
+                match parse_range(&value) {
+                    Ok(range) => assert_eq!(range, expected),
+                    Err(_) => assert!(form % 3 == 0 && last < first, "{value:?} refused"),
+                }
+                check(&value, size);
+            });
+    }
+}

@@ -211,3 +211,122 @@ mod tests {
         assert_eq!(read.body, "wo");
     }
 }
+
+/// Fuzz targets of the guard and checksum headers (see the README's
+/// "Fuzzing").
+#[cfg(test)]
+mod fuzz {
+    use axum::http::header::{IF_MATCH, IF_NONE_MATCH};
+    use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+    use custodian_base::checksum;
+    use custodian_object::PutCondition;
+
+    use super::super::headers::{CHECKSUM, claimed_crc};
+    use super::{UNCONDITIONAL, put_condition, read_guard};
+
+    /// Whether `tag` is one quoted strong entity-tag.
+    fn is_strong_tag(tag: &str) -> bool {
+        tag.strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .is_some_and(|inner| {
+                !inner.is_empty()
+                    && !inner.contains(['"', ','])
+                    && !inner.contains(char::is_whitespace)
+            })
+    }
+
+    /// A header value of the characters guards are made of (or raw
+    /// bytes, when `raw`), if it can be a header value at all.
+    fn value(raw: bool, bytes: &[u8]) -> Option<HeaderValue> {
+        const GUARD: &[u8] = b"\"*W/ ,etag\tTRUEfalse=+9";
+        let bytes: Vec<u8> = if raw {
+            bytes.to_vec()
+        } else {
+            bytes
+                .iter()
+                .map(|&b| GUARD[usize::from(b) % GUARD.len()])
+                .collect()
+        };
+        HeaderValue::from_bytes(&bytes).ok()
+    }
+
+    #[test]
+    fn arbitrary_guard_headers_give_one_guard_or_a_client_error() {
+        type Headers = (bool, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
+        bolero::check!().with_type::<Headers>().for_each(
+            |(raw, if_match, if_none_match, unconditional)| {
+                let mut headers = HeaderMap::new();
+                for (name, bytes) in [
+                    (IF_MATCH, if_match),
+                    (IF_NONE_MATCH, if_none_match),
+                    (UNCONDITIONAL, unconditional),
+                ] {
+                    if let Some(value) = bytes.as_deref().and_then(|b| value(*raw, b)) {
+                        headers.insert(name, value);
+                    }
+                }
+                let text = |name: HeaderName| headers.get(name)?.to_str().ok().map(str::trim);
+                match put_condition(&headers) {
+                    Ok(PutCondition::IfMatch(tag)) => {
+                        assert!(is_strong_tag(&tag), "{tag:?}");
+                        assert!(text(IF_NONE_MATCH).is_none());
+                    }
+                    Ok(PutCondition::IfNoneMatchAny) => {
+                        assert_eq!(text(IF_NONE_MATCH), Some("*"));
+                        assert!(text(IF_MATCH).is_none());
+                    }
+                    Ok(PutCondition::Unconditional) => {
+                        assert!(text(IF_MATCH).is_none() && text(IF_NONE_MATCH).is_none());
+                        assert!(
+                            text(UNCONDITIONAL).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+                        );
+                    }
+                    Err(error) => assert!(
+                        matches!(
+                            error.status,
+                            StatusCode::BAD_REQUEST | StatusCode::PRECONDITION_REQUIRED
+                        ),
+                        "{error:?}"
+                    ),
+                }
+                match read_guard(&headers) {
+                    Ok(Some(tag)) => assert!(is_strong_tag(&tag), "{tag:?}"),
+                    Ok(None) => assert!(matches!(text(IF_MATCH), None | Some("*"))),
+                    Err(error) => assert_eq!(error.status, StatusCode::BAD_REQUEST),
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn arbitrary_checksum_headers_give_the_crc_they_spell_or_a_client_error() {
+        bolero::check!()
+            .with_type::<(bool, Vec<u8>, u64)>()
+            .for_each(|(raw, bytes, crc)| {
+                let mut headers = HeaderMap::new();
+                // Not raw: a valid wire form with the fuzzer's edits.
+                let bytes = if *raw {
+                    bytes.clone()
+                } else {
+                    let mut wire = checksum::to_wire(*crc).into_bytes();
+                    for (at, &b) in bytes.iter().enumerate().take(2) {
+                        let at = (usize::from(b) + at) % wire.len();
+                        wire[at] = b"AQg+/=A "[usize::from(b) % 8];
+                    }
+                    wire
+                };
+                let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+                    return;
+                };
+                headers.insert(CHECKSUM, value);
+                match claimed_crc(&headers) {
+                    Ok(Some(crc)) => {
+                        let sent = headers[CHECKSUM].to_str().expect("parsed as text");
+                        assert_eq!(checksum::to_wire(crc), sent.trim());
+                    }
+                    Ok(None) => panic!("a present header read as absent"),
+                    Err(error) => assert_eq!(error.status, StatusCode::BAD_REQUEST),
+                }
+            });
+    }
+}

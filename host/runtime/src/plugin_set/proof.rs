@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Loaded, Policy, Source, SwapError, WorldSettings};
+use crate::policy::PolicyError;
 use crate::policy::access::{AccessPolicy, AccessRequest, Action, Principal, Target};
 use crate::policy::archive::ArchivePolicy;
 use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
-use crate::policy::PolicyError;
 use crate::policy::takedown::{self, TakedownPolicy};
 use crate::{CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World};
 use custodian_base::clock::Clock;

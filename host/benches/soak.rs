@@ -104,22 +104,28 @@ fn object_client(
         let url = format!("{base}/v1/stores/serving/objects/soak/{}", n % KEYS);
         n += CLIENTS as u64;
         let started = Instant::now();
+        // Overwrites on purpose: the key set stays the same size.
         let put = agent
             .put(&url)
             .header("authorization", &bearer())
+            .header("x-custodian-unconditional", "true")
             .send(&body[..]);
         let put_us = started.elapsed().as_micros() as u64;
         let started = Instant::now();
         let get = agent.get(&url).header("authorization", &bearer()).call();
         let get_us = started.elapsed().as_micros() as u64;
-        let ok = |r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| {
-            r.is_ok_and(|mut r| {
-                let _ = r.body_mut().read_to_vec();
-                r.status().is_success()
-            })
+        let check = |what: &str, r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| {
+            let mut r = r.unwrap_or_else(|e| panic!("{what} {url}: {e}"));
+            let body = r.body_mut().read_to_vec().unwrap_or_default();
+            assert!(
+                r.status().is_success(),
+                "{what} {url}: {} {}",
+                r.status(),
+                String::from_utf8_lossy(&body)
+            );
         };
-        assert!(ok(put), "PUT {url} failed");
-        assert!(ok(get), "GET {url} failed");
+        check("PUT", put);
+        check("GET", get);
         latencies.lock().unwrap().extend([put_us, get_us]);
     }
 }

@@ -4,7 +4,7 @@
 //! time.
 //!
 //! ```text
-//! cargo bench -p custodian --bench soak [-- SECONDS [INTERVAL]]
+//! cargo bench -p custodian --bench soak [-- SECONDS [INTERVAL [SWAP_EVERY]]]
 //! ```
 //!
 //! For SECONDS (default 600) it runs, against one server (the release
@@ -14,7 +14,8 @@
 //! - a takedown client: every 2 s it pushes 8 new 1 KiB files to a
 //!   repository and files a takedown of them (each request then runs its
 //!   steps to `retain` on the timer workers);
-//! - a swapper: every 60 s it swaps the takedown plugin between two builds
+//! - a swapper: every SWAP_EVERY s (default 60) it swaps the takedown
+//!   plugin between two builds
 //!   (the bundled one and the same bytes with a custom section: two
 //!   hashes), each swap proved, fenced and audited, then on probation.
 //!
@@ -166,13 +167,19 @@ fn takedown_client(base: String, stop: Arc<AtomicBool>, filed: Arc<AtomicU64>) {
     }
 }
 
-fn swapper(base: String, builds: [Vec<u8>; 2], stop: Arc<AtomicBool>, swaps: Arc<AtomicU64>) {
+fn swapper(
+    base: String,
+    builds: [Vec<u8>; 2],
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    swaps: Arc<AtomicU64>,
+) {
     let agent = agent();
     let mut next = 1;
     let mut last = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
-        if last.elapsed() < Duration::from_secs(60) {
+        if last.elapsed() < every {
             continue;
         }
         last = Instant::now();
@@ -195,6 +202,7 @@ fn main() {
         .collect();
     let seconds: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(600);
     let interval: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(30);
+    let swap_every: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
     let builds = builds(dir.path());
     let mut command = Command::new(env!("CARGO_BIN_EXE_custodian"));
@@ -221,15 +229,16 @@ fn main() {
     }
     {
         let (base, stop, swaps) = (server.base.clone(), stop.clone(), swaps.clone());
+        let every = Duration::from_secs(swap_every);
         threads.push(std::thread::spawn(move || {
-            swapper(base, builds, stop, swaps)
+            swapper(base, builds, every, stop, swaps);
         }));
     }
 
     println!(
         "soak: custodian serve on the embedded default (redb + fs, real clock), {seconds} s; \
          {CLIENTS} object clients (PUT+GET 16 KiB over {KEYS} keys), a takedown of 8 new files \
-         every 2 s, a takedown plugin swap every 60 s"
+         every 2 s, a takedown plugin swap every {swap_every} s"
     );
     println!(
         "{:>6}  {:>9}  {:>9}  {:>8}  {:>7}  {:>5}",

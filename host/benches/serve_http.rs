@@ -43,6 +43,9 @@ use std::time::Duration;
 #[path = "support/server.rs"]
 mod server;
 use server::{Server, TOKEN};
+#[path = "support/builds.rs"]
+mod builds;
+use builds::takedown_builds;
 
 /// wrk's script for PUTs: a distinct key per request per thread.
 const PUT_LUA: &str = r#"
@@ -278,14 +281,7 @@ fn main() {
     }
     let (_server, base) = start(dir.path(), "data", "");
     // Two builds of the takedown policy to swap between.
-    let original = std::fs::read(
-        custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled"),
-    )
-    .unwrap();
-    let mut rebuilt = original.clone();
-    let name = b"custodian-bench-build";
-    rebuilt.extend_from_slice(&[0, (name.len() + 1) as u8, name.len() as u8]);
-    rebuilt.extend_from_slice(name);
+    let [original, rebuilt] = takedown_builds("custodian-bench-build");
     let builds = [dir.path().join("a.wasm"), dir.path().join("b.wasm")];
     std::fs::write(&builds[0], &original).unwrap();
     std::fs::write(&builds[1], &rebuilt).unwrap();

@@ -25,7 +25,6 @@
 //! the run) to the end, and the whole run's p99. Run it on an otherwise
 //! idle machine: the clients share its cores with the server.
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +33,9 @@ use std::time::{Duration, Instant};
 #[path = "support/server.rs"]
 mod server;
 use server::{Server, TOKEN};
+#[path = "support/builds.rs"]
+mod builds;
+use builds::takedown_builds;
 
 /// Object clients.
 const CLIENTS: usize = 4;
@@ -72,24 +74,6 @@ fn quantile_ms(samples: &mut [u64], q: f64) -> f64 {
     samples.sort_unstable();
     let index = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
     samples[index] as f64 / 1e3
-}
-
-/// The bundled takedown plugin and the same bytes with a custom section:
-/// two builds with different hashes to swap between.
-fn builds(dir: &Path) -> [Vec<u8>; 2] {
-    let path = custodian::bundled::path(custodian::runtime::World::Takedown).expect("bundled");
-    let bundled = std::fs::read(path).unwrap();
-    let mut other = bundled.clone();
-    let name = b"custodian-soak";
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name);
-    section.extend_from_slice(b"b");
-    // A custom section (id 0) whose size fits one LEB128 byte.
-    other.push(0);
-    other.push(section.len() as u8);
-    other.extend_from_slice(&section);
-    std::fs::write(dir.join("other.wasm"), &other).unwrap();
-    [bundled, other]
 }
 
 fn object_client(
@@ -204,7 +188,7 @@ fn main() {
     let interval: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(30);
     let swap_every: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
-    let builds = builds(dir.path());
+    let builds = takedown_builds("custodian-soak");
     let mut command = Command::new(env!("CARGO_BIN_EXE_custodian"));
     command.env("CUSTODIAN_CACHE_DIR", dir.path().join("cache"));
     let data = dir.path().join("data");

@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::serve::{file_takedown, plugin_hash, plugin_hash_of, push, takedown_status};
+use crate::serve::{
+    audit, file_takedown, metric, plugin_hash, plugin_hash_of, push, takedown_status,
+};
 use crate::server::{Server, agent, answer, bearer, wait_for};
-use crate::support::{run, stepper};
+use crate::support::stepper;
 
 /// Requests filed before the swap, and objects in each: enough steps
 /// still to run after it for a verdict.
@@ -60,21 +62,10 @@ fn swap_in_the_stepper(server: &Server) -> (u16, Value) {
     )
 }
 
-fn audit(server: &Server) -> Vec<Value> {
-    let output = run(&["audit", "--data", server.data.to_str().unwrap(), "--json"]);
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn rollbacks(server: &Server, outcome: &str) -> bool {
-    let (_, body) = answer(agent().get(&server.url("/metrics")).call());
-    body.as_str().unwrap().contains(&format!(
-        "custodian_plugin_rollbacks_total{{world=\"takedown\",outcome=\"{outcome}\"}} 1"
-    ))
+    let series =
+        format!("custodian_plugin_rollbacks_total{{world=\"takedown\",outcome=\"{outcome}\"}}");
+    metric(server, &series) == 1
 }
 
 #[test]
@@ -95,7 +86,7 @@ fn a_plugin_failing_the_steps_the_serving_one_answers_is_refused_by_the_replay()
     assert!(server.terminate().success(), "{}", server.log());
     let swapped_in = format!("to:{}", plugin_hash_of(stepper()));
     assert!(
-        !audit(&server)
+        !audit(&server.data)
             .iter()
             .any(|r| r["event"] == "plugin/swap" && r["targets"][2] == swapped_in.as_str()),
         "the refused plugin was swapped in"
@@ -126,7 +117,7 @@ fn a_plugin_failing_every_step_after_its_smoke_call_is_rolled_back_and_audited()
     assert_eq!(plugin_hash(&server, "takedown"), bundled);
 
     assert!(server.terminate().success(), "{}", server.log());
-    let records = audit(&server);
+    let records = audit(&server.data);
     let rollback: Vec<&Value> = records
         .iter()
         .filter(|r| r["event"] == "plugin/rollback")
@@ -163,7 +154,7 @@ fn with_rollback_alert_a_failing_plugin_is_reported_and_left_serving() {
     });
     assert_eq!(plugin_hash(&server, "takedown"), plugin_hash_of(stepper()));
     assert!(server.terminate().success(), "{}", server.log());
-    let records = audit(&server);
+    let records = audit(&server.data);
     assert!(
         records
             .iter()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::serve::audit;
 use crate::server::{
     Server, agent, answer, bearer, schedule_takedown_timer, timer_steps, wait_for,
 };
@@ -110,16 +111,9 @@ fn a_plugin_rescheduling_into_the_past_is_quarantined_at_its_ceiling_and_can_be_
 
     let exit = server.terminate();
     assert!(exit.success(), "{}", server.log());
-    let output = run(&["audit", "--data", server.data.to_str().unwrap(), "--json"]);
-    let audit = String::from_utf8(output.stdout).unwrap();
-    let events: Vec<String> = audit
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["event"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+    let events: Vec<Value> = audit(&server.data)
+        .into_iter()
+        .map(|r| r["event"].clone())
         .collect();
     assert_eq!(
         events.iter().filter(|e| *e == "plugin/quarantine").count(),

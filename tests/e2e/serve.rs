@@ -67,7 +67,7 @@ pub fn plugin_hash_of(path: &Path) -> String {
         .to_string()
 }
 
-fn metric(server: &Server, series: &str) -> u64 {
+pub fn metric(server: &Server, series: &str) -> u64 {
     let (status, body) = answer(agent().get(&server.url("/metrics")).call());
     assert_eq!(status, 200);
     let text = body.as_str().unwrap().to_owned();
@@ -232,7 +232,7 @@ impl Load {
 
 /// The audit log of a stopped server's data directory, one JSON record a
 /// line.
-fn audit(data: &Path) -> Vec<Value> {
+pub fn audit(data: &Path) -> Vec<Value> {
     let output = run(&["audit", "--data", data.to_str().unwrap(), "--json"]);
     assert!(
         output.status.success(),

@@ -176,6 +176,13 @@ pub async fn release(
     Ok(kv.apply(&batch).await? == Outcome::Committed)
 }
 
+/// Adds one to `key`'s count in `counts`; the count now.
+fn bump<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: K) -> u32 {
+    let count = counts.entry(key).or_default();
+    *count = count.saturating_add(1);
+    *count
+}
+
 /// Counts steps and holds the quarantines, for every worker of a host.
 pub struct Governor {
     config: GovernorConfig,
@@ -249,13 +256,15 @@ impl Governor {
         Ok(())
     }
 
-    /// The quarantine pausing `kind` while `actor` drives it, if any.
-    pub fn paused(&self, kind: &str, actor: &str) -> Option<Quarantine> {
-        self.state()
+    /// Whether a quarantine pauses `kind` while the plugin `actor` names
+    /// drives it. `actor` is asked only when `kind` has a quarantine:
+    /// this runs for every due timer of every tick.
+    pub fn paused(&self, kind: &str, actor: impl FnOnce() -> String) -> bool {
+        let state = self.state();
+        state
             .quarantines
             .get(kind)
-            .filter(|q| q.actor == actor)
-            .cloned()
+            .is_some_and(|q| q.actor == actor())
     }
 
     /// Every quarantine as last read.
@@ -273,18 +282,11 @@ impl Governor {
             state.per_kind.clear();
             state.per_timer.clear();
         }
-        let of_timer = state
-            .per_timer
-            .entry((kind.to_owned(), actor.to_owned(), reference.to_vec()))
-            .or_default();
-        *of_timer = of_timer.saturating_add(1);
-        let of_timer = *of_timer;
-        let of_kind = state
-            .per_kind
-            .entry((kind.to_owned(), actor.to_owned()))
-            .or_default();
-        *of_kind = of_kind.saturating_add(1);
-        let of_kind = *of_kind;
+        let of_timer = bump(
+            &mut state.per_timer,
+            (kind.to_owned(), actor.to_owned(), reference.to_vec()),
+        );
+        let of_kind = bump(&mut state.per_kind, (kind.to_owned(), actor.to_owned()));
         // Every step past a ceiling reports it; `quarantine` declares it
         // once per plugin.
         if of_timer > self.config.max_timer_steps {

@@ -560,7 +560,7 @@ impl Worker {
                     continue;
                 };
                 if let Some(governor) = &self.governor
-                    && governor.paused(&timer.kind, &handler.actor()).is_some()
+                    && governor.paused(&timer.kind, || handler.actor())
                 {
                     report.paused += 1;
                     continue;

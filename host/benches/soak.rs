@@ -4,7 +4,7 @@
 //! time.
 //!
 //! ```text
-//! cargo bench -p custodian --bench soak [-- SECONDS [INTERVAL [SWAP_EVERY]]]
+//! cargo bench -p custodian --bench soak [-- SECONDS [INTERVAL [SWAP_EVERY [KV_CACHE_MIB]]]]
 //! ```
 //!
 //! For SECONDS (default 600) it runs, against one server (the release
@@ -19,8 +19,12 @@
 //!   (the bundled one and the same bytes with a custom section: two
 //!   hashes), each swap proved, fenced and audited, then on probation.
 //!
+//! The server runs with its default settings, but for `[kv] cache_mib`
+//! when KV_CACHE_MIB is given.
+//!
 //! Every INTERVAL seconds (default 30) it prints the server's RSS (VmRSS
-//! from `/proc`) and the p99 and count of the interval's object requests;
+//! from `/proc`), the size of its KV file (whose pages redb caches up to
+//! `cache_mib`), and the p99 and count of the interval's object requests;
 //! at the end, the RSS growth from the end of warm-up (the first fifth of
 //! the run) to the end, and the whole run's p99. Run it on an otherwise
 //! idle machine: the clients share its cores with the server.
@@ -64,6 +68,11 @@ fn rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Size of the file at `path`, in MiB (0 when it cannot be read).
+fn file_mib(path: &std::path::Path) -> f64 {
+    std::fs::metadata(path).map_or(0.0, |m| m.len() as f64 / (1024.0 * 1024.0))
 }
 
 /// The `q` quantile of `samples` (µs), in ms.
@@ -189,8 +198,14 @@ fn main() {
     let swap_every: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(60);
     let dir = tempfile::tempdir().unwrap();
     let builds = takedown_builds("custodian-soak");
+    let kv_cache_mib: Option<u64> = args.get(3).and_then(|a| a.parse().ok());
     let mut command = Command::new(env!("CARGO_BIN_EXE_custodian"));
     command.env("CUSTODIAN_CACHE_DIR", dir.path().join("cache"));
+    if let Some(mib) = kv_cache_mib {
+        let config = dir.path().join("custodian.toml");
+        std::fs::write(&config, format!("[kv]\ncache_mib = {mib}\n")).unwrap();
+        command.arg("--config").arg(config);
+    }
     let data = dir.path().join("data");
     let server = Server::start(command, &["--data".as_ref(), data.as_os_str()]);
     let pid = server.pid();
@@ -222,11 +237,12 @@ fn main() {
     println!(
         "soak: custodian serve on the embedded default (redb + fs, real clock), {seconds} s; \
          {CLIENTS} object clients (PUT+GET 16 KiB over {KEYS} keys), a takedown of 8 new files \
-         every 2 s, a takedown plugin swap every {swap_every} s"
+         every 2 s, a takedown plugin swap every {swap_every} s; [kv] cache_mib = {}",
+        kv_cache_mib.map_or("default".to_owned(), |m| m.to_string())
     );
     println!(
-        "{:>6}  {:>9}  {:>9}  {:>8}  {:>7}  {:>5}",
-        "t (s)", "RSS (MiB)", "requests", "p99 (ms)", "filed", "swaps"
+        "{:>6}  {:>9}  {:>8}  {:>9}  {:>8}  {:>7}  {:>5}",
+        "t (s)", "RSS (MiB)", "KV (MiB)", "requests", "p99 (ms)", "filed", "swaps"
     );
     let started = Instant::now();
     let warm_up = Duration::from_secs(seconds / 5);
@@ -243,9 +259,10 @@ fn main() {
             warm_rss = Some(rss);
         }
         println!(
-            "{:>6}  {:>9.1}  {:>9}  {:>8.1}  {:>7}  {:>5}",
+            "{:>6}  {:>9.1}  {:>8.1}  {:>9}  {:>8.1}  {:>7}  {:>5}",
             started.elapsed().as_secs(),
             rss as f64 / 1024.0,
+            file_mib(&data.join("kv.redb")),
             count,
             p99,
             filed.load(Ordering::Relaxed),

@@ -183,7 +183,10 @@ fn a_second_process_on_a_held_data_directory_exits_3_and_touches_nothing() {
     schedule(&data, "count:1:a", T0);
     let held = custodian::data_dir::DataDir::create(Path::new(&data)).unwrap();
     let kv = held
-        .open_kv(std::sync::Arc::new(custodian::clock::SystemClock))
+        .open_kv(
+            std::sync::Arc::new(custodian::clock::SystemClock),
+            custodian::kv::redb::DEFAULT_CACHE_BYTES,
+        )
         .unwrap();
     let plugin = stepper().to_str().unwrap();
     let (code, stdout, stderr) = outcome(&run(&[

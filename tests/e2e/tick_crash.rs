@@ -128,7 +128,10 @@ fn steps_done(data: &Path) -> u64 {
 fn check(data: &Path) {
     let kv = DataDir::create(data)
         .unwrap()
-        .open_kv(Arc::new(SystemClock))
+        .open_kv(
+            Arc::new(SystemClock),
+            custodian::kv::redb::DEFAULT_CACHE_BYTES,
+        )
         .unwrap();
     let io = tokio::runtime::Builder::new_current_thread()
         .build()

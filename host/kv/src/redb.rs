@@ -73,7 +73,11 @@
 //!   damaged tree is noticed, but redb may panic rather than report it;
 //!   `open`, reads and the writer catch such a panic and answer `Corrupt`
 //!   (this needs `panic = "unwind"`, the default).
-//! - redb caches up to 1 GiB of pages (its default) in memory.
+//! - redb keeps up to a set number of bytes of pages in memory
+//!   ([`DEFAULT_CACHE_BYTES`] unless [`RedbKv::open_with_cache`] says
+//!   otherwise): every page it writes or reads stays cached until that
+//!   bound, so without one the process grows with the file. redb's own
+//!   default, 1 GiB, is too much for a host that bounds its other memory.
 
 mod error;
 mod writer;
@@ -137,6 +141,12 @@ impl std::fmt::Debug for RedbKv {
     }
 }
 
+/// Bytes of pages a store keeps in memory unless its opener says
+/// otherwise: enough for the working set of a host's own rows (requests,
+/// timers, locks, the content index of a few hundred thousand objects),
+/// small next to the request-body and plugin-memory bounds.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
 impl RedbKv {
     /// Opens the store in the file `path`, creating it (and its parent
     /// directory) if missing, and repairing it if the last process using
@@ -147,6 +157,19 @@ impl RedbKv {
     /// file open; `Unavailable` on an I/O error; `Corrupt` when the file is
     /// not a redb database, or not one this version reads.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, KvError> {
+        Self::open_with_cache(path, clock, DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`RedbKv::open`], keeping at most `cache_bytes` of pages in
+    /// memory.
+    ///
+    /// # Errors
+    /// As for [`RedbKv::open`].
+    pub fn open_with_cache(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        cache_bytes: usize,
+    ) -> Result<Self, KvError> {
         let io = |doing: &str, e: std::io::Error| {
             KvError::Unavailable(Detail::caused_by(format!("{doing} {}", path.display()), e))
         };
@@ -155,16 +178,17 @@ impl RedbKv {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         create_dirs(parent).map_err(|e| io("creating the directory of", e))?;
-        let opened = catch_unwind(|| Database::builder().create(path)).map_err(|panic| {
-            KvError::Corrupt(
-                format!(
-                    "opening {} made redb panic: {}",
-                    path.display(),
-                    describe_panic(&*panic)
+        let opened = catch_unwind(|| Database::builder().set_cache_size(cache_bytes).create(path))
+            .map_err(|panic| {
+                KvError::Corrupt(
+                    format!(
+                        "opening {} made redb panic: {}",
+                        path.display(),
+                        describe_panic(&*panic)
+                    )
+                    .into(),
                 )
-                .into(),
-            )
-        })?;
+            })?;
         let db = opened.map_err(|e| open_error(path, e))?;
         // redb fsyncs the file, never its directory: a file created just
         // now must have its name on disk before any commit in it is

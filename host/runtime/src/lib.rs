@@ -24,6 +24,7 @@ mod cache;
 mod call;
 mod context;
 mod engine;
+mod heap;
 pub(crate) mod host;
 mod json;
 mod limits;

@@ -83,13 +83,22 @@ impl DataDir {
         self.root.join(KV_FILE)
     }
 
-    /// Opens the durable KV, whose `NotAfter` guards read `clock`.
+    /// Opens the durable KV, whose `NotAfter` guards read `clock`, keeping
+    /// at most `cache_bytes` of its pages in memory.
     ///
     /// # Errors
     /// [`KvError::InUse`] if another process holds it; another
     /// [`KvError`] if it cannot be opened.
-    pub fn open_kv(&self, clock: Arc<dyn Clock>) -> Result<Arc<dyn Kv>, KvError> {
-        Ok(Arc::new(RedbKv::open(&self.kv_path(), clock)?))
+    pub fn open_kv(
+        &self,
+        clock: Arc<dyn Clock>,
+        cache_bytes: usize,
+    ) -> Result<Arc<dyn Kv>, KvError> {
+        Ok(Arc::new(RedbKv::open_with_cache(
+            &self.kv_path(),
+            clock,
+            cache_bytes,
+        )?))
     }
 
     /// Holds the directory for this process, for a host whose KV is not a

@@ -17,8 +17,14 @@ use custodian_base::clock::FixedClock;
 impl RedbKv {
     /// An empty store in a directory of its own, removed with the store.
     pub(super) fn temporary(clock: Arc<FixedClock>) -> Self {
+        Self::temporary_with_cache(clock, super::DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`RedbKv::temporary`], caching at most `cache_bytes` of pages.
+    fn temporary_with_cache(clock: Arc<FixedClock>, cache_bytes: usize) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut kv = Self::open(&dir.path().join("kv.redb"), clock).expect("opening the store");
+        let mut kv = Self::open_with_cache(&dir.path().join("kv.redb"), clock, cache_bytes)
+            .expect("opening the store");
         Arc::get_mut(&mut kv.inner)
             .expect("a store just opened has one handle")
             .temp = Some(dir);
@@ -27,6 +33,21 @@ impl RedbKv {
 }
 
 crate::kv_conformance_tests!(|clock: Arc<FixedClock>| RedbKv::temporary(clock));
+
+/// The whole suite again on a cache of 16 pages, far less than the suite's
+/// largest values and batches: a bounded cache must change what stays in
+/// memory, never what is read or committed.
+mod tiny_cache {
+    use std::sync::Arc;
+
+    use super::RedbKv;
+    use custodian_base::clock::FixedClock;
+
+    crate::kv_conformance_tests!(|clock: Arc<FixedClock>| RedbKv::temporary_with_cache(
+        clock,
+        16 * 4096
+    ));
+}
 
 /// A store on a probed backend, to count fsyncs or inject failures.
 pub(super) fn probed(path: &Path, clock: Arc<FixedClock>) -> (RedbKv, Arc<Probe>) {
@@ -112,6 +133,39 @@ async fn commits_survive_dropping_and_reopening_the_store() {
     let kv = RedbKv::open(&path, clock()).expect("the dropped store released the file");
     assert_eq!(kv.get(&p("a"), b"k").await, Ok(Some(b"v".to_vec())));
     assert_eq!(kv.get(&p("b"), b"k2").await, Ok(Some(b"v2".to_vec())));
+}
+
+#[tokio::test]
+async fn a_store_far_larger_than_its_cache_reads_back_every_row_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.redb");
+    let cache = 16 * 4096;
+    let kv = RedbKv::open_with_cache(&path, clock(), cache).unwrap();
+    // 64 batches of 32 rows of 1 KiB: 2 MiB, 32 times the cache.
+    let value = |i: u32| vec![(i % 251) as u8; 1024];
+    for batch in 0..64u32 {
+        let writes = (0..32)
+            .map(|row| {
+                let i = batch * 32 + row;
+                put("big", format!("k{i:05}").as_bytes(), &value(i))
+            })
+            .collect();
+        let batch = Batch {
+            preconditions: Vec::new(),
+            writes,
+        };
+        assert_eq!(kv.apply(&batch).await, Ok(Outcome::Committed));
+    }
+    drop(kv);
+    let kv = RedbKv::open_with_cache(&path, clock(), cache).unwrap();
+    for i in (0..64 * 32).step_by(7) {
+        let key = format!("k{i:05}");
+        assert_eq!(
+            kv.get(&p("big"), key.as_bytes()).await,
+            Ok(Some(value(i))),
+            "{key}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -311,9 +311,29 @@ mod tests {
             "[kv]\nendpoints = [\"http://127.0.0.1:2379\"]",
             "[kv]\nbackend = \"etcd\"\nendpoints = [\"http://a:2379\"]\nrequest_timeout_ms = 0",
             "[server]\nnode = \"Node A\"",
+            "[kv]\ncache_mib = 0",
+            "[kv]\ncache_mib = 2000000",
+            "[kv]\nbackend = \"etcd\"\nendpoints = [\"http://a:2379\"]\ncache_mib = 8",
         ] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_redb_cache_bound_is_read_in_mib_and_defaults_to_the_stores_own() {
+        assert_eq!(
+            Config::parse("").unwrap().kv.cache_bytes(),
+            custodian_kv::redb::DEFAULT_CACHE_BYTES
+        );
+        assert_eq!(
+            Config::parse("[kv]\ncache_mib = 8")
+                .unwrap()
+                .kv
+                .cache_bytes(),
+            8 << 20
+        );
+        let error = Config::parse("[kv]\ncache_mib = 0").unwrap_err();
+        assert!(error.contains("cache_mib = 0 is out of range"), "{error}");
     }
 
     #[test]

@@ -202,6 +202,9 @@ pub struct KvConfig {
     /// For `etcd`: how long one request may take before it fails as
     /// unavailable, in ms. Default [`DEFAULT_ETCD_REQUEST_TIMEOUT_MS`].
     pub request_timeout_ms: Option<u64>,
+    /// For `redb`: how much of the file's pages the process keeps in
+    /// memory, in MiB. Default [`custodian_kv::redb::DEFAULT_CACHE_BYTES`].
+    pub cache_mib: Option<u64>,
 }
 
 /// The key prefix of a deployment on etcd when `[kv] prefix` is not set.
@@ -212,7 +215,20 @@ pub const DEFAULT_ETCD_PREFIX: &str = "custodian/";
 /// defaults), short enough that a dead cluster is reported promptly.
 pub const DEFAULT_ETCD_REQUEST_TIMEOUT_MS: u64 = 5_000;
 
+/// Largest `[kv] cache_mib`: more than any host of this kind has memory,
+/// so a larger value is a typo, not a plan.
+pub const MAX_KV_CACHE_MIB: u64 = 1 << 20;
+
 impl KvConfig {
+    /// Bytes of redb pages to keep in memory.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache_mib
+            .map_or(custodian_kv::redb::DEFAULT_CACHE_BYTES, |mib| {
+                // `validate` bounds it to MAX_KV_CACHE_MIB, far below usize.
+                usize::try_from(mib << 20).unwrap_or(usize::MAX)
+            })
+    }
+
     /// Checks that the settings fit the backend.
     ///
     /// # Errors
@@ -229,8 +245,18 @@ impl KvConfig {
                             .into(),
                     );
                 }
+                if let Some(mib) = self.cache_mib
+                    && !(1..=MAX_KV_CACHE_MIB).contains(&mib)
+                {
+                    return Err(format!(
+                        "[kv] cache_mib = {mib} is out of range (1..={MAX_KV_CACHE_MIB})"
+                    ));
+                }
             }
             KvBackend::Etcd => {
+                if self.cache_mib.is_some() {
+                    return Err("[kv] cache_mib is for backend = \"redb\"".into());
+                }
                 if self.endpoints.is_empty() {
                     return Err("[kv] backend = \"etcd\" needs endpoints".into());
                 }

@@ -201,7 +201,7 @@ impl Node {
     fn local(data: &Path, config: Config, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
         let dir = create(data)?;
         let kv = dir
-            .open_kv(clock.clone())
+            .open_kv(clock.clone(), config.kv.cache_bytes())
             .map_err(|e| NodeError::kv(format!("cannot open the KV in {}", data.display()), e))?;
         Ok(Self::locked(dir, kv, config, clock, None))
     }

@@ -262,7 +262,7 @@ fn main() {
             "{:>6}  {:>9.1}  {:>8.1}  {:>9}  {:>8.1}  {:>7}  {:>5}",
             started.elapsed().as_secs(),
             rss as f64 / 1024.0,
-            file_mib(&data.join("kv.redb")),
+            file_mib(&data.join(custodian::data_dir::KV_FILE)),
             count,
             p99,
             filed.load(Ordering::Relaxed),

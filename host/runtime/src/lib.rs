@@ -24,7 +24,7 @@ mod cache;
 mod call;
 mod context;
 mod engine;
-mod heap;
+pub mod heap;
 pub(crate) mod host;
 mod json;
 mod limits;

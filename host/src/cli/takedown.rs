@@ -274,7 +274,9 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let request = Request::new(repository, clock.now_ms(), objects, pack);
             let settled = policy.act(global, clock, |plugin, call, io, kv, action| {
                 requests::create(plugin, call, io, kv, &request, action)?;
-                requests::settle(plugin, call, io, kv, &request.id, action)
+                let settled = requests::settle(plugin, call, io, kv, &request.id, action)?;
+                requests::start(io, kv, &request.id, request.created_ms)?;
+                Ok(settled)
             })?;
             let id = hex(&request.id);
             if json {

@@ -28,11 +28,12 @@
 
 pub mod claim;
 pub mod governor;
+pub mod in_flight;
 mod worker;
 
 pub use worker::{
     AuditEntry, DueTimer, FailureCause, FireOutcome, Fired, FiredTimer, Handlers,
-    LOG_TARGET as WORKER_LOG_TARGET, MAX_STEP_AUDIT, Share, StepCommit, StepFailure, TickReport,
+    LOG_TARGET as WORKER_LOG_TARGET, MAX_STEP_AUDIT, StepCommit, StepFailure, TickReport,
     TimerHandler, Worker, WorkerConfig,
 };
 

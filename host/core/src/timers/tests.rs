@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use super::governor::{self, Governor, GovernorConfig};
+use super::in_flight::InFlight;
 use super::*;
 use crate::budget::{SliceBudget, budgeted_kv};
 use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
@@ -395,6 +396,34 @@ async fn timers_of_unknown_kinds_are_counted_and_left_alone() {
     assert_eq!(report.unhandled, 1);
     assert!(report.fired.is_empty());
     assert!(get(kv.as_ref(), "other", b"a").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_step_that_loses_a_race_once_is_retried_at_once_and_backs_off_when_it_loses_again() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let worker = worker(
+        &kv,
+        &clock,
+        vec![Arc::new(Handler::new("work", Mode::Stale))],
+    );
+    let first = worker.tick().await.unwrap().fired.remove(0);
+    assert_eq!(first.outcome, FireOutcome::Failed);
+    assert_eq!(first.cause, Some(FailureCause::Contention));
+    assert_eq!(
+        first.next_due_ms,
+        Some(START + 1),
+        "the least step interval"
+    );
+
+    clock.set(START + 1);
+    let second = worker.tick().await.unwrap().fired.remove(0);
+    assert_eq!(second.cause, Some(FailureCause::Contention));
+    let backoff = second.next_due_ms.unwrap() - (START + 1);
+    assert!(
+        (2_000..=2_500).contains(&backoff),
+        "the back-off of a second failure, spread: {backoff} ms"
+    );
 }
 
 #[tokio::test]
@@ -893,39 +922,171 @@ async fn a_step_of_a_handler_swapped_out_mid_step_commits_nothing_and_its_succes
     assert!(records.iter().all(|r| r.actor != "plugin:old"));
 }
 
-#[tokio::test]
-async fn workers_sharing_the_timers_fire_each_timer_in_exactly_one_share() {
+/// A handler that notes which timers are inside a step at once, and can
+/// hold the steps of one reference until the test releases them.
+struct Probe {
+    inside: std::sync::Mutex<std::collections::HashSet<Vec<u8>>>,
+    /// Steps that began while another step of the same timer was running.
+    overlaps: AtomicU64,
+    /// Every step's reference, in the order the steps began.
+    fired: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// The reference whose steps are held, announced on `entered` and
+    /// held until `release`.
+    gate: Option<Vec<u8>>,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+impl Probe {
+    fn new(gate: Option<&[u8]>) -> Arc<Self> {
+        Arc::new(Self {
+            inside: std::sync::Mutex::default(),
+            overlaps: AtomicU64::new(0),
+            fired: std::sync::Mutex::default(),
+            gate: gate.map(<[u8]>::to_vec),
+            entered: tokio::sync::Notify::new(),
+            release: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn fired(&self) -> Vec<Vec<u8>> {
+        self.fired.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl TimerHandler for Probe {
+    fn kind(&self) -> &str {
+        "work"
+    }
+
+    fn actor(&self) -> String {
+        "test:probe".into()
+    }
+
+    async fn fire(&self, timer: &DueTimer, _: u64, _: &SliceBudget) -> Result<Fired, StepFailure> {
+        if !self.inside.lock().unwrap().insert(timer.reference.clone()) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.fired.lock().unwrap().push(timer.reference.clone());
+        if self.gate.as_deref() == Some(timer.reference.as_slice()) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        } else {
+            // Long enough for the other workers to reach the same timer.
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.inside.lock().unwrap().remove(&timer.reference);
+        Ok(Fired::Done(StepCommit::default()))
+    }
+}
+
+fn sharing_worker(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    handlers: &Arc<Handlers>,
+    in_flight: &InFlight,
+) -> Worker {
+    let mut worker = Worker::sharing(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+        handlers.clone(),
+    );
+    worker.share_in_flight(in_flight.clone());
+    worker
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_sharing_an_in_flight_set_fire_every_due_timer_once_and_never_one_twice_at_once() {
     let (kv, clock) = setup();
-    let references: Vec<Vec<u8>> = (0..40).map(|i| format!("r{i}").into_bytes()).collect();
+    let references: Vec<Vec<u8>> = (0..40).map(|i| format!("r{i:02}").into_bytes()).collect();
     for reference in &references {
         schedule(kv.as_ref(), "work", reference, START)
             .await
             .unwrap();
     }
+    let probe = Probe::new(None);
     let handlers = Arc::new(Handlers::new());
-    handlers.register(Arc::new(Handler::new("work", Mode::Count { steps: 1 })));
-    let mut fired = Vec::new();
-    for index in 0..3 {
-        let worker = Worker::sharing(
-            kv.clone(),
-            clock.clone(),
-            WorkerConfig {
-                share: Share { index, of: 3 },
-                ..WorkerConfig::default()
-            },
-            handlers.clone(),
-        );
-        let report = worker.tick().await.unwrap();
-        assert!(!report.fired.is_empty(), "share {index} fired nothing");
-        fired.extend(report.fired.into_iter().map(|f| f.reference));
-    }
-    fired.sort();
-    let mut expected: Vec<String> = references
-        .iter()
-        .map(|r| String::from_utf8(r.clone()).unwrap())
+    handlers.register(probe.clone());
+    let in_flight = InFlight::new();
+    let ticks = (0..4).map(|_| {
+        let worker = sharing_worker(&kv, &clock, &handlers, &in_flight);
+        tokio::spawn(async move { worker.tick().await.unwrap() })
+    });
+    let reports: Vec<TickReport> = futures::future::join_all(ticks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
         .collect();
-    expected.sort();
-    assert_eq!(fired, expected, "every timer fired once, by one share");
+    assert_eq!(
+        probe.overlaps.load(Ordering::SeqCst),
+        0,
+        "no timer was in two steps at once"
+    );
+    let mut fired = probe.fired();
+    fired.sort();
+    assert_eq!(
+        fired, references,
+        "every due timer was fired, each by one plugin call"
+    );
+    for report in &reports {
+        assert!(
+            report.fired.iter().all(|f| f.outcome == FireOutcome::Done),
+            "no step was lost to another worker: {report:?}"
+        );
+    }
+    for reference in &references {
+        assert!(
+            get(kv.as_ref(), "work", reference).await.unwrap().is_none(),
+            "every timer is done"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_worker_takes_the_due_timers_a_busy_worker_is_not_firing() {
+    let (kv, clock) = setup();
+    for (i, reference) in [b"r1", b"r2", b"r3"].iter().enumerate() {
+        schedule(kv.as_ref(), "work", *reference, START - 3 + i as u64)
+            .await
+            .unwrap();
+    }
+    let probe = Probe::new(Some(b"r1"));
+    let handlers = Arc::new(Handlers::new());
+    handlers.register(probe.clone());
+    let in_flight = InFlight::new();
+    let busy = sharing_worker(&kv, &clock, &handlers, &in_flight);
+    let held = tokio::spawn(async move { busy.tick().await.unwrap() });
+    probe.entered.notified().await;
+
+    // r1, the earliest due, is in a step on the other worker; this one
+    // takes the rest of the queue instead of waiting behind it.
+    let free = sharing_worker(&kv, &clock, &handlers, &in_flight);
+    let report = tokio::time::timeout(std::time::Duration::from_secs(10), free.tick())
+        .await
+        .expect("the free worker does not wait behind the busy one")
+        .unwrap();
+    let references: Vec<&str> = report.fired.iter().map(|f| f.reference.as_str()).collect();
+    assert_eq!(references, ["r2", "r3"]);
+    assert_eq!(report.busy, 1, "{report:?}");
+
+    // The held worker's page still lists r2 and r3 as due: it reads them
+    // again and leaves them, instead of calling the plugin for rows that
+    // moved on.
+    probe.release.notify_one();
+    let report = held.await.unwrap();
+    let references: Vec<&str> = report.fired.iter().map(|f| f.reference.as_str()).collect();
+    assert_eq!(references, ["r1"]);
+    assert_eq!(
+        probe.fired(),
+        [b"r1".to_vec(), b"r2".to_vec(), b"r3".to_vec()]
+    );
+    for reference in [b"r1", b"r2", b"r3"] {
+        assert!(get(kv.as_ref(), "work", reference).await.unwrap().is_none());
+    }
 }
 
 fn claiming(

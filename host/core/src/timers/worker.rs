@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::claim::{self, ClaimConfig, Claimed};
 use super::governor::{Governor, Quarantine};
+use super::in_flight::InFlight;
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
     parse_due, partition,
@@ -130,6 +131,11 @@ pub enum FailureCause {
     Limit,
     /// The step used up its budget of store calls.
     Budget,
+    /// The step's own guard failed at commit: what it read changed
+    /// while it ran (an operator's action, another request's step). Not
+    /// a fault of the step: the first such failure in a row is retried
+    /// after the least step interval, not backed off.
+    Contention,
     /// Anything else: a backend, the host, an invalid commit.
     Other,
 }
@@ -143,6 +149,7 @@ impl FailureCause {
             Self::Timeout => "timeout",
             Self::Limit => "limit",
             Self::Budget => "budget",
+            Self::Contention => "contention",
             Self::Other => "other",
         }
     }
@@ -230,39 +237,10 @@ pub struct WorkerConfig {
     /// Store calls all the steps of one tick may make together: the
     /// parent of every step's budget.
     pub tick_store_calls: u32,
-    /// Which timers this worker fires, when several share the timers.
-    pub share: Share,
     /// Least time between two steps of one timer, ms (at least 1): a step
     /// asking to run again sooner, or in the past, runs this much later.
     /// Bounds how fast one timer can spin whatever its plugin answers.
     pub min_step_interval_ms: u64,
-}
-
-/// A worker's share of the timers: those whose reference hashes to
-/// `index` modulo `of`. Workers that split the timers this way do not
-/// race for the same rows (the timer guard would make a race safe, but
-/// every lost race is a wasted plugin call).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Share {
-    /// This worker's index, below `of`.
-    pub index: u32,
-    /// How many workers share the timers; at least 1.
-    pub of: u32,
-}
-
-impl Share {
-    /// Every timer: a worker alone.
-    pub const ALL: Share = Share { index: 0, of: 1 };
-
-    /// Whether the timer referenced `reference` falls in this share.
-    pub fn owns(self, reference: &[u8]) -> bool {
-        if self.of <= 1 {
-            return true;
-        }
-        let hash = blake3::hash(reference);
-        let head = u64::from_be_bytes(hash.as_bytes()[..8].try_into().expect("8 bytes"));
-        head % u64::from(self.of) == u64::from(self.index)
-    }
 }
 
 impl Default for WorkerConfig {
@@ -274,7 +252,6 @@ impl Default for WorkerConfig {
             max_backoff_ms: 3_600_000,
             step_store_calls: 256,
             tick_store_calls: 8_192,
-            share: Share::ALL,
             // One step of a takedown with work takes ~5 ms on the
             // reference machine; 1 ms never slows one down.
             min_step_interval_ms: 1,
@@ -346,6 +323,9 @@ pub struct TickReport {
     pub claimed_elsewhere: u64,
     /// Due timers skipped because their plugin is quarantined.
     pub paused: u64,
+    /// Due timers skipped because another worker of this host is firing
+    /// them (only for a worker sharing an [`InFlight`] set).
+    pub busy: u64,
     /// Quarantines this tick declared (a plugin passed a step ceiling).
     pub quarantined: Vec<Quarantine>,
 }
@@ -393,6 +373,7 @@ pub struct Worker {
     fencing: Option<Fencing>,
     claims: Option<ClaimConfig>,
     governor: Option<Arc<Governor>>,
+    in_flight: Option<InFlight>,
 }
 
 /// The worker's shard lease under epoch fencing: every step it commits
@@ -462,7 +443,16 @@ impl Worker {
             fencing: None,
             claims: None,
             governor: None,
+            in_flight: None,
         }
+    }
+
+    /// Shares the timers with the other workers holding a clone of
+    /// `in_flight` (a host's workers): each due timer is fired by
+    /// whichever of them takes it first, never by two at once (see
+    /// [`super::in_flight`]).
+    pub fn share_in_flight(&mut self, in_flight: InFlight) {
+        self.in_flight = Some(in_flight);
     }
 
     /// Counts this worker's committed steps against `governor`'s ceilings
@@ -552,9 +542,6 @@ impl Worker {
                 .await?;
             for (key, value) in &page.entries {
                 let timer = parse_due(key, value)?;
-                if !self.config.share.owns(&timer.reference) {
-                    continue;
-                }
                 let Some(handler) = self.handlers.get(&timer.kind) else {
                     report.unhandled += 1;
                     continue;
@@ -575,6 +562,25 @@ impl Worker {
                     report.more_due = true;
                     continue;
                 }
+                // Held until the step ends, whichever way it ends.
+                let _firing = match &self.in_flight {
+                    Some(in_flight) => {
+                        let Some(firing) = in_flight.take(&timer.kind, &timer.reference) else {
+                            report.busy += 1;
+                            continue;
+                        };
+                        // The page was read before this worker's earlier
+                        // steps of the tick; another worker may have
+                        // stepped the timer since. Firing a stale row would
+                        // only lose at commit, after a wasted plugin call.
+                        let current = self.kv.get(&partition(), key).await?;
+                        if current.as_deref() != Some(value.as_slice()) {
+                            continue;
+                        }
+                        Some(firing)
+                    }
+                    None => None,
+                };
                 if let Some(claims) = &self.claims
                     && let Claimed::Elsewhere { .. } =
                         claim::claim(self.kv.as_ref(), claims, &timer, now).await?
@@ -758,11 +764,14 @@ impl Worker {
                 Ok(fired)
             }
             Outcome::PreconditionFailed { index } => {
-                let failure = StepFailure::new(format!(
-                    "the step's precondition {} did not hold at commit: its state changed \
-                     concurrently",
-                    index as usize - layout.host
-                ));
+                let failure = StepFailure::because(
+                    FailureCause::Contention,
+                    format!(
+                        "the step's precondition {} did not hold at commit: its state changed \
+                         concurrently",
+                        index as usize - layout.host
+                    ),
+                );
                 self.record_failure(&timer, key, value, now, failure, ran)
                     .await
             }
@@ -790,7 +799,16 @@ impl Worker {
         ran: Ran,
     ) -> Result<FiredTimer, TimerError> {
         let failures = timer.state.failures.saturating_add(1);
-        let next = now.saturating_add(self.backoff_ms(&timer.reference, failures));
+        // A race lost once is retried at once: an operator's filing or
+        // hold commits beside the request's first steps as a rule. Twice
+        // in a row backs off like any failure, so a step whose guard can
+        // never hold does not spin.
+        let delay = if failure.cause == FailureCause::Contention && failures == 1 {
+            self.config.min_step_interval_ms.max(1)
+        } else {
+            self.backoff_ms(&timer.reference, failures)
+        };
+        let next = now.saturating_add(delay);
         tracing::warn!(
             kind = %timer.kind,
             reference = %display_reference(&timer.reference),

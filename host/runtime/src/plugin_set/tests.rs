@@ -399,6 +399,58 @@ async fn an_operator_action_planned_before_a_swap_cannot_commit_after_it() {
     file(&host, planned, request).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filings_first_step_waits_for_its_filer_and_start_moves_only_that_deferral() {
+    use crate::policy::requests::{self, SETTLE_WITHIN};
+    use custodian_core::timers;
+
+    let host = test_host().await;
+    let request = pushed_and_named(&host, b"filed while its denial settles").await;
+    let filed_ms = request.created_ms;
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    file(&host, planned, request.clone()).await.unwrap();
+    let due = |host: &TestHost| {
+        let kv = host.kv.clone();
+        let id = request.id;
+        async move {
+            timers::get(kv.as_ref(), "takedown", &id)
+                .await
+                .unwrap()
+                .unwrap()
+                .due_ms
+        }
+    };
+    // Deferred: a step now would race the filer's own denial work.
+    let settle_ms = u64::try_from(SETTLE_WITHIN.as_millis()).unwrap();
+    assert_eq!(due(&host).await, filed_ms + settle_ms);
+
+    let io = host.plugins.services().io.clone();
+    let kv = host.kv.clone();
+    let id = request.id;
+    tokio::task::spawn_blocking(move || requests::start(&io, kv.as_ref(), &id, filed_ms))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        due(&host).await,
+        filed_ms,
+        "the filer is done: the steps begin"
+    );
+
+    // A timer moved on since (here by an operator, to later) is not the
+    // filing's deferral: a late or repeated start leaves it.
+    timers::schedule(host.kv.as_ref(), "takedown", &request.id, filed_ms + 7)
+        .await
+        .unwrap();
+    let io = host.plugins.services().io.clone();
+    let kv = host.kv.clone();
+    tokio::task::spawn_blocking(move || requests::start(&io, kv.as_ref(), &id, filed_ms))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(due(&host).await, filed_ms + 7);
+}
+
 /// Two hosts, `alpha` and `beta`, sharing one KV, both configured with the
 /// bundled plugins.
 async fn two_hosts() -> (Arc<dyn Kv>, Arc<TestHost>, Arc<TestHost>) {

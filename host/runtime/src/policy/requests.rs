@@ -160,9 +160,16 @@ fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
 }
 
 /// Files `request`: the policy's plan, the audit and the request's timer
-/// (due at `now_ms`) in one transaction. The plan may deny some of what
-/// the request names already; [`settle`] does the rest. A blocking call:
-/// it runs the plugin on this thread and waits for the KV on `io`.
+/// in one transaction. The plan may deny some of what the request names
+/// already; [`settle`] does the rest, and then [`start`] makes the first
+/// step due. A blocking call: it runs the plugin on this thread and waits
+/// for the KV on `io`.
+///
+/// The timer is due [`SETTLE_WITHIN`] after `now_ms`, not at once: a step
+/// does the same denial work as [`settle`], so a step racing the filing's
+/// parts lost at commit and backed off (with ten filings at once, most
+/// did). A filer that dies before [`start`] leaves the steps to begin
+/// when its settling would have given up anyway.
 ///
 /// A plan whose guard fails is planned again: the policy guards its plan
 /// on what it read (the request's absence, the denial rows it extends),
@@ -209,7 +216,13 @@ pub fn create(
         records.extend(plugin_records(&commit, now_ms, &plugin_actor)?);
         let mut batch = commit.batch;
         add_audit(&mut batch, records, &request.id)?;
-        let timer = timers::plan_schedule(KIND, &request.id, now_ms, None, &TimerState::default())?;
+        let timer = timers::plan_schedule(
+            KIND,
+            &request.id,
+            first_step_due(now_ms),
+            None,
+            &TimerState::default(),
+        )?;
         batch.preconditions.extend(timer.preconditions);
         batch.writes.extend(timer.writes);
         if apply(io, kv, batch, guard)? == Applied::Committed {
@@ -217,6 +230,46 @@ pub fn create(
         }
     }
     Err(RequestError::Contention)
+}
+
+/// When the first step of a request filed at `now_ms` is due until its
+/// filer calls [`start`].
+fn first_step_due(now_ms: u64) -> u64 {
+    let settle_ms = u64::try_from(SETTLE_WITHIN.as_millis()).expect("seconds fit in u64");
+    now_ms.saturating_add(settle_ms)
+}
+
+/// Makes the first step of request `id`, filed by [`create`] at
+/// `filed_ms`, due at `filed_ms`: the filer's denial work ([`settle`])
+/// is over, so the steps can begin. Only the timer [`create`] deferred
+/// moves (its index still names that due time); a timer already stepped
+/// or moved by an operator's action stays where it is.
+///
+/// # Errors
+/// The KV's, or a corrupt timer row.
+pub fn start(
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    filed_ms: u64,
+) -> Result<(), RequestError> {
+    let deferred = first_step_due(filed_ms);
+    let Some(timer) = io.block_on(timers::get(kv, KIND, id))? else {
+        return Ok(());
+    };
+    if timer.due_ms != deferred {
+        return Ok(());
+    }
+    let batch = timers::plan_schedule(
+        KIND,
+        id,
+        filed_ms,
+        Some(&deferred.to_be_bytes()),
+        &timer.state,
+    )?;
+    // Lost: a step or an action moved the timer meanwhile; it is theirs.
+    apply(io, kv, batch, &[])?;
+    Ok(())
 }
 
 /// How a request's denial work ended: [`settle`]'s answer.

@@ -25,7 +25,7 @@ pub struct ServerConfig {
     pub listen: Option<SocketAddr>,
     /// The data directory (`--data` overrides).
     pub data: Option<PathBuf>,
-    /// Timer worker loops; each fires its share of the timers.
+    /// Timer worker loops: how many steps of different timers run at once.
     pub workers: Option<u32>,
     /// A file holding the bootstrap token, a credential of the `admin`
     /// principal (`$CUSTODIAN_TOKEN` overrides). Without either, the

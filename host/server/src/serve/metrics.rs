@@ -410,7 +410,7 @@ impl Metrics {
             &mut out,
             "custodian_step_failures_total",
             "counter",
-            "Failed steps by plugin and cause (policy, trap, timeout, limit, budget, other).",
+            "Failed steps by plugin and cause (policy, trap, timeout, limit, budget, contention, other).",
         );
         for ((actor, cause), n) in &f.step_failures {
             let _ = writeln!(

@@ -1,5 +1,7 @@
-//! The timer worker loops: each fires its share of the due timers, under
-//! its own fence lease, until shutdown. Hosts sharing one KV each run their
+//! The timer worker loops: each fires whichever due timers no other loop
+//! of this host is firing (one shared in-flight set, so a timer never
+//! waits while a loop is free), under its own fence lease, until
+//! shutdown. Hosts sharing one KV each run their
 //! own loops; each step is claimed first, so two hosts rarely run the same
 //! step, and its commit is guarded on the timer row, so they never both
 //! commit it.
@@ -16,7 +18,8 @@ use custodian_base::clock::Clock;
 use custodian_core::fence::{Coordinator, Namespace, ShardId};
 use custodian_core::timers::claim::ClaimConfig;
 use custodian_core::timers::governor::Governor;
-use custodian_core::timers::{self, Handlers, Share, Worker, WorkerConfig};
+use custodian_core::timers::in_flight::InFlight;
+use custodian_core::timers::{self, Handlers, Worker, WorkerConfig};
 use custodian_kv::Kv;
 
 /// Longest idle sleep between scans for due timers: a timer scheduled by
@@ -38,7 +41,7 @@ const FENCED_PAUSE: Duration = Duration::from_millis(250);
 /// How the workers run.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
-    /// Worker loops; each fires the timers whose reference hashes to it.
+    /// Worker loops: how many steps of different timers run at once.
     pub count: u32,
     /// Store calls one step may make.
     pub step_store_calls: u32,
@@ -86,6 +89,7 @@ impl Workers {
         let wake = Arc::new(Notify::new());
         let (stop, stopped) = watch::channel(false);
         let count = settings.count.max(1);
+        let in_flight = InFlight::new();
         let handles = (0..count)
             .map(|index| {
                 let mut worker = Worker::sharing(
@@ -93,13 +97,13 @@ impl Workers {
                     parts.clock.clone(),
                     WorkerConfig {
                         step_store_calls: settings.step_store_calls,
-                        share: Share { index, of: count },
                         min_step_interval_ms: settings.min_step_interval_ms,
                         ..WorkerConfig::default()
                     },
                     parts.handlers.clone(),
                 );
                 worker.govern(parts.governor.clone());
+                worker.share_in_flight(in_flight.clone());
                 let name = format!("{}.w{index}", settings.node);
                 worker.fence(
                     parts.coordinator.clone(),

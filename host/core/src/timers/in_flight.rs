@@ -11,14 +11,14 @@
 //!
 //! Invariants:
 //! - At most one worker of a host fires a given timer (kind and
-//!   reference) at a time: a worker fires only under a [`Firing`] it
-//!   took, and [`InFlight::take`] refuses a timer already taken. The
+//!   reference) at a time: a worker fires only under a `Firing` it
+//!   took, and `InFlight::take` refuses a timer already taken. The
 //!   timer row's guard would make a second firing commit nothing, but
 //!   it would be a wasted plugin call and a spurious "lost" step.
-//! - A [`Firing`] releases its timer when dropped, so a step that ends
+//! - A `Firing` releases its timer when dropped, so a step that ends
 //!   in any way (an error, a panic unwinding, a cancelled tick) frees it.
 //! - The set holds at most one entry per worker: each worker holds at
-//!   most one [`Firing`] at a time (it fires steps one after another).
+//!   most one `Firing` at a time (it fires steps one after another).
 //!
 //! Hosts sharing a KV do not see each other's sets; between hosts, step
 //! claims keep workers apart (see [`super::claim`]).

@@ -167,9 +167,9 @@ fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
 ///
 /// The timer is due [`SETTLE_WITHIN`] after `now_ms`, not at once: a step
 /// does the same denial work as [`settle`], so a step racing the filing's
-/// parts lost at commit and backed off (with ten filings at once, most
-/// did). A filer that dies before [`start`] leaves the steps to begin
-/// when its settling would have given up anyway.
+/// parts lost at commit and backed off (with ten filings at once, four or
+/// five of them did). A filer that dies before [`start`] leaves the steps
+/// to begin when its settling would have given up anyway.
 ///
 /// A plan whose guard fails is planned again: the policy guards its plan
 /// on what it read (the request's absence, the denial rows it extends),

@@ -275,7 +275,7 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let settled = policy.act(global, clock, |plugin, call, io, kv, action| {
                 requests::create(plugin, call, io, kv, &request, action)?;
                 let settled = requests::settle(plugin, call, io, kv, &request.id, action)?;
-                requests::start(io, kv, &request.id, request.created_ms)?;
+                requests::start(io, kv, &request.id, action.now_ms)?;
                 Ok(settled)
             })?;
             let id = hex(&request.id);

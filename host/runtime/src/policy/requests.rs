@@ -239,8 +239,10 @@ fn first_step_due(now_ms: u64) -> u64 {
     now_ms.saturating_add(settle_ms)
 }
 
-/// Makes the first step of request `id`, filed by [`create`] at
-/// `filed_ms`, due at `filed_ms`: the filer's denial work ([`settle`])
+/// Makes the first step of request `id`, filed by [`create`] under an
+/// [`Action`] whose `now_ms` was `filed_ms` (not the request's own
+/// `created_ms`, which a caller may have read off the clock at another
+/// millisecond), due at `filed_ms`: the filer's denial work ([`settle`])
 /// is over, so the steps can begin. Only the timer [`create`] deferred
 /// moves (its index still names that due time); a timer already stepped
 /// or moved by an operator's action stays where it is.

@@ -407,7 +407,7 @@ async fn create_takedown(
             Err(error) => return Err(error),
         };
         let settled = requests::settle(&policy, call, &io, kv.as_ref(), &request.id, action)?;
-        requests::start(&io, kv.as_ref(), &request.id, request.created_ms)?;
+        requests::start(&io, kv.as_ref(), &request.id, action.now_ms)?;
         Ok((status, settled))
     })
     .await?

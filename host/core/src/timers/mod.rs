@@ -259,6 +259,22 @@ fn decode_due_ms(bytes: &[u8]) -> Result<u64, TimerError> {
         .map_err(|_| TimerError::Corrupt("timer index row is not 8 bytes".into()))
 }
 
+/// The guard and writes that move `timer`, as [`get`] read it, to `due_ms`
+/// with its state kept: they commit only while its index still names the
+/// due time it was read at.
+///
+/// # Errors
+/// As [`plan_schedule`].
+pub fn plan_move(timer: &Timer, due_ms: u64) -> Result<Batch, TimerError> {
+    plan_schedule(
+        &timer.kind,
+        &timer.reference,
+        due_ms,
+        Some(&timer.due_ms.to_be_bytes()),
+        &timer.state,
+    )
+}
+
 /// The guard and writes that (re)schedule `(kind, reference)` at `due_ms`
 /// with `state`, given the index row as read (`None`: no timer yet).
 /// Commit them in one batch, with anything else that must happen with it.

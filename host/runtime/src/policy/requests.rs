@@ -262,13 +262,7 @@ pub fn start(
     if timer.due_ms != deferred {
         return Ok(());
     }
-    let batch = timers::plan_schedule(
-        KIND,
-        id,
-        filed_ms,
-        Some(&deferred.to_be_bytes()),
-        &timer.state,
-    )?;
+    let batch = timers::plan_move(&timer, filed_ms)?;
     // Lost: a step or an action moved the timer meanwhile; it is theirs.
     apply(io, kv, batch, &[])?;
     Ok(())
@@ -484,9 +478,7 @@ pub fn extend(
         add_audit(&mut batch, records, &unique)?;
         let timer = io.block_on(timers::get(kv, KIND, id))?;
         if let Some(timer) = timer {
-            let observed = timer.due_ms.to_be_bytes();
-            let schedule =
-                timers::plan_schedule(KIND, id, action.now_ms, Some(&observed), &timer.state)?;
+            let schedule = timers::plan_move(&timer, action.now_ms)?;
             batch.preconditions.extend(schedule.preconditions);
             batch.writes.extend(schedule.writes);
         }
@@ -540,15 +532,10 @@ fn act_on(
         let mut batch = commit.batch;
         let unique = [id.as_slice(), &[planned.tag, attempt as u8]].concat();
         add_audit(&mut batch, records, &unique)?;
-        let observed = timer.as_ref().map(|t| t.due_ms.to_be_bytes());
-        let state = timer.map(|t| t.state).unwrap_or_default();
-        let schedule = timers::plan_schedule(
-            KIND,
-            id,
-            now_ms,
-            observed.as_ref().map(|d| d.as_slice()),
-            &state,
-        )?;
+        let schedule = match &timer {
+            Some(timer) => timers::plan_move(timer, now_ms)?,
+            None => timers::plan_schedule(KIND, id, now_ms, None, &TimerState::default())?,
+        };
         batch.preconditions.extend(schedule.preconditions);
         batch.writes.extend(schedule.writes);
         if apply(io, kv, batch, guard)? == Applied::Committed {

@@ -19,6 +19,7 @@ mod repo;
 mod retention_table;
 mod rollback;
 mod runaway;
+mod s3;
 mod scale_out;
 mod serve;
 mod server;

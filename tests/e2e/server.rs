@@ -18,6 +18,9 @@ pub struct Server {
     child: Child,
     /// `http://127.0.0.1:PORT`; a restart picks a new port.
     pub base: String,
+    /// The S3 endpoint's `http://127.0.0.1:PORT`, when started with
+    /// `--s3-listen`.
+    pub s3: Option<String>,
     /// The data directory, kept across restarts.
     pub data: PathBuf,
     extra: Vec<String>,
@@ -63,10 +66,11 @@ impl Server {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        let (child, base) = spawn(dir.path(), &data, &extra, &env);
+        let (child, base, s3) = spawn(dir.path(), &data, &extra, &env);
         Self {
             child,
             base,
+            s3,
             data,
             extra,
             env,
@@ -104,9 +108,10 @@ impl Server {
     /// configuration (on a new port); the old process must be gone.
     pub fn restart(&mut self) {
         assert!(!self.is_running(), "restart of a running server");
-        let (child, base) = spawn(self.dir.path(), &self.data, &self.extra, &self.env);
+        let (child, base, s3) = spawn(self.dir.path(), &self.data, &self.extra, &self.env);
         self.child = child;
         self.base = base;
+        self.s3 = s3;
     }
 
     /// Sends SIGTERM and waits for the exit.
@@ -136,9 +141,14 @@ impl Drop for Server {
     }
 }
 
-/// Starts `custodian serve` for the server in `dir`; its process and the
-/// address it printed.
-fn spawn(dir: &Path, data: &Path, extra: &[String], env: &[(String, String)]) -> (Child, String) {
+/// Starts `custodian serve` for the server in `dir`; its process, the
+/// address it printed and, with `--s3-listen`, the S3 endpoint's.
+fn spawn(
+    dir: &Path,
+    data: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+) -> (Child, String, Option<String>) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -157,11 +167,19 @@ fn spawn(dir: &Path, data: &Path, extra: &[String], env: &[(String, String)]) ->
         .spawn()
         .expect("the server starts");
     let stdout = child.stdout.take().unwrap();
+    let lines = if extra.iter().any(|a| a == "--s3-listen") {
+        2
+    } else {
+        1
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
+        let mut reader = BufReader::new(stdout);
+        for _ in 0..lines {
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+        }
     });
     let line = rx
         .recv_timeout(Duration::from_secs(120))
@@ -174,7 +192,16 @@ fn spawn(dir: &Path, data: &Path, extra: &[String], env: &[(String, String)]) ->
             panic!("unexpected first line {line:?}; log:\n{log}")
         })
         .to_owned();
-    (child, base)
+    let s3 = (lines == 2).then(|| {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server says where its S3 endpoint listens");
+        line.trim()
+            .strip_prefix("s3 endpoint on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_owned()
+    });
+    (child, base, s3)
 }
 
 /// An HTTP client that reports statuses instead of failing on them.

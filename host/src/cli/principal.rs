@@ -70,6 +70,19 @@ pub enum PrincipalCommand {
         #[command(flatten)]
         out: Out,
     },
+    /// Issue a principal an S3 key pair for the S3 endpoint (counted among
+    /// its 16 credentials); print it.
+    ///
+    /// Prints `AWS_ACCESS_KEY_ID=…` and `AWS_SECRET_ACCESS_KEY=…` lines,
+    /// so `eval "$(custodian principal s3-key NAME)"` sets up the AWS CLI
+    /// and SDKs. The secret is shown once; it is stored as is in the KV
+    /// (Signature V4 needs it). Revoke it by its id like a token.
+    S3Key {
+        /// The principal.
+        name: String,
+        #[command(flatten)]
+        out: Out,
+    },
     /// Replace every token of a principal with one new one; print it.
     Rotate {
         /// The principal.
@@ -112,6 +125,7 @@ pub(super) fn run(global: &Global, command: PrincipalCommand) -> Outcome {
         | PrincipalCommand::Show { out, .. }
         | PrincipalCommand::Roles { out, .. }
         | PrincipalCommand::Issue { out, .. }
+        | PrincipalCommand::S3Key { out, .. }
         | PrincipalCommand::Rotate { out, .. }
         | PrincipalCommand::Revoke { out, .. }
         | PrincipalCommand::Delete { out, .. } => out,
@@ -148,6 +162,27 @@ pub(super) fn run(global: &Global, command: PrincipalCommand) -> Outcome {
             }
             PrincipalCommand::Issue { name, .. } => {
                 print_new(out.json, principals.issue(name).await.map_err(failed)?);
+            }
+            PrincipalCommand::S3Key { name, .. } => {
+                let new = principals.issue_s3_key(name).await.map_err(failed)?;
+                if out.json {
+                    let credential = serde_json::json!({
+                        "id": new.issued.id,
+                        "access_key_id": new.issued.access_key_id,
+                        "secret_access_key": new.issued.secret,
+                    });
+                    println!(
+                        "{}",
+                        serde_json::json!({"principal": new.principal, "credential": credential})
+                    );
+                } else {
+                    eprintln!(
+                        "S3 key {} of principal {} (shown once; keep it):",
+                        new.issued.id, new.principal
+                    );
+                    println!("AWS_ACCESS_KEY_ID={}", new.issued.access_key_id);
+                    println!("AWS_SECRET_ACCESS_KEY={}", new.issued.secret);
+                }
             }
             PrincipalCommand::Rotate { name, .. } => {
                 print_new(out.json, principals.rotate(name).await.map_err(failed)?);

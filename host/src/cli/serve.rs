@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// 127.0.0.1:7420]. Port 0 picks a free port (printed on stdout).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Also answer the S3 API on this address [default: `[s3] listen`, else
+    /// none]. Port 0 picks a free port (printed on stdout).
+    #[arg(long, value_name = "ADDR")]
+    pub s3_listen: Option<std::net::SocketAddr>,
     /// Timer worker loops [default: `[server] workers`, else 8].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: Option<u32>,
@@ -98,6 +102,7 @@ struct Plan {
     config_path: Option<PathBuf>,
     data: PathBuf,
     listen: std::net::SocketAddr,
+    s3_listen: Option<std::net::SocketAddr>,
     workers: u32,
     drain: Duration,
     limits: RequestLimits,
@@ -133,6 +138,7 @@ fn plan(global: &Global, args: &ServeArgs) -> Result<Plan, Failure> {
             .or(config.server.workers)
             .unwrap_or(DEFAULT_WORKERS),
         drain: Duration::from_millis(config.server.drain_ms.unwrap_or(10_000)),
+        s3_listen: args.s3_listen.or(config.s3.listen),
         limits,
         listen_limits,
         config_path: global.config.clone(),
@@ -378,8 +384,20 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         .with_context(|| format!("cannot listen on {}", plan.listen))
         .map_err(usage)?;
     let address = listener.local_addr().map_err(failed)?;
-    // The one line on stdout: scripts and tests read the address from it.
+    let s3_listener = match plan.s3_listen {
+        Some(s3) => Some(
+            listen(s3)
+                .with_context(|| format!("cannot listen on {s3} for the S3 endpoint"))
+                .map_err(usage)?,
+        ),
+        None => None,
+    };
+    // The lines on stdout: scripts and tests read the addresses from them
+    // (the API's first, always; the S3 endpoint's after it, when served).
     println!("listening on http://{address}");
+    if let Some(s3) = &s3_listener {
+        println!("s3 endpoint on http://{}", s3.local_addr().map_err(failed)?);
+    }
     let _ = std::io::stdout().flush();
     tracing::info!(%address, data = %plan.data.display(), node = %node_name, "serving");
 
@@ -395,10 +413,29 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
             let _ = stopped.wait_for(|stop| *stop).await;
         },
     );
-    // The server drains requests while the workers drain steps and the
+    let s3_serving = s3_listener.map(|listener| {
+        let mut stopped = stop_rx.clone();
+        tokio::spawn(http::listen::serve(
+            listener,
+            custodian::serve::s3::router(host.clone()),
+            plan.listen_limits,
+            host.metrics.clone(),
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ))
+    });
+    // The servers drain requests while the workers drain steps and the
     // delivery worker its delivery in flight.
     let drain = plan.drain;
-    let serving = tokio::spawn(server);
+    let serving = tokio::spawn(async move {
+        server.await;
+        if let Some(s3) = s3_serving {
+            // A panic in the S3 server is logged by the runtime; the API
+            // server's outcome is what `serve` reports.
+            let _ = s3.await;
+        }
+    });
     let mut stopped = stop_rx;
     let _ = stopped.wait_for(|stop| *stop).await;
     let (_, _, served) = tokio::join!(workers.stop(), delivery.stop(), async {

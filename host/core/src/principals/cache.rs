@@ -14,9 +14,20 @@ use crate::decisions::access::Principal;
 /// Most credentials remembered: bounds memory whatever the callers do.
 pub(super) const MAX_ENTRIES: usize = 4096;
 
-/// What a lookup found: the credential's hash and its principal, `None`
-/// when there is no such live credential.
-pub(super) type Entry = Option<([u8; 32], Principal)>;
+/// What a lookup found, `None` when there is no such live credential.
+pub(super) type Entry = Option<Found>;
+
+/// A live credential and its principal.
+#[derive(Clone)]
+pub(super) struct Found {
+    /// The BLAKE3 hash of its secret.
+    pub hash: [u8; 32],
+    /// An S3 key's secret (an S3 key authenticates only by signature, a
+    /// bearer token only by its hash).
+    pub s3_secret: Option<std::sync::Arc<str>>,
+    /// Whose it is.
+    pub principal: Principal,
+}
 
 pub(super) struct Cache {
     ttl: Duration,

@@ -137,6 +137,70 @@ pub fn bootstrap(text: &str) -> Presented {
     Presented::bootstrap(text.as_bytes())
 }
 
+/// What starts every S3 access key id, like AWS's `AKIA`: tells a reader
+/// (and secret scanners) what the string is.
+pub const ACCESS_KEY_PREFIX: &str = "CUST";
+/// Bytes of an S3 secret access key: 160 bits, beyond guessing, written as
+/// 40 hex digits (the length of AWS's secrets, and nothing a config file
+/// or an environment variable needs to quote).
+pub const S3_SECRET_BYTES: usize = 20;
+
+/// A freshly issued S3 key pair: the secret is shown once. Unlike a
+/// bearer token's, the secret is also stored (see [`super::CredentialRow`]):
+/// Signature V4 is an HMAC the server must compute with it.
+pub struct IssuedS3Key {
+    /// Its credential id (hex), which names it in listings and
+    /// revocations.
+    pub id: String,
+    /// The raw id.
+    pub raw_id: CredentialId,
+    /// The access key id clients send: [`ACCESS_KEY_PREFIX`] and the id
+    /// as upper-case hex.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret: String,
+}
+
+impl std::fmt::Debug for IssuedS3Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IssuedS3Key({}, <redacted>)", self.access_key_id)
+    }
+}
+
+/// Issues a new S3 key pair from the OS's randomness.
+///
+/// # Errors
+/// The OS has no randomness to give.
+pub fn issue_s3_key() -> Result<IssuedS3Key, getrandom::Error> {
+    let mut id = [0u8; ID_BYTES];
+    let mut secret = [0u8; S3_SECRET_BYTES];
+    getrandom::fill(&mut id)?;
+    getrandom::fill(&mut secret)?;
+    Ok(IssuedS3Key {
+        id: hex::encode(id),
+        raw_id: id,
+        access_key_id: access_key_id(&id),
+        secret: hex::encode(secret),
+    })
+}
+
+/// The access key id of credential `id`.
+pub fn access_key_id(id: &CredentialId) -> String {
+    format!("{ACCESS_KEY_PREFIX}{}", hex::encode_upper(id))
+}
+
+/// The credential id an access key id names; `None` when it cannot be one
+/// (so a stranger's random value costs no lookup).
+pub fn parse_access_key_id(text: &str) -> Option<CredentialId> {
+    let hex_part = text.strip_prefix(ACCESS_KEY_PREFIX)?;
+    if hex_part.len() != 2 * ID_BYTES || !hex_part.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut id = [0u8; ID_BYTES];
+    hex::decode_to_slice(hex_part, &mut id).ok()?;
+    Some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +252,17 @@ mod tests {
         let broken = issued.token.replacen('_', "-", 2);
         let presented = Presented::parse(broken.as_bytes()).unwrap();
         assert_ne!(presented.id, issued.presented.id);
+    }
+
+    #[test]
+    fn an_issued_s3_key_names_its_credential_and_hides_its_secret_in_debug_output() {
+        let key = issue_s3_key().unwrap();
+        assert_eq!(key.access_key_id.len(), 20);
+        assert_eq!(parse_access_key_id(&key.access_key_id), Some(key.raw_id));
+        assert_eq!(key.secret.len(), 2 * S3_SECRET_BYTES);
+        assert!(!format!("{key:?}").contains(&key.secret));
+        assert_eq!(parse_access_key_id("AKIAIOSFODNN7EXAMPLE"), None);
+        assert_eq!(parse_access_key_id("CUST0123"), None);
+        assert_eq!(parse_access_key_id("CUST0123456789ABCDEG"), None);
     }
 }

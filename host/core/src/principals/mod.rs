@@ -5,7 +5,12 @@
 //! | key | value |
 //! |---|---|
 //! | `n` name | the principal (JSON [`Record`]): roles, created-ms, its credentials' ids |
-//! | `t` id (8 bytes) | a credential (JSON [`CredentialRow`]): its principal, the BLAKE3 hash of its secret, created-ms |
+//! | `t` id (8 bytes) | a credential (JSON [`CredentialRow`]): its principal, the BLAKE3 hash of its secret, created-ms; an S3 key's row also holds its secret |
+//!
+//! A credential is a bearer token (`cust_<id>_<secret>`, only its hash
+//! stored) or an S3 key pair (access key id `CUST<ID>`, and a secret
+//! stored as is, since Signature V4 needs it; see
+//! [`CredentialRow::s3_secret`]). Each authenticates only as its own kind.
 //!
 //! Invariants, kept by writing both rows of a change in one guarded batch
 //! (the principal's row guarded on the value it was read with):
@@ -32,7 +37,8 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::decisions::access::{MAX_ROLE_BYTES, MAX_ROLES, Principal};
-use credential::{CredentialId, Issued, Presented};
+use cache::Found;
+use credential::{CredentialId, Issued, IssuedS3Key, Presented};
 
 /// The partition of principals and credentials.
 pub const PARTITION: &str = "custodian.principals";
@@ -77,6 +83,14 @@ pub struct CredentialRow {
     /// Whether it is the server's bootstrap token.
     #[serde(default)]
     pub bootstrap: bool,
+    /// An S3 key's secret access key, stored as is: Signature V4 is an
+    /// HMAC keyed by (a key derived from) the secret, so the server must
+    /// have it, as S3 and every S3-compatible server do. The partition is
+    /// the host's own (no plugin can be granted it); protect the KV's
+    /// files as the secrets they hold. `None` for a bearer token, whose
+    /// secret is never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_secret: Option<String>,
 }
 
 /// A principal as listed: never a secret or a hash.
@@ -140,6 +154,30 @@ pub struct NewCredential {
     pub principal: String,
     /// The token, shown once.
     pub issued: Issued,
+}
+
+/// A newly issued S3 key pair and whose it is.
+#[derive(Debug)]
+pub struct NewS3Key {
+    /// The principal it was issued to.
+    pub principal: String,
+    /// The key pair, its secret shown once.
+    pub issued: IssuedS3Key,
+}
+
+/// A live S3 key: its secret (redacted in `Debug`) and its principal.
+#[derive(Clone)]
+pub struct S3Key {
+    /// The secret access key.
+    pub secret: Arc<str>,
+    /// Whose it is.
+    pub principal: Principal,
+}
+
+impl std::fmt::Debug for S3Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3Key({}, <redacted>)", self.principal.name)
+    }
 }
 
 /// The principals of a KV, with a short-lived cache of credential lookups.
@@ -288,15 +326,42 @@ impl Principals {
                 entry
             }
         };
-        Ok(entry.and_then(|(hash, principal)| presented.matches(&hash).then_some(principal)))
+        // An S3 key is not a bearer token, whatever its hash would say.
+        Ok(entry.and_then(|found| {
+            (found.s3_secret.is_none() && presented.matches(&found.hash)).then_some(found.principal)
+        }))
+    }
+
+    /// The secret and principal of S3 access key `access_key_id`, `None`
+    /// for anything that is not a live S3 key (a bearer token's id
+    /// included): the caller checks the request's signature with the
+    /// secret.
+    ///
+    /// # Errors
+    /// The KV failed, or a row is corrupt.
+    pub async fn s3_key(&self, access_key_id: &str) -> Result<Option<S3Key>, PrincipalError> {
+        let Some(id) = credential::parse_access_key_id(access_key_id) else {
+            return Ok(None);
+        };
+        let entry = match self.cache.get(&id) {
+            Some(entry) => entry,
+            None => {
+                let entry = self.lookup(&id).await?;
+                self.cache.put(id, entry.clone());
+                entry
+            }
+        };
+        Ok(entry.and_then(|found| {
+            Some(S3Key {
+                secret: found.s3_secret?,
+                principal: found.principal,
+            })
+        }))
     }
 
     /// The credential row `id` names and its principal, `None` when either
     /// is gone.
-    async fn lookup(
-        &self,
-        id: &CredentialId,
-    ) -> Result<Option<([u8; 32], Principal)>, PrincipalError> {
+    async fn lookup(&self, id: &CredentialId) -> Result<Option<Found>, PrincipalError> {
         let Some(value) = self.kv.get(&partition(), &credential_key(id)).await? else {
             return Ok(None);
         };
@@ -307,13 +372,14 @@ impl Principals {
         let Some(record) = self.record(&row.principal).await? else {
             return Ok(None);
         };
-        Ok(Some((
+        Ok(Some(Found {
             hash,
-            Principal {
+            s3_secret: row.s3_secret.map(std::sync::Arc::from),
+            principal: Principal {
                 name: row.principal,
                 roles: record.roles,
             },
-        )))
+        }))
     }
 
     async fn record(&self, name: &str) -> Result<Option<Record>, PrincipalError> {
@@ -406,6 +472,7 @@ impl Principals {
             hash: hex::encode(presented.hash),
             created_ms: self.clock.now_ms(),
             bootstrap,
+            s3_secret: None,
         }
     }
 
@@ -438,6 +505,35 @@ impl Principals {
         })
         .await?;
         Ok(NewCredential {
+            principal: name.to_owned(),
+            issued,
+        })
+    }
+
+    /// Issues principal `name` an S3 key pair (an access key id and its
+    /// secret), counted among its credentials: revoked, rotated away and
+    /// deleted with it as a token is.
+    ///
+    /// # Errors
+    /// [`PrincipalError::NotFound`]; [`PrincipalError::Invalid`] when it
+    /// already holds [`MAX_CREDENTIALS`].
+    pub async fn issue_s3_key(&self, name: &str) -> Result<NewS3Key, PrincipalError> {
+        let issued =
+            credential::issue_s3_key().map_err(|e| PrincipalError::Random(e.to_string()))?;
+        let row = encode(&CredentialRow {
+            principal: name.to_owned(),
+            hash: blake3::hash(issued.secret.as_bytes()).to_hex().to_string(),
+            created_ms: self.clock.now_ms(),
+            bootstrap: false,
+            s3_secret: Some(issued.secret.clone()),
+        });
+        let id = issued.raw_id;
+        self.change(name, |record| {
+            add_credential(record, &hex::encode(id))?;
+            Ok(vec![put(credential_key(&id), row.clone())])
+        })
+        .await?;
+        Ok(NewS3Key {
             principal: name.to_owned(),
             issued,
         })

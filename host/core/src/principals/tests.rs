@@ -223,3 +223,58 @@ async fn a_corrupt_row_is_corrupt_not_a_panic_or_a_login() {
         Err(PrincipalError::Corrupt(_))
     ));
 }
+
+#[tokio::test]
+async fn an_s3_key_finds_its_secret_and_principal_and_is_no_bearer_token() {
+    let kv = kv();
+    let p = principals(&kv, Duration::from_secs(1));
+    let new = p.create("alice", roles(&["writer"])).await.unwrap();
+    let key = p.issue_s3_key("alice").await.unwrap();
+    let found = p.s3_key(&key.issued.access_key_id).await.unwrap().unwrap();
+    assert_eq!(&*found.secret, key.issued.secret.as_str());
+    assert_eq!(found.principal.name, "alice");
+    assert_eq!(found.principal.roles, roles(&["writer"]));
+    // Neither kind of credential passes as the other.
+    assert_eq!(who(&p, &key.issued.secret).await, None);
+    assert_eq!(who(&p, &key.issued.access_key_id).await, None);
+    let token_id = credential::access_key_id(&parse_credential_id(&new.issued.id).unwrap());
+    assert!(p.s3_key(&token_id).await.unwrap().is_none());
+    assert!(p.s3_key("AKIAIOSFODNN7EXAMPLE").await.unwrap().is_none());
+    // It is listed as a credential and never shows its secret.
+    let view = p.get("alice").await.unwrap();
+    assert!(view.credentials.contains(&key.issued.id));
+    assert!(
+        !serde_json::to_string(&view)
+            .unwrap()
+            .contains(&key.issued.secret)
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_or_rotated_away_s3_key_finds_nothing() {
+    let kv = kv();
+    let p = principals(&kv, Duration::from_secs(1));
+    p.create("alice", Vec::new()).await.unwrap();
+    let first = p.issue_s3_key("alice").await.unwrap();
+    let second = p.issue_s3_key("alice").await.unwrap();
+    p.revoke("alice", &first.issued.id).await.unwrap();
+    assert!(
+        p.s3_key(&first.issued.access_key_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        p.s3_key(&second.issued.access_key_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    p.rotate("alice").await.unwrap();
+    assert!(
+        p.s3_key(&second.issued.access_key_id)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

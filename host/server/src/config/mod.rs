@@ -16,7 +16,8 @@
 //! Where cache invalidations are delivered is the `[invalidation]`
 //! section ([`invalidation`]); how fast plugins' timers may step, the
 //! `[timers]` section ([`timers`]); how a swapped plugin is watched and
-//! rolled back, the `[probation]` section ([`probation`]).
+//! rolled back, the `[probation]` section ([`probation`]); where the S3
+//! endpoint listens, the `[s3]` section ([`S3Config`]).
 //!
 //! Secrets never go here: S3 credentials come from the standard AWS chain
 //! (environment, profile, instance role). Unknown keys are refused, so a
@@ -109,6 +110,23 @@ pub struct Config {
     /// How a plugin swapped in is watched, and rolled back.
     #[serde(default)]
     pub probation: ProbationConfig,
+    /// The S3 endpoint.
+    #[serde(default)]
+    pub s3: S3Config,
+}
+
+/// The `[s3]` section: the S3-compatible endpoint `custodian serve`
+/// answers beside its own API.
+///
+/// ```toml
+/// [s3]
+/// listen = "127.0.0.1:9000"   # off unless set (or `custodian serve --s3-listen`)
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// Where the S3 endpoint listens; `None` serves none.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// One named object store.

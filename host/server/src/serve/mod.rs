@@ -23,6 +23,7 @@ pub mod jobs;
 pub mod metered;
 pub mod metrics;
 pub mod probation;
+pub mod s3;
 #[cfg(test)]
 mod test_host;
 pub mod workers;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use axum::RequestExt;
 use axum::extract::{MatchedPath, RawPathParams, Request};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 
 use super::ApiError;
 use crate::serve::Host;
@@ -163,12 +163,12 @@ fn repository(params: &HashMap<String, String>) -> Option<String> {
     Some(format!("{}/{}", params.get("ns")?, params.get("name")?))
 }
 
-/// The headers of `request` the policy sees.
-fn passed_headers(request: &Request) -> Vec<(String, String)> {
+/// The headers of a request the policy sees.
+pub(crate) fn passed_headers(headers: &HeaderMap) -> Vec<(String, String)> {
     PASSED_HEADERS
         .iter()
         .filter_map(|name| {
-            let value = request.headers().get(*name)?.to_str().ok()?;
+            let value = headers.get(*name)?.to_str().ok()?;
             let value = value.get(..MAX_HEADER_VALUE_BYTES).unwrap_or(value);
             Some(((*name).to_owned(), value.to_owned()))
         })
@@ -215,6 +215,33 @@ pub(super) async fn gate(
     else {
         return Ok(None);
     };
+    judge(
+        host,
+        principal,
+        action,
+        target,
+        passed_headers(request.headers()),
+    )
+    .await
+    .map(|target| Some((action, target)))
+}
+
+/// Puts `action` on `target` by `principal` (who sent `headers`, the
+/// [`PASSED_HEADERS`] of its request) to the host's rule and the access
+/// policy, counting and auditing the decision; the target as asked. The
+/// one gate of every front end: the `/v1` routes and the S3 endpoint.
+///
+/// # Errors
+/// 403 `forbidden` with the reason when either denies; 503
+/// `access_unavailable` when the policy could not answer; 400
+/// `invalid_argument` for a target past the policy's bounds.
+pub(crate) async fn judge(
+    host: &Arc<Host>,
+    principal: &Principal,
+    action: Action,
+    target: Target,
+    headers: Vec<(String, String)>,
+) -> Result<Target, ApiError> {
     let writes = matches!(
         action,
         Action::Write | Action::Delete | Action::DeleteVersion
@@ -228,13 +255,13 @@ pub(super) async fn gate(
         return Err(ApiError::forbidden(reason));
     }
     let Some(judge) = host.auth.access.clone() else {
-        return Ok(Some((action, target)));
+        return Ok(target);
     };
     let asked = AccessRequest {
         principal: principal.clone(),
         action,
         target,
-        headers: passed_headers(request),
+        headers,
     };
     // A target past the policy's promised bounds (an 8 KiB key) names
     // nothing any route accepts: the caller's error, not the policy's.
@@ -246,7 +273,7 @@ pub(super) async fn gate(
         Ok(Decision::Allow) => {
             host.metrics
                 .access_decision(action.name(), &principal.name, "allowed");
-            Ok(Some((action, asked.target)))
+            Ok(asked.target)
         }
         Ok(Decision::Deny(reason)) => {
             host.metrics
@@ -364,7 +391,7 @@ async fn refuse(
 
 /// The audit record of `event`, a refusal of `action` on `target` by
 /// `principal` for `reason`.
-pub(super) fn refusal_record(
+pub(crate) fn refusal_record(
     host: &Host,
     principal: &Principal,
     action: Action,
@@ -398,7 +425,7 @@ pub(super) fn refusal_record(
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
-pub(super) fn truncated(text: &str, max: usize) -> String {
+pub(crate) fn truncated(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;

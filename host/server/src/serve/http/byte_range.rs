@@ -13,7 +13,7 @@ use super::ApiError;
 
 /// One byte range, as the `Range` header says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::serve::http) enum ByteRange {
+pub(crate) enum ByteRange {
     /// `bytes=a-b` (inclusive) or `bytes=a-` (to the end).
     From(u64, Option<u64>),
     /// `bytes=-n`: the last `n` bytes.
@@ -23,7 +23,7 @@ pub(in crate::serve::http) enum ByteRange {
 /// Parses a `Range` header: one range of bytes. Several ranges would need
 /// a multipart response, which nothing here needs; they are refused
 /// rather than answered with the whole object, which may be large.
-pub(in crate::serve::http) fn parse_range(value: &str) -> Result<ByteRange, String> {
+pub(crate) fn parse_range(value: &str) -> Result<ByteRange, String> {
     let malformed = || format!("Range {value:?} is not bytes=a-b, bytes=a- or bytes=-n");
     let (unit, spec) = value.split_once('=').ok_or_else(malformed)?;
     if !unit.trim().eq_ignore_ascii_case("bytes") {
@@ -56,7 +56,7 @@ pub(in crate::serve::http) fn parse_range(value: &str) -> Result<ByteRange, Stri
 impl ByteRange {
     /// The bytes this range selects of an object of `size` bytes, or
     /// `None` when it selects none (RFC 9110's unsatisfiable range).
-    pub(in crate::serve::http) fn resolve(self, size: u64) -> Option<Range<u64>> {
+    pub(crate) fn resolve(self, size: u64) -> Option<Range<u64>> {
         match self {
             ByteRange::From(first, _) if first >= size => None,
             ByteRange::From(first, last) => {

@@ -76,17 +76,42 @@ impl Bodies {
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Acquire)
     }
+
+    /// Reserves `bytes` for a body its caller reads itself (the S3
+    /// endpoint decodes `aws-chunked` bodies as they arrive), to grow as
+    /// it reads.
+    ///
+    /// # Errors
+    /// 503 `busy` when they do not fit the budget now.
+    pub(crate) fn reserve(&self, bytes: u64) -> Result<Reservation<'_>, ApiError> {
+        let mut held = Reservation {
+            bodies: self,
+            bytes: 0,
+        };
+        held.grow(bytes)?;
+        Ok(held)
+    }
+
+    /// The longest pause between two pieces of one body.
+    pub(crate) fn pause(&self) -> Duration {
+        self.pause
+    }
+
+    /// Counts a body that paused for longer than [`Bodies::pause`].
+    pub(crate) fn timed_out(&self) {
+        self.metrics.refused(Refusal::BodyTimeout);
+    }
 }
 
 /// Body bytes reserved from [`Bodies`], given back when dropped.
-pub(super) struct Reservation<'a> {
+pub(crate) struct Reservation<'a> {
     bodies: &'a Bodies,
     bytes: u64,
 }
 
 impl Reservation<'_> {
     /// Reserves `more` bytes, if they fit the budget.
-    fn grow(&mut self, more: u64) -> Result<(), ApiError> {
+    pub(crate) fn grow(&mut self, more: u64) -> Result<(), ApiError> {
         let bodies = self.bodies;
         bodies
             .held

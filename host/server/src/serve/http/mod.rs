@@ -42,23 +42,23 @@
 //! bounds (header timeout, unauthenticated connections); [`Bodies`] bounds
 //! the request bodies held across all requests.
 
-mod access;
+pub(crate) mod access;
 #[cfg(test)]
 mod access_tests;
 mod audit;
 pub mod auth;
-mod byte_range;
+pub(crate) mod byte_range;
 mod content;
 #[cfg(test)]
 mod denial_tests;
 mod error;
-mod extract;
+pub(crate) mod extract;
 mod files;
 mod health;
 mod invalidations;
 mod jobs;
 pub mod listen;
-mod objects;
+pub(crate) mod objects;
 mod plugins;
 mod principals;
 #[cfg(test)]
@@ -74,7 +74,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 
-pub use error::{ApiError, RetainedRefusal};
+pub use error::{ApiError, RETRY_AFTER_SECS, RetainedRefusal};
 pub use extract::Bodies;
 
 use super::Host;

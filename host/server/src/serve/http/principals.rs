@@ -1,6 +1,7 @@
 //! `/v1/principals`: who may call, managed through the API (action
-//! `admin` for the access policy). A new credential's token is in the
-//! answer that creates it and nowhere else; listings show ids only. Every
+//! `admin` for the access policy). A new credential's token (or an S3
+//! key's secret, `POST /v1/principals/{name}/s3-keys`) is in the answer
+//! that creates it and nowhere else; listings show ids only. Every
 //! change is audited under the caller.
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use super::auth::Caller;
 use super::extract::{BodyLimit, json_body, path};
 use crate::serve::Host;
 use custodian_core::audit::{self, Record};
-use custodian_core::principals::{NewCredential, PrincipalError};
+use custodian_core::principals::{NewCredential, NewS3Key, PrincipalError};
 
 /// Largest body: a name and at most 32 roles of 128 bytes.
 const BODY: BodyLimit = BodyLimit {
@@ -33,6 +34,7 @@ pub(super) fn routes() -> Router<Arc<Host>> {
         .route("/v1/principals/{name}", get(show).delete(remove))
         .route("/v1/principals/{name}/roles", put(set_roles))
         .route("/v1/principals/{name}/credentials", post(issue))
+        .route("/v1/principals/{name}/s3-keys", post(issue_s3_key))
         .route("/v1/principals/{name}/rotate", post(rotate))
         .route("/v1/principals/{name}/credentials/{id}", delete(revoke))
 }
@@ -153,6 +155,38 @@ async fn issue(
     ];
     audited(&host, &caller, "principal/issue", targets).await;
     Ok((StatusCode::CREATED, Json(issued(&new))))
+}
+
+/// The answer carrying a new S3 key pair: its secret shown once.
+fn issued_s3_key(new: &NewS3Key) -> Value {
+    json!({
+        "principal": new.principal,
+        "credential": {
+            "id": new.issued.id,
+            "access_key_id": new.issued.access_key_id,
+            "secret_access_key": new.issued.secret,
+        },
+    })
+}
+
+async fn issue_s3_key(
+    State(host): State<Arc<Host>>,
+    Extension(caller): Extension<Caller>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let name = path(name)?;
+    let new = host
+        .auth
+        .principals
+        .issue_s3_key(&name)
+        .await
+        .map_err(failed)?;
+    let targets = vec![
+        format!("principal:{name}"),
+        format!("credential:{}", new.issued.id),
+    ];
+    audited(&host, &caller, "principal/issue-s3-key", targets).await;
+    Ok((StatusCode::CREATED, Json(issued_s3_key(&new))))
 }
 
 async fn rotate(

@@ -105,7 +105,7 @@ pub(super) fn read_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, 
 
 /// `secs` since the Unix epoch as an HTTP date (RFC 9110's IMF-fixdate,
 /// `Sun, 06 Nov 1994 08:49:37 GMT`).
-fn http_date(secs: u64) -> String {
+pub(crate) fn http_date(secs: u64) -> String {
     const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",

@@ -60,7 +60,7 @@
 //! (`"taken_down": {"request", "since_ms"}`). See [`custodian_core::content::denial`].
 
 mod conditions;
-pub(super) mod headers;
+pub(crate) mod headers;
 mod range;
 #[cfg(test)]
 mod test_client;

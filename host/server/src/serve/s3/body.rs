@@ -1,0 +1,288 @@
+//! An S3 request's body, read and checked before anything is stored:
+//! `aws-chunked` bodies decoded as they arrive (their chunk signatures
+//! checked on the way), and every claim about the bytes compared with the
+//! bytes: the signed SHA-256, `Content-MD5`, `x-amz-checksum-*` headers
+//! and trailers, and the declared length. The CRC-64/NVME the store
+//! checks again at publish is computed on the same pass.
+//!
+//! The bytes are held within the host's body budget ([`Bodies`]) and the
+//! per-object limit (`max_object_bytes`): a store publish takes one whole
+//! body, so one request pins at most that much, and all requests together
+//! at most the budget. A body that pauses longer than the bodies' bound is
+//! `RequestTimeout`.
+//!
+//! [`Bodies`]: crate::serve::http::Bodies
+
+use axum::body::Body;
+use axum::http::header::CONTENT_LENGTH;
+use bytes::{Bytes, BytesMut};
+use custodian_base::checksum::Crc64Nvme;
+use custodian_s3_wire::checksum::{self, Algorithm, Claim, Hasher};
+use custodian_s3_wire::chunked::Decoder;
+use custodian_s3_wire::error::{Code, S3Error};
+use custodian_s3_wire::sigv4::{Payload, PayloadHasher};
+use futures::StreamExt;
+use md5::{Digest as _, Md5};
+
+use super::{Call, errors};
+use crate::serve::http::extract::Reservation;
+
+/// A body read whole and checked, with its reservation from the budget:
+/// keep `_held` alive as long as the bytes are in use.
+pub(super) struct Received<'a> {
+    /// The bytes.
+    pub bytes: Bytes,
+    /// Their CRC-64/NVME.
+    pub crc64: u64,
+    /// The checksum claims the client made and the bytes met, to echo in
+    /// the answer as S3 does.
+    pub claims: Vec<Claim>,
+    _held: Reservation<'a>,
+}
+
+/// Everything computed over the decoded bytes as they arrive.
+struct Checks {
+    crc64: Crc64Nvme,
+    sha256: Option<([u8; 32], PayloadHasher)>,
+    md5: Option<([u8; 16], Md5)>,
+    claims: Vec<(Claim, Hasher)>,
+    /// Checksums to be claimed in the trailer: (header name, hasher).
+    trailed: Vec<(String, Hasher)>,
+}
+
+impl Checks {
+    fn update(&mut self, data: &[u8]) {
+        self.crc64.update(data);
+        if let Some((_, hash)) = &mut self.sha256 {
+            hash.update(data);
+        }
+        if let Some((_, hash)) = &mut self.md5 {
+            hash.update(data);
+        }
+        for (_, hasher) in &mut self.claims {
+            hasher.update(data);
+        }
+        for (_, hasher) in &mut self.trailed {
+            hasher.update(data);
+        }
+    }
+}
+
+/// The decoded length the request declares: `x-amz-decoded-content-length`
+/// for an `aws-chunked` body, else `Content-Length`.
+fn declared(call: &Call, chunked: bool) -> Result<Option<u64>, S3Error> {
+    let name = if chunked {
+        "x-amz-decoded-content-length"
+    } else {
+        CONTENT_LENGTH.as_str()
+    };
+    call.header(name)?
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| S3Error::new(Code::InvalidArgument, format!("{name} is not a length")))
+        })
+        .transpose()
+}
+
+/// The checks the request's headers ask for, refused before any byte is
+/// read when one is malformed.
+fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
+    let sha256 = match call.verified.as_ref().map(|v| v.payload) {
+        Some(Payload::Sha256(expected)) => Some((expected, PayloadHasher::new())),
+        _ => None,
+    };
+    let md5 = call
+        .header("content-md5")?
+        .map(checksum::content_md5)
+        .transpose()?
+        .map(|want| (want, Md5::new()));
+    let mut claims = Vec::new();
+    for (name, value) in &call.parts.headers {
+        let Some(algorithm) = Algorithm::of_header(name.as_str())? else {
+            continue;
+        };
+        let value = value.to_str().map_err(|_| {
+            S3Error::new(
+                Code::InvalidRequest,
+                format!("the {name} header is not text"),
+            )
+        })?;
+        claims.push((Claim::new(algorithm, value)?, Hasher::new(algorithm)));
+    }
+    let mut trailed = Vec::new();
+    if decoder.is_some() {
+        for value in call.parts.headers.get_all("x-amz-trailer") {
+            let value = value.to_str().unwrap_or("");
+            for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                if let Some(algorithm) = Algorithm::of_header(name)? {
+                    trailed.push((name.to_ascii_lowercase(), Hasher::new(algorithm)));
+                }
+            }
+        }
+    }
+    Ok(Checks {
+        crc64: Crc64Nvme::new(),
+        sha256,
+        md5,
+        claims,
+        trailed,
+    })
+}
+
+/// Reads `body` whole, at most `limit` decoded bytes, and checks every
+/// claim the request makes about it.
+///
+/// # Errors
+/// `EntityTooLarge` past `limit`; `SlowDown` when the body budget is
+/// full; `RequestTimeout` for a stalled body; `IncompleteBody` for a body
+/// shorter than declared; `SignatureDoesNotMatch` for a bad chunk
+/// signature; `XAmzContentSHA256Mismatch`, `BadDigest` for a claim the
+/// bytes do not meet.
+pub(super) async fn read<'a>(
+    call: &'a Call,
+    body: Body,
+    limit: u64,
+) -> Result<Received<'a>, S3Error> {
+    let bodies = &call.host.bodies;
+    let mut decoder = match &call.verified {
+        Some(verified) => Decoder::for_request(verified, &call.parts.headers)?,
+        None => None,
+    };
+    let declared = declared(call, decoder.is_some())?;
+    if let Some(declared) = declared
+        && declared > limit
+    {
+        return Err(too_large(limit));
+    }
+    let mut checks = checks(call, decoder.as_ref())?;
+    // Up front, so a body that cannot fit is refused before it is read.
+    let mut held = bodies
+        .reserve(declared.unwrap_or(0))
+        .map_err(errors::of_api)?;
+    // At most `limit`, checked above.
+    let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    let mut frames = body.into_data_stream();
+    let mut take = |piece: &[u8], buffer: &mut BytesMut, held: &mut Reservation<'a>| {
+        let len = (buffer.len() + piece.len()) as u64;
+        if len > limit || declared.is_some_and(|d| len > d) {
+            return Err(if len > limit {
+                too_large(limit)
+            } else {
+                S3Error::new(
+                    Code::IncompleteBody,
+                    "The body is longer than its declared length.",
+                )
+            });
+        }
+        let have = held_bytes(buffer, declared);
+        if len > have {
+            held.grow(len - have).map_err(errors::of_api)?;
+        }
+        checks.update(piece);
+        buffer.extend_from_slice(piece);
+        Ok(())
+    };
+    loop {
+        let next = tokio::time::timeout(bodies.pause(), frames.next())
+            .await
+            .map_err(|_| {
+                bodies.timed_out();
+                S3Error::new(
+                    Code::RequestTimeout,
+                    format!(
+                        "Your socket connection to the server was not read from or written to \
+                         within the timeout period ({} ms); nothing was stored.",
+                        bodies.pause().as_millis()
+                    ),
+                )
+            })?;
+        let Some(frame) = next else { break };
+        let frame = frame.map_err(|e| {
+            S3Error::new(
+                Code::IncompleteBody,
+                format!("reading the request body: {e}"),
+            )
+        })?;
+        match &mut decoder {
+            Some(decoder) => {
+                decoder.push(&frame)?;
+                while let Some(piece) = decoder.take() {
+                    take(&piece, &mut buffer, &mut held)?;
+                }
+            }
+            None => take(&frame, &mut buffer, &mut held)?,
+        }
+    }
+    let trailers = decoder.map(Decoder::finish).transpose()?;
+    if let Some(declared) = declared
+        && (buffer.len() as u64) < declared
+    {
+        return Err(S3Error::new(
+            Code::IncompleteBody,
+            format!(
+                "You did not provide the number of bytes specified by the Content-Length HTTP \
+                 header ({} of {declared}).",
+                buffer.len()
+            ),
+        ));
+    }
+    let Checks {
+        crc64,
+        sha256,
+        md5,
+        claims,
+        trailed,
+    } = checks;
+    if let Some((expected, hash)) = sha256 {
+        hash.check(&expected)?;
+    }
+    if let Some((expected, hash)) = md5 {
+        let actual: [u8; 16] = hash.finalize().into();
+        if actual != expected {
+            return Err(S3Error::new(
+                Code::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+    }
+    let mut met = Vec::new();
+    for (claim, hasher) in claims {
+        claim.check(&hasher)?;
+        met.push(claim);
+    }
+    if let Some(trailers) = trailers {
+        for (name, hasher) in trailed {
+            let value = trailers.get(&name).ok_or_else(|| {
+                S3Error::new(
+                    Code::IncompleteBody,
+                    format!("the trailer {name} that x-amz-trailer announced did not come"),
+                )
+            })?;
+            let claim = Claim::new(hasher.algorithm(), value)?;
+            claim.check(&hasher)?;
+            met.push(claim);
+        }
+    }
+    Ok(Received {
+        bytes: buffer.freeze(),
+        crc64: crc64.finalize(),
+        claims: met,
+        _held: held,
+    })
+}
+
+/// Bytes already reserved for `buffer`: the declared length was reserved
+/// up front, and without one each piece as it came.
+fn held_bytes(buffer: &BytesMut, declared: Option<u64>) -> u64 {
+    declared.unwrap_or(0).max(buffer.len() as u64)
+}
+
+fn too_large(limit: u64) -> S3Error {
+    S3Error::new(
+        Code::EntityTooLarge,
+        format!(
+            "Your proposed upload exceeds this server's limit of {limit} bytes per request \
+             body (`[server] max_object_mib`); upload larger objects in parts (multipart)."
+        ),
+    )
+}

@@ -1,0 +1,473 @@
+//! The S3 endpoint end to end: `custodian serve --s3-listen` on the
+//! embedded default, driven by real, unmodified clients with their
+//! default settings: boto3 and the AWS CLI (from the venv `.ci/run`
+//! makes; `CUSTODIAN_S3_CLIENTS` names its `bin`). Under `CI=true` a
+//! missing client fails these tests; elsewhere they say so and pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::server::{Server, agent, answer, bearer, json_body};
+
+/// The directory holding the clients' `python` and `aws`, or `None`
+/// (after saying why) when this is not CI and they are missing.
+fn clients() -> Option<PathBuf> {
+    let dir = std::env::var_os("CUSTODIAN_S3_CLIENTS").map(PathBuf::from);
+    let found = dir.as_ref().filter(|dir| {
+        Command::new(dir.join("python"))
+            .args(["-c", "import boto3"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+            && dir.join("aws").exists()
+    });
+    if let Some(dir) = found {
+        return Some(dir.clone());
+    }
+    let how = "point CUSTODIAN_S3_CLIENTS at the bin/ of a venv with \
+               `pip install -r .ci/s3-clients-requirements.txt` (.ci/run makes one)";
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        panic!("boto3 and the AWS CLI are missing: {how}");
+    }
+    eprintln!("notice: skipping the S3 client tests: boto3 and the AWS CLI are missing; {how}");
+    None
+}
+
+/// A server with its S3 endpoint, and an S3 key of a principal with
+/// `roles`: (server, access key id, secret).
+fn serve_with_key(config: &str, roles: &[&str]) -> (Server, String, String) {
+    let server = Server::start_with(config, &["--s3-listen", "127.0.0.1:0"]);
+    let (access, secret) = s3_key(&server, "alice", roles);
+    (server, access, secret)
+}
+
+/// Creates principal `name` with `roles` and issues it an S3 key.
+fn s3_key(server: &Server, name: &str, roles: &[&str]) -> (String, String) {
+    let (status, body) = answer(
+        agent()
+            .post(&server.url("/v1/principals"))
+            .header("authorization", &bearer())
+            .send(&json_body(json!({"name": name, "roles": roles}))[..]),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = answer(
+        agent()
+            .post(&server.url(&format!("/v1/principals/{name}/s3-keys")))
+            .header("authorization", &bearer())
+            .send_empty(),
+    );
+    assert_eq!(status, 201, "{body}");
+    let credential = &body["credential"];
+    (
+        credential["access_key_id"].as_str().unwrap().to_owned(),
+        credential["secret_access_key"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Runs boto3 `script` (Python; `s3` is a client of the endpoint with the
+/// key, `err(f)` answers `[code, status]` of a `ClientError` or `None`,
+/// and the script fills the dict `out`), returning `out`.
+fn boto3(clients: &Path, endpoint: &str, access: &str, secret: &str, script: &str) -> Value {
+    let prelude = r#"
+import json, sys, urllib.request, hashlib, io
+import boto3, botocore
+from botocore.config import Config
+endpoint, access, secret = sys.argv[1:4]
+def client(key=access, secret=secret, **config):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key,
+        aws_secret_access_key=secret, region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config))
+s3 = client()
+def err(f):
+    try:
+        f()
+        return None
+    except botocore.exceptions.ClientError as e:
+        return [e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]]
+out = {}
+"#;
+    let program = format!("{prelude}\n{script}\nprint(json.dumps(out))\n");
+    let output = Command::new(clients.join("python"))
+        .args(["-c", &program, endpoint, access, secret])
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "boto3 failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("boto3 printed no result ({e}): {stdout}"))
+}
+
+#[test]
+fn boto3_with_its_defaults_puts_reads_lists_copies_and_deletes_through_the_s3_endpoint() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+key = "docs/a b+c&d.txt"
+out["put"] = s3.put_object(Bucket="serving", Key=key, Body=b"hello world")["ETag"]
+got = s3.get_object(Bucket="serving", Key=key)
+out["get"] = got["Body"].read().decode()
+out["etag_matches"] = got["ETag"] == out["put"]
+out["range"] = s3.get_object(Bucket="serving", Key=key, Range="bytes=6-")["Body"].read().decode()
+out["head"] = s3.head_object(Bucket="serving", Key=key)["ContentLength"]
+out["create_again"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfNoneMatch="*"))
+out["stale_match"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfMatch='"0123"'))
+out["replace"] = s3.put_object(Bucket="serving", Key=key, Body=b"HELLO", IfMatch=out["put"])["ETag"] != out["put"]
+for i in range(5):
+    s3.put_object(Bucket="serving", Key=f"docs/sub{i % 2}/f{i}", Body=b"x" * i)
+listed = s3.list_objects_v2(Bucket="serving", Prefix="docs/", Delimiter="/")
+out["keys"] = [c["Key"] for c in listed.get("Contents", [])]
+out["prefixes"] = [p["Prefix"] for p in listed.get("CommonPrefixes", [])]
+pages = s3.get_paginator("list_objects_v2").paginate(Bucket="serving", Prefix="docs/", PaginationConfig={"PageSize": 2})
+out["paged"] = [c["Key"] for page in pages for c in page.get("Contents", [])]
+v1 = s3.get_paginator("list_objects").paginate(Bucket="serving", Prefix="docs/", PaginationConfig={"PageSize": 2})
+out["paged_v1"] = [c["Key"] for page in v1 for c in page.get("Contents", [])]
+s3.copy_object(Bucket="serving", Key="docs/copy", CopySource={"Bucket": "serving", "Key": key})
+out["copy"] = s3.get_object(Bucket="serving", Key="docs/copy")["Body"].read().decode()
+s3.delete_object(Bucket="serving", Key="docs/copy")
+out["deleted"] = err(lambda: s3.get_object(Bucket="serving", Key="docs/copy"))
+batch = s3.delete_objects(Bucket="serving", Delete={"Objects": [{"Key": "docs/sub0/f0"}, {"Key": "docs/sub1/f1"}]})
+out["batch"] = sorted(d["Key"] for d in batch.get("Deleted", []))
+out["batch_errors"] = batch.get("Errors", [])
+# boto3 presigns with Signature V2 unless told V4; V2 is refused (below).
+v4 = client(signature_version="s3v4")
+url = v4.generate_presigned_url("get_object", Params={"Bucket": "serving", "Key": key}, ExpiresIn=60)
+out["presigned"] = urllib.request.urlopen(url).read().decode()
+v2 = s3.generate_presigned_url("get_object", Params={"Bucket": "serving", "Key": key}, ExpiresIn=60)
+try:
+    urllib.request.urlopen(v2)
+    out["v2"] = None
+except urllib.error.HTTPError as e:
+    out["v2"] = [e.code, "InvalidRequest" in e.read().decode()]
+out["buckets"] = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+out["missing"] = err(lambda: s3.get_object(Bucket="serving", Key="nope"))
+out["no_bucket"] = err(lambda: s3.head_bucket(Bucket="nothere"))
+out["bad_secret"] = err(lambda: client(secret="0" * 40).get_object(Bucket="serving", Key=key))
+out["bad_key"] = err(lambda: client(key="CUST0000000000000000").get_object(Bucket="serving", Key=key))
+big = bytes(range(256)) * 4096 * 3
+s3.put_object(Bucket="serving", Key="big", Body=big)
+out["big"] = hashlib.sha256(s3.get_object(Bucket="serving", Key="big")["Body"].read()).hexdigest() == hashlib.sha256(big).hexdigest()
+"#,
+    );
+    assert!(out["put"].as_str().unwrap().starts_with('"'), "{out}");
+    assert_eq!(out["get"], "hello world", "{out}");
+    assert_eq!(out["etag_matches"], true, "{out}");
+    assert_eq!(out["range"], "world", "{out}");
+    assert_eq!(out["head"], 11, "{out}");
+    assert_eq!(
+        out["create_again"],
+        json!(["PreconditionFailed", 412]),
+        "{out}"
+    );
+    assert_eq!(
+        out["stale_match"],
+        json!(["PreconditionFailed", 412]),
+        "{out}"
+    );
+    assert_eq!(out["replace"], true, "{out}");
+    assert_eq!(out["keys"], json!(["docs/a b+c&d.txt"]), "{out}");
+    assert_eq!(
+        out["prefixes"],
+        json!(["docs/sub0/", "docs/sub1/"]),
+        "{out}"
+    );
+    let all = json!([
+        "docs/a b+c&d.txt",
+        "docs/sub0/f0",
+        "docs/sub0/f2",
+        "docs/sub0/f4",
+        "docs/sub1/f1",
+        "docs/sub1/f3"
+    ]);
+    assert_eq!(out["paged"], all, "{out}");
+    assert_eq!(out["paged_v1"], all, "{out}");
+    assert_eq!(out["copy"], "HELLO", "{out}");
+    assert_eq!(out["deleted"], json!(["NoSuchKey", 404]), "{out}");
+    assert_eq!(
+        out["batch"],
+        json!(["docs/sub0/f0", "docs/sub1/f1"]),
+        "{out}"
+    );
+    assert_eq!(out["batch_errors"], json!([]), "{out}");
+    assert_eq!(out["presigned"], "HELLO", "{out}");
+    assert_eq!(out["v2"], json!([400, true]), "{out}");
+    assert_eq!(out["buckets"], json!(["serving"]), "{out}");
+    assert_eq!(out["missing"], json!(["NoSuchKey", 404]), "{out}");
+    // The gate asks before the store is looked up: a principal learns
+    // nothing about buckets it may not list.
+    assert_eq!(out["no_bucket"], json!(["403", 403]), "{out}");
+    assert_eq!(
+        out["bad_secret"],
+        json!(["SignatureDoesNotMatch", 403]),
+        "{out}"
+    );
+    assert_eq!(out["bad_key"], json!(["InvalidAccessKeyId", 403]), "{out}");
+    assert_eq!(out["big"], true, "{out}");
+}
+
+#[test]
+fn the_access_policy_locks_and_the_preserved_store_govern_s3_requests() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["reader"]);
+    let endpoint = server.s3.clone().unwrap();
+    // The bearer admin writes an object the reader may read.
+    let (status, body) = answer(
+        agent()
+            .put(&server.url("/v1/stores/serving/objects/shared"))
+            .header("authorization", &bearer())
+            .header("if-none-match", "*")
+            .send(&b"readable"[..]),
+    );
+    assert_eq!(status, 201, "{body}");
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+out["read"] = s3.get_object(Bucket="serving", Key="shared")["Body"].read().decode()
+out["write"] = err(lambda: s3.put_object(Bucket="serving", Key="mine", Body=b"x"))
+out["delete"] = err(lambda: s3.delete_object(Bucket="serving", Key="shared"))
+out["preserved_write"] = err(lambda: s3.put_object(Bucket="preserved", Key="evidence", Body=b"x"))
+out["acl"] = err(lambda: s3.get_object_acl(Bucket="serving", Key="shared"))
+"#,
+    );
+    assert_eq!(out["read"], "readable", "{out}");
+    assert_eq!(out["write"], json!(["AccessDenied", 403]), "{out}");
+    assert_eq!(out["delete"], json!(["AccessDenied", 403]), "{out}");
+    assert_eq!(
+        out["preserved_write"],
+        json!(["AccessDenied", 403]),
+        "{out}"
+    );
+    assert_eq!(out["acl"], json!(["NotImplemented", 501]), "{out}");
+    // Each refusal is audited under the principal.
+    let (status, page) = answer(
+        agent()
+            .get(&server.url("/v1/audit?limit=1000&principal=alice"))
+            .header("authorization", &bearer())
+            .call(),
+    );
+    assert_eq!(status, 200, "{page}");
+    let denied = page["records"].as_array().unwrap();
+    assert_eq!(denied.len(), 3, "{page}");
+    assert!(denied.iter().all(|r| r["actor"] == "principal:alice"));
+}
+
+#[test]
+fn the_aws_cli_copies_syncs_and_lists_through_the_s3_endpoint() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("nested")).unwrap();
+    std::fs::write(tree.join("one.txt"), b"one").unwrap();
+    std::fs::write(tree.join("nested/two.bin"), vec![7u8; 100_000]).unwrap();
+    let aws = |args: &[&str]| {
+        let output = Command::new(clients.join("aws"))
+            .args(["--endpoint-url", &endpoint])
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", &access)
+            .env("AWS_SECRET_ACCESS_KEY", &secret)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_CONFIG_FILE", dir.path().join("no-config"))
+            .env(
+                "AWS_SHARED_CREDENTIALS_FILE",
+                dir.path().join("no-credentials"),
+            )
+            .output()
+            .expect("the AWS CLI runs");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let one = tree.join("one.txt");
+    let (code, _, err) = aws(&[
+        "s3",
+        "cp",
+        one.to_str().unwrap(),
+        "s3://serving/cli/one.txt",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = aws(&["s3", "sync", tree.to_str().unwrap(), "s3://serving/synced/"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = aws(&["s3", "ls", "--recursive", "s3://serving/synced/"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("synced/one.txt") && out.contains("synced/nested/two.bin"),
+        "{out}"
+    );
+    // A second sync finds nothing to do.
+    let (code, out, err) = aws(&["s3", "sync", tree.to_str().unwrap(), "s3://serving/synced/"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "", "{out}");
+    let back = dir.path().join("back");
+    let (code, _, err) = aws(&["s3", "sync", "s3://serving/synced/", back.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read(back.join("nested/two.bin")).unwrap(),
+        vec![7u8; 100_000]
+    );
+    let (code, _, err) = aws(&[
+        "s3api",
+        "put-object",
+        "--bucket",
+        "serving",
+        "--key",
+        "cli/one.txt",
+        "--body",
+        one.to_str().unwrap(),
+        "--if-none-match",
+        "*",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("PreconditionFailed"), "{err}");
+    let (code, out, err) = aws(&[
+        "s3api",
+        "list-object-versions",
+        "--bucket",
+        "serving",
+        "--prefix",
+        "cli/",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let versions: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(versions["Versions"][0]["Key"], "cli/one.txt", "{versions}");
+}
+
+#[test]
+fn hostile_requests_get_clean_s3_errors_and_store_nothing() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+import base64, datetime, re, time, urllib.error
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+def send(method, path, body=b"", headers=None, sign=True, creds=Credentials(access, secret), payload=None):
+    request = AWSRequest(method=method, url=endpoint + path, data=body, headers=dict(headers or {}))
+    request.headers["x-amz-content-sha256"] = payload or hashlib.sha256(body).hexdigest()
+    if sign:
+        SigV4Auth(creds, "s3", "us-east-1").add_auth(request)
+    prepared = request.prepare()
+    sent = urllib.request.Request(prepared.url, data=body if method in ("PUT", "POST") else None,
+                                  method=method, headers=dict(prepared.headers))
+    try:
+        with urllib.request.urlopen(sent) as response:
+            return [response.status, None]
+    except urllib.error.HTTPError as e:
+        text = e.read().decode(errors="replace")
+        code = re.search("<Code>(.*?)</Code>", text)
+        return [e.code, code.group(1) if code else text[:200]]
+    except Exception as e:
+        return [0, type(e).__name__]
+
+out["unsigned_put"] = send("PUT", "/serving/unsigned", b"x", sign=False)
+out["wrong_secret"] = send("PUT", "/serving/forged", b"x", creds=Credentials(access, "0" * 40))
+out["unknown_key"] = send("PUT", "/serving/forged", b"x", creds=Credentials("CUST0000000000000000", secret))
+out["body_swapped"] = send("PUT", "/serving/swapped", b"x", payload=hashlib.sha256(b"y").hexdigest())
+real = datetime.datetime
+class Past(real):
+    @classmethod
+    def utcnow(cls):
+        return real.utcnow() - datetime.timedelta(hours=1)
+    @classmethod
+    def now(cls, tz=None):
+        return real.now(tz) - datetime.timedelta(hours=1)
+datetime.datetime = Past
+out["skewed"] = send("PUT", "/serving/skewed", b"x")
+datetime.datetime = real
+v4 = client(signature_version="s3v4")
+s3.put_object(Bucket="serving", Key="kept", Body=b"kept")
+expired = v4.generate_presigned_url("get_object", Params={"Bucket": "serving", "Key": "kept"}, ExpiresIn=1)
+time.sleep(2)
+try:
+    urllib.request.urlopen(expired)
+    out["expired"] = None
+except urllib.error.HTTPError as e:
+    out["expired"] = [e.code, re.search("<Code>(.*?)</Code>", e.read().decode()).group(1)]
+out["dotdot"] = send("PUT", "/serving/a/../../etc/passwd", b"x")
+out["not_utf8"] = send("PUT", "/serving/bad%FFkey", b"x")
+out["long_key"] = send("PUT", "/serving/" + "k" * 1100, b"x")
+out["bad_bucket"] = send("PUT", "/Not_A_Bucket/k", b"x")
+out["no_bucket"] = send("PUT", "/nothere/k", b"x")
+def md5(body):
+    return base64.b64encode(hashlib.md5(body).digest()).decode()
+bad_xml = b"<Delete><Object><Key>kept</Key></Object>"
+out["bad_xml"] = send("POST", "/serving?delete", bad_xml, {"Content-MD5": md5(bad_xml)})
+dtd = b'<!DOCTYPE d [<!ENTITY x "kept">]><Delete><Object><Key>&x;</Key></Object></Delete>'
+out["dtd"] = send("POST", "/serving?delete", dtd, {"Content-MD5": md5(dtd)})
+many = ("<Delete>" + "".join(f"<Object><Key>k{i}</Key></Object>" for i in range(1001)) + "</Delete>").encode()
+out["too_many"] = send("POST", "/serving?delete", many, {"Content-MD5": md5(many)})
+ok = b"<Delete><Object><Key>kept</Key></Object></Delete>"
+out["wrong_md5"] = send("POST", "/serving?delete", ok, {"Content-MD5": md5(b"other")})
+out["huge_header"] = send("GET", "/serving/kept", headers={"x-amz-meta-big": "v" * (1 << 20)})
+out["acl_put"] = send("PUT", "/serving/kept?acl", b"<AccessControlPolicy/>")
+out["bad_range"] = err(lambda: s3.get_object(Bucket="serving", Key="kept", Range="bytes=100-200"))
+out["keys"] = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="serving").get("Contents", []))
+out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode()
+"#,
+    );
+    assert_eq!(out["unsigned_put"], json!([403, "AccessDenied"]), "{out}");
+    assert_eq!(
+        out["wrong_secret"],
+        json!([403, "SignatureDoesNotMatch"]),
+        "{out}"
+    );
+    assert_eq!(
+        out["unknown_key"],
+        json!([403, "InvalidAccessKeyId"]),
+        "{out}"
+    );
+    assert_eq!(
+        out["body_swapped"],
+        json!([400, "XAmzContentSHA256Mismatch"]),
+        "{out}"
+    );
+    assert_eq!(out["skewed"], json!([403, "RequestTimeTooSkewed"]), "{out}");
+    assert_eq!(out["expired"], json!([403, "AccessDenied"]), "{out}");
+    for case in ["dotdot", "not_utf8", "long_key", "bad_bucket"] {
+        let status = out[case][0].as_u64().unwrap_or(0);
+        assert!((400..500).contains(&status), "{case}: {out}");
+    }
+    assert_eq!(out["not_utf8"], json!([400, "InvalidArgument"]), "{out}");
+    assert_eq!(out["long_key"], json!([400, "KeyTooLongError"]), "{out}");
+    assert_eq!(
+        out["bad_bucket"],
+        json!([400, "InvalidBucketName"]),
+        "{out}"
+    );
+    assert_eq!(out["no_bucket"], json!([403, "AccessDenied"]), "{out}");
+    assert_eq!(out["bad_xml"], json!([400, "MalformedXML"]), "{out}");
+    assert_eq!(out["dtd"], json!([400, "MalformedXML"]), "{out}");
+    assert_eq!(out["too_many"], json!([400, "MalformedXML"]), "{out}");
+    assert_eq!(out["wrong_md5"], json!([400, "BadDigest"]), "{out}");
+    let huge = out["huge_header"][0].as_u64().unwrap_or(0);
+    assert!(huge == 0 || (400..500).contains(&huge), "{out}");
+    assert_eq!(out["acl_put"], json!([501, "NotImplemented"]), "{out}");
+    assert_eq!(out["bad_range"], json!(["InvalidRange", 416]), "{out}");
+    // Nothing any refused request named was stored, and the kept object
+    // is intact.
+    assert_eq!(out["keys"], json!(["kept"]), "{out}");
+    assert_eq!(out["kept"], "kept", "{out}");
+}

@@ -274,6 +274,9 @@ fn the_aws_cli_copies_syncs_and_lists_through_the_s3_endpoint() {
     std::fs::create_dir_all(tree.join("nested")).unwrap();
     std::fs::write(tree.join("one.txt"), b"one").unwrap();
     std::fs::write(tree.join("nested/two.bin"), vec![7u8; 100_000]).unwrap();
+    // Over the CLI's 8 MiB multipart threshold: uploaded in parts.
+    let large: Vec<u8> = (0..20u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(tree.join("large.bin"), &large).unwrap();
     let aws = |args: &[&str]| {
         let output = Command::new(clients.join("aws"))
             .args(["--endpoint-url", &endpoint])
@@ -470,4 +473,68 @@ out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode(
     // is intact.
     assert_eq!(out["keys"], json!(["kept"]), "{out}");
     assert_eq!(out["kept"], "kept", "{out}");
+}
+
+#[test]
+fn boto3s_transfer_manager_moves_100_mib_in_parts_and_a_bad_completion_publishes_nothing() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+import os, tempfile
+from boto3.s3.transfer import TransferConfig
+data = os.urandom(100 << 20)
+with tempfile.NamedTemporaryFile(delete=False) as f:
+    f.write(data)
+config = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=8)
+s3.upload_file(f.name, "serving", "big/object", Config=config)
+out["size"] = s3.head_object(Bucket="serving", Key="big/object")["ContentLength"]
+s3.download_file("serving", "big/object", f.name + ".back", Config=config)
+with open(f.name + ".back", "rb") as back:
+    out["same"] = back.read() == data
+os.unlink(f.name)
+os.unlink(f.name + ".back")
+
+up = s3.create_multipart_upload(Bucket="serving", Key="mp")["UploadId"]
+p1 = s3.upload_part(Bucket="serving", Key="mp", UploadId=up, PartNumber=1, Body=b"a" * 10)["ETag"]
+p2 = s3.upload_part(Bucket="serving", Key="mp", UploadId=up, PartNumber=2, Body=b"bc" * 5)["ETag"]
+def complete(parts):
+    return lambda: s3.complete_multipart_upload(Bucket="serving", Key="mp", UploadId=up,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
+out["out_of_order"] = err(complete([(2, p2), (1, p1)]))
+out["gap"] = err(complete([(1, p1), (3, p2)]))
+out["swapped_etags"] = err(complete([(1, p2), (2, p1)]))
+out["foreign_etag"] = err(complete([(1, '"d41d8cd98f00b204e9800998ecf8427e"'), (2, p2)]))
+out["part_10001"] = err(lambda: s3.upload_part(Bucket="serving", Key="mp", UploadId=up, PartNumber=10001, Body=b"x"))
+out["no_upload"] = err(lambda: s3.upload_part(Bucket="serving", Key="mp", UploadId="0" * 32, PartNumber=1, Body=b"x"))
+out["pending"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="serving").get("Uploads", [])]
+out["unpublished"] = err(lambda: s3.head_object(Bucket="serving", Key="mp"))
+complete([(1, p1), (2, p2)])()
+out["mp"] = s3.get_object(Bucket="serving", Key="mp")["Body"].read().decode()
+other = s3.create_multipart_upload(Bucket="serving", Key="abandoned")["UploadId"]
+s3.abort_multipart_upload(Bucket="serving", Key="abandoned", UploadId=other)
+out["after_abort"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="serving").get("Uploads", [])]
+"#,
+    );
+    assert_eq!(out["size"], 100 << 20, "{out}");
+    assert_eq!(out["same"], true, "{out}");
+    assert_eq!(
+        out["out_of_order"],
+        json!(["InvalidPartOrder", 400]),
+        "{out}"
+    );
+    assert_eq!(out["gap"], json!(["InvalidPart", 400]), "{out}");
+    assert_eq!(out["swapped_etags"], json!(["InvalidPart", 400]), "{out}");
+    assert_eq!(out["foreign_etag"], json!(["InvalidPart", 400]), "{out}");
+    assert_eq!(out["part_10001"], json!(["InvalidArgument", 400]), "{out}");
+    assert_eq!(out["no_upload"], json!(["NoSuchUpload", 404]), "{out}");
+    assert_eq!(out["pending"], json!(["mp"]), "{out}");
+    assert_eq!(out["unpublished"], json!(["404", 404]), "{out}");
+    assert_eq!(out["mp"], "aaaaaaaaaabcbcbcbcbc", "{out}");
+    assert_eq!(out["after_abort"], json!([]), "{out}");
 }

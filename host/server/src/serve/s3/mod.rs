@@ -44,6 +44,7 @@ mod auth;
 mod body;
 mod buckets;
 mod errors;
+mod multipart;
 mod objects;
 mod request;
 
@@ -234,18 +235,15 @@ async fn dispatch(call: &Call, body: Body) -> Result<Response, S3Error> {
         Op::GetObject => objects::get(call, false).await,
         Op::HeadObject => objects::get(call, true).await,
         Op::DeleteObject => objects::delete(call).await,
-        Op::ListMultipartUploads
-        | Op::CreateMultipartUpload
-        | Op::UploadPart
-        | Op::UploadPartCopy
-        | Op::CompleteMultipartUpload
-        | Op::AbortMultipartUpload
-        | Op::ListParts => Err(S3Error::new(
+        Op::ListMultipartUploads => multipart::list_uploads(call).await,
+        Op::CreateMultipartUpload => multipart::create(call).await,
+        Op::UploadPart => multipart::upload_part(call, body).await,
+        Op::UploadPartCopy => multipart::upload_part_copy(call).await,
+        Op::CompleteMultipartUpload => multipart::complete(call, body).await,
+        Op::AbortMultipartUpload => multipart::abort(call).await,
+        Op::ListParts => Err(S3Error::new(
             Code::NotImplemented,
-            format!(
-                "{} is not implemented by this endpoint yet",
-                call.operation.name()
-            ),
+            "ListParts is not implemented: the stores do not list an upload's parts",
         )),
     }
 }

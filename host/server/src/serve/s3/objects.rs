@@ -125,7 +125,7 @@ fn entity_tag(name: &HeaderName, value: &str) -> Result<String, S3Error> {
 }
 
 /// The guard of a write: S3's conditional writes, else none.
-fn write_condition(call: &Call) -> Result<PutCondition, S3Error> {
+pub(super) fn write_condition(call: &Call) -> Result<PutCondition, S3Error> {
     match (
         call.header(IF_NONE_MATCH.as_str())?,
         call.header(IF_MATCH.as_str())?,

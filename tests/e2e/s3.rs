@@ -538,3 +538,56 @@ out["after_abort"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="servin
     assert_eq!(out["mp"], "aaaaaaaaaabcbcbcbcbc", "{out}");
     assert_eq!(out["after_abort"], json!([]), "{out}");
 }
+
+#[test]
+fn content_a_takedown_withholds_is_451_over_s3_at_once_and_other_content_still_serves() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let push = |path: &str, bytes: &[u8]| {
+        let (status, body) = answer(
+            agent()
+                .put(&server.url(&format!("/v1/repos/alpha/one/files/{path}")))
+                .header("authorization", &bearer())
+                .send(bytes),
+        );
+        assert_eq!(status, 200, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    };
+    let taken = push("taken.txt", b"taken down content");
+    let kept = push("kept.txt", b"content that stays");
+    let (status, filed) = answer(
+        agent()
+            .post(&server.url("/v1/takedowns"))
+            .header("authorization", &bearer())
+            .send(&json_body(json!({"repository": "alpha/one", "objects": [taken]}))[..]),
+    );
+    assert_eq!(status, 201, "{filed}");
+    let request = filed["id"].as_str().unwrap();
+    // No wait: the filing's answer means the content is withheld.
+    let script = format!(
+        r#"
+import urllib.error
+taken, kept = "content/{taken}", "content/{kept}"
+def code(f):
+    try:
+        f()
+        return None
+    except botocore.exceptions.ClientError as e:
+        return [e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"].get("Message", "")]
+out["get"] = code(lambda: s3.get_object(Bucket="serving", Key=taken))
+out["head"] = code(lambda: s3.head_object(Bucket="serving", Key=taken))
+out["put"] = code(lambda: s3.put_object(Bucket="serving", Key=taken, Body=b"again"))
+out["copy"] = code(lambda: s3.copy_object(Bucket="serving", Key="elsewhere", CopySource={{"Bucket": "serving", "Key": taken}}))
+out["kept"] = s3.get_object(Bucket="serving", Key=kept)["Body"].read().decode()
+"#
+    );
+    let out = boto3(&clients, &endpoint, &access, &secret, &script);
+    assert_eq!(out["get"][0], "UnavailableForLegalReasons", "{out}");
+    assert_eq!(out["get"][1], 451, "{out}");
+    assert!(out["get"][2].as_str().unwrap().contains(request), "{out}");
+    assert_eq!(out["head"][1], 451, "{out}");
+    assert_eq!(out["put"][0], "UnavailableForLegalReasons", "{out}");
+    assert_eq!(out["copy"][0], "UnavailableForLegalReasons", "{out}");
+    assert_eq!(out["kept"], "content that stays", "{out}");
+}

@@ -21,12 +21,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use custodian_base::checksum;
-use custodian_core::decisions::access::{Action, Target};
 use custodian_object::{CompleteOptions, HeadOptions, PartData, UploadOptions};
 use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::xml::{self, Writer};
 
-use super::objects::{copy_source, object_key_of, refuse_withheld, user_metadata, write_condition};
+use super::objects::{
+    copy_source, judge_copy, object_key_of, refuse_withheld, user_metadata, write_condition,
+};
 use super::{Call, body, errors, xml as xml_response};
 
 /// Highest part number (S3's).
@@ -156,25 +157,7 @@ pub(super) async fn upload_part_copy(call: &Call) -> Result<Response, S3Error> {
         ));
     }
     let source = object_key_of(&source_key)?;
-    call.judge(
-        Action::Read,
-        Target {
-            store: Some(store_name.clone()),
-            key: Some(source_key.clone()),
-            ..Target::default()
-        },
-    )
-    .await?;
-    call.judge(
-        Action::Write,
-        Target {
-            store: Some(store_name.clone()),
-            key: Some(key.clone()),
-            ..Target::default()
-        },
-    )
-    .await?;
-    refuse_withheld(call, &store_name, &source_key).await?;
+    judge_copy(call, (&store_name, &source_key, None), (&store_name, &key)).await?;
     let meta = store
         .head_opts(&source, HeadOptions::default())
         .await

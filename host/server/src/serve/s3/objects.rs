@@ -637,27 +637,12 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
         .cloned()
         .ok_or_else(|| super::no_such_bucket(&source_bucket))?;
     let source = object_key_of(&source_key)?;
-    call.judge(
-        Action::Read,
-        Target {
-            store: Some(source_bucket.clone()),
-            key: Some(source_key.clone()),
-            version: source_version.clone(),
-            ..Target::default()
-        },
+    judge_copy(
+        call,
+        (&source_bucket, &source_key, source_version.as_deref()),
+        (&store_name, &key),
     )
     .await?;
-    call.judge(
-        Action::Write,
-        Target {
-            store: Some(store_name.clone()),
-            key: Some(key.clone()),
-            ..Target::default()
-        },
-    )
-    .await?;
-    refuse_withheld(call, &source_bucket, &source_key).await?;
-    refuse_withheld(call, &store_name, &key).await?;
     let condition = write_condition(call)?;
     let source_meta = source_store
         .head_opts(
@@ -764,6 +749,31 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
             .insert("x-amz-copy-source-version-id", value(version)?);
     }
     Ok(response)
+}
+
+/// A server-side copy's gates, for CopyObject and UploadPartCopy: a read
+/// of the source (`bucket`, `key`, version) and a write of the
+/// destination (`bucket`, `key`), each asked of the access policy; and
+/// neither may be content a takedown withholds.
+pub(super) async fn judge_copy(
+    call: &Call,
+    (source_bucket, source_key, source_version): (&str, &str, Option<&str>),
+    (bucket, key): (&str, &str),
+) -> Result<(), S3Error> {
+    let target = |bucket: &str, key: &str, version: Option<&str>| Target {
+        store: Some(bucket.to_owned()),
+        key: Some(key.to_owned()),
+        version: version.map(str::to_owned),
+        ..Target::default()
+    };
+    call.judge(
+        Action::Read,
+        target(source_bucket, source_key, source_version),
+    )
+    .await?;
+    call.judge(Action::Write, target(bucket, key, None)).await?;
+    refuse_withheld(call, source_bucket, source_key).await?;
+    refuse_withheld(call, bucket, key).await
 }
 
 /// The `x-amz-copy-source-if-*` conditions on the source.

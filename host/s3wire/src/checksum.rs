@@ -207,7 +207,16 @@ impl Claim {
     /// # Errors
     /// `BadDigest` when they differ.
     pub fn check(&self, computed: &Hasher) -> Result<(), S3Error> {
-        let actual = computed.finish();
+        self.check_wire(&computed.finish())
+    }
+
+    /// Checks the claim against a checksum computed elsewhere, in S3's
+    /// wire form (the store's CRC-64/NVME, computed on the body pass
+    /// anyway, need not be computed twice).
+    ///
+    /// # Errors
+    /// `BadDigest` when they differ.
+    pub fn check_wire(&self, actual: &str) -> Result<(), S3Error> {
         if actual == self.value {
             Ok(())
         } else {

@@ -11,13 +11,15 @@
 //!   CRC-32C), computed as a body arrives and compared to a claim.
 //! - [`xml`]: S3's XML bodies, written, and the two it reads
 //!   (`Delete`, `CompleteMultipartUpload`) parsed within bounds.
-//! - [`error`]: S3's error codes, with their HTTP status, as XML.
+//! - [`error`]: S3's error codes, with their HTTP status.
+//! - [`date`]: HTTP dates both ways, and the times of S3's XML.
 //!
 //! Arrows point down: this crate knows no store, principal or policy;
 //! the server maps its own errors onto [`error::S3Error`].
 
 pub mod checksum;
 pub mod chunked;
+pub mod date;
 pub mod error;
 pub mod sigv4;
 pub mod xml;

@@ -657,7 +657,7 @@ fn header_date(headers: &HeaderMap) -> Result<(String, u64), S3Error> {
         return Ok((value.to_owned(), at));
     }
     let value = single_header(headers, "date")?.ok_or_else(invalid)?;
-    parse_http_date(value).ok_or_else(invalid)
+    crate::date::parse_http_date_signed(value).ok_or_else(invalid)
 }
 
 /// A header the request may carry once; as text, since every header read
@@ -896,7 +896,7 @@ fn parse_amz_date(value: &str) -> Option<u64> {
             d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
         })
     };
-    to_unix(
+    crate::date::to_unix(
         num(0..4)?,
         num(4..6)?,
         num(6..8)?,
@@ -904,92 +904,6 @@ fn parse_amz_date(value: &str) -> Option<u64> {
         num(11..13)?,
         num(13..15)?,
     )
-}
-
-/// An HTTP `Date` (IMF-fixdate, `Fri, 24 May 2013 00:00:00 GMT`) as the
-/// `yyyymmddThhmmssZ` SigV4 signs and unix seconds.
-fn parse_http_date(value: &str) -> Option<(String, u64)> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let mut words = value.split_whitespace();
-    let (Some(weekday), Some(day), Some(month), Some(year), Some(time), Some("GMT"), None) = (
-        words.next(),
-        words.next(),
-        words.next(),
-        words.next(),
-        words.next(),
-        words.next(),
-        words.next(),
-    ) else {
-        return None;
-    };
-    if !weekday.ends_with(',') || time.len() != 8 || day.len() > 2 || year.len() != 4 {
-        return None;
-    }
-    let month = MONTHS.iter().position(|m| *m == month)? + 1;
-    let mut hms = time.split(':');
-    let digits = |s: Option<&str>| -> Option<u32> {
-        let s = s?;
-        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let (day, year) = (digits(Some(day))?, digits(Some(year))?);
-    let (hour, minute, second) = (
-        digits(hms.next())?,
-        digits(hms.next())?,
-        digits(hms.next())?,
-    );
-    let month = u32::try_from(month).ok()?;
-    let at = to_unix(year, month, day, hour, minute, second)?;
-    Some((
-        format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z"),
-        at,
-    ))
-}
-
-/// A UTC civil time as unix seconds; `None` for a field out of range or a
-/// time before 1970.
-fn to_unix(year: u32, month: u32, day: u32, hour: u32, minute: u32, second: u32) -> Option<u64> {
-    let leap = (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400);
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    let valid = year >= 1970
-        && (1..=12).contains(&month)
-        && day >= 1
-        && day <= *month_days.get(usize::try_from(month - 1).ok()?)?
-        && hour < 24
-        && minute < 60
-        && second < 60;
-    if !valid {
-        return None;
-    }
-    // Days since 1970-01-01 from a calendar whose year starts in March,
-    // so the leap day falls at the end of a year.
-    let (y, m) = if month <= 2 {
-        (u64::from(year) - 1, u64::from(month) + 9)
-    } else {
-        (u64::from(year), u64::from(month) - 3)
-    };
-    let era = y / 400;
-    let year_of_era = y % 400;
-    let day_of_year = (153 * m + 2) / 5 + u64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = (era * 146_097 + day_of_era).checked_sub(719_468)?;
-    Some(days * 86_400 + u64::from(hour) * 3600 + u64::from(minute) * 60 + u64::from(second))
 }
 
 fn malformed(message: impl Into<String>) -> S3Error {
@@ -1832,12 +1746,21 @@ mod tests {
             assert_eq!(parse_amz_date(bad), None, "{bad}");
         }
         assert_eq!(
-            parse_http_date("Fri, 24 May 2013 00:00:00 GMT"),
+            crate::date::parse_http_date_signed("Fri, 24 May 2013 00:00:00 GMT"),
             Some(("20130524T000000Z".to_owned(), AT))
         );
-        assert_eq!(parse_http_date("Fri, 24 May 2013 00:00:00 UTC"), None);
-        assert_eq!(parse_http_date("Fri, 24 Mai 2013 00:00:00 GMT"), None);
-        assert_eq!(parse_http_date("Fri, 24 May 2013 0:00:00 GMT"), None);
+        assert_eq!(
+            crate::date::parse_http_date_signed("Fri, 24 May 2013 00:00:00 UTC"),
+            None
+        );
+        assert_eq!(
+            crate::date::parse_http_date_signed("Fri, 24 Mai 2013 00:00:00 GMT"),
+            None
+        );
+        assert_eq!(
+            crate::date::parse_http_date_signed("Fri, 24 May 2013 0:00:00 GMT"),
+            None
+        );
     }
 
     #[test]

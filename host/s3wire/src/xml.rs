@@ -115,36 +115,6 @@ pub fn error_document(error: &S3Error, request_id: &str) -> String {
     w.finish()
 }
 
-/// `ms` since the Unix epoch as S3 writes times in XML (ISO 8601 in UTC
-/// with milliseconds: `2009-10-12T17:50:30.000Z`).
-pub fn timestamp(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (year, month, day) = civil(secs / 86_400);
-    let rest = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        ms % 1000
-    )
-}
-
-/// The proleptic Gregorian date of day `days` since 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`, for days on or after the epoch).
-fn civil(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 /// Appends `text` to `out`, escaped for element content and attribute
 /// values. Characters XML 1.0 cannot carry at all (controls other than
 /// tab, newline and carriage return) are written as character references
@@ -514,14 +484,6 @@ mod tests {
              <Message>no such key &lt;a&amp;b&gt;</Message><Resource>bucket/a&amp;b</Resource>\
              <RequestId>r1</RequestId></Error>"
         );
-    }
-
-    #[test]
-    fn timestamps_are_iso_8601_in_utc_with_milliseconds() {
-        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(timestamp(1_255_369_830_123), "2009-10-12T17:50:30.123Z");
-        assert_eq!(timestamp(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(timestamp(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
     }
 
     #[test]

@@ -16,8 +16,8 @@
 use axum::body::Body;
 use axum::http::header::CONTENT_LENGTH;
 use bytes::{Bytes, BytesMut};
-use custodian_base::checksum::Crc64Nvme;
-use custodian_s3_wire::checksum::{self, Algorithm, Claim, Hasher};
+use custodian_base::checksum::{self, Crc64Nvme};
+use custodian_s3_wire::checksum::{Algorithm, Claim, Hasher, content_md5};
 use custodian_s3_wire::chunked::Decoder;
 use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::sigv4::{Payload, PayloadHasher};
@@ -45,9 +45,12 @@ struct Checks {
     crc64: Crc64Nvme,
     sha256: Option<([u8; 32], PayloadHasher)>,
     md5: Option<([u8; 16], Md5)>,
-    claims: Vec<(Claim, Hasher)>,
-    /// Checksums to be claimed in the trailer: (header name, hasher).
-    trailed: Vec<(String, Hasher)>,
+    /// Each claim and its own hasher; `None` for a CRC-64/NVME claim,
+    /// checked against `crc64`, which is computed anyway.
+    claims: Vec<(Claim, Option<Hasher>)>,
+    /// Checksums to be claimed in the trailer: (header name, algorithm,
+    /// hasher as for `claims`).
+    trailed: Vec<(String, Algorithm, Option<Hasher>)>,
 }
 
 impl Checks {
@@ -59,10 +62,11 @@ impl Checks {
         if let Some((_, hash)) = &mut self.md5 {
             hash.update(data);
         }
-        for (_, hasher) in &mut self.claims {
-            hasher.update(data);
-        }
-        for (_, hasher) in &mut self.trailed {
+        let hashers = self.claims.iter_mut().map(|(_, h)| h);
+        for hasher in hashers
+            .chain(self.trailed.iter_mut().map(|(_, _, h)| h))
+            .flatten()
+        {
             hasher.update(data);
         }
     }
@@ -84,6 +88,20 @@ fn declared(call: &Call, chunked: bool) -> Result<Option<u64>, S3Error> {
         .transpose()
 }
 
+/// The hasher a claim of `algorithm` needs of its own: none for
+/// CRC-64/NVME, which every body pass computes.
+fn own_hasher(algorithm: Algorithm) -> Option<Hasher> {
+    (algorithm != Algorithm::Crc64Nvme).then(|| Hasher::new(algorithm))
+}
+
+/// A claim checked against its own hasher, or against `crc64`.
+fn check_claim(claim: &Claim, hasher: Option<&Hasher>, crc64: u64) -> Result<(), S3Error> {
+    match hasher {
+        Some(hasher) => claim.check(hasher),
+        None => claim.check_wire(&checksum::to_wire(crc64)),
+    }
+}
+
 /// The checks the request's headers ask for, refused before any byte is
 /// read when one is malformed.
 fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
@@ -93,7 +111,7 @@ fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
     };
     let md5 = call
         .header("content-md5")?
-        .map(checksum::content_md5)
+        .map(content_md5)
         .transpose()?
         .map(|want| (want, Md5::new()));
     let mut claims = Vec::new();
@@ -107,7 +125,7 @@ fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
                 format!("the {name} header is not text"),
             )
         })?;
-        claims.push((Claim::new(algorithm, value)?, Hasher::new(algorithm)));
+        claims.push((Claim::new(algorithm, value)?, own_hasher(algorithm)));
     }
     let mut trailed = Vec::new();
     if decoder.is_some() {
@@ -115,7 +133,7 @@ fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
             let value = value.to_str().unwrap_or("");
             for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                 if let Some(algorithm) = Algorithm::of_header(name)? {
-                    trailed.push((name.to_ascii_lowercase(), Hasher::new(algorithm)));
+                    trailed.push((name.to_ascii_lowercase(), algorithm, own_hasher(algorithm)));
                 }
             }
         }
@@ -245,27 +263,28 @@ pub(super) async fn read<'a>(
             ));
         }
     }
+    let crc64 = crc64.finalize();
     let mut met = Vec::new();
     for (claim, hasher) in claims {
-        claim.check(&hasher)?;
+        check_claim(&claim, hasher.as_ref(), crc64)?;
         met.push(claim);
     }
     if let Some(trailers) = trailers {
-        for (name, hasher) in trailed {
+        for (name, algorithm, hasher) in trailed {
             let value = trailers.get(&name).ok_or_else(|| {
                 S3Error::new(
                     Code::IncompleteBody,
                     format!("the trailer {name} that x-amz-trailer announced did not come"),
                 )
             })?;
-            let claim = Claim::new(hasher.algorithm(), value)?;
-            claim.check(&hasher)?;
+            let claim = Claim::new(algorithm, value)?;
+            check_claim(&claim, hasher.as_ref(), crc64)?;
             met.push(claim);
         }
     }
     Ok(Received {
         bytes: buffer.freeze(),
-        crc64: crc64.finalize(),
+        crc64,
         claims: met,
         _held: held,
     })

@@ -23,6 +23,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use custodian_core::decisions::access::{Action, Target};
 use custodian_object::{ListedObject, ListedVersion, MAX_LIST_PAGE, ObjectStore};
+use custodian_s3_wire::date;
 use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::xml::{self, DeleteEntry, KEY_ENCODE, Writer};
 use percent_encoding::utf8_percent_encode;
@@ -45,7 +46,7 @@ pub(super) async fn list_buckets(call: &Call) -> Result<Response, S3Error> {
     w.text_element("DisplayName", &call.principal.name);
     w.close("Owner");
     w.open("Buckets");
-    let created = xml::timestamp(call.host.clock.now_ms());
+    let created = date::timestamp(call.host.clock.now_ms());
     for name in call.host.stores.keys() {
         let target = Target {
             store: Some(name.clone()),
@@ -365,7 +366,7 @@ pub(super) async fn list_objects(call: &Call, v2: bool) -> Result<Response, S3Er
             w.text_element("Key", &listing.out(&item.key));
             w.text_element(
                 "LastModified",
-                &xml::timestamp(item.last_modified_ms.unwrap_or(0)),
+                &date::timestamp(item.last_modified_ms.unwrap_or(0)),
             );
             w.text_element("ETag", &item.etag);
             w.text_element("Size", &item.size.to_string());
@@ -466,7 +467,7 @@ pub(super) async fn list_versions(call: &Call) -> Result<Response, S3Error> {
                 w.text_element("IsLatest", if v.is_current { "true" } else { "false" });
                 w.text_element(
                     "LastModified",
-                    &xml::timestamp(v.last_modified_ms.unwrap_or(0)),
+                    &date::timestamp(v.last_modified_ms.unwrap_or(0)),
                 );
                 if !v.is_delete_marker {
                     w.text_element("ETag", &v.etag);

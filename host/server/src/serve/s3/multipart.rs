@@ -18,15 +18,16 @@
 //!   started.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use custodian_base::checksum;
 use custodian_object::{CompleteOptions, HeadOptions, PartData, UploadOptions};
+use custodian_s3_wire::date;
 use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::xml::{self, Writer};
 
 use super::objects::{
-    copy_source, judge_copy, object_key_of, refuse_withheld, user_metadata, write_condition,
+    copy_source, judge_copy, object_key_of, refuse_withheld, user_metadata, value, write_condition,
 };
 use super::{Call, body, errors, xml as xml_response};
 
@@ -71,15 +72,6 @@ fn part_number(call: &Call) -> Result<u32, S3Error> {
         })
 }
 
-fn header(value: &str) -> Result<HeaderValue, S3Error> {
-    HeaderValue::from_str(value).map_err(|_| {
-        S3Error::new(
-            Code::InternalError,
-            format!("{value:?} cannot be sent as a header value"),
-        )
-    })
-}
-
 /// CreateMultipartUpload: the object's metadata is fixed here, as in S3.
 pub(super) async fn create(call: &Call) -> Result<Response, S3Error> {
     let (store_name, store) = call.store()?;
@@ -108,7 +100,7 @@ pub(super) async fn create(call: &Call) -> Result<Response, S3Error> {
     if let Some(algorithm) = call.header("x-amz-checksum-algorithm")? {
         response
             .headers_mut()
-            .insert("x-amz-checksum-algorithm", header(algorithm)?);
+            .insert("x-amz-checksum-algorithm", value(algorithm)?);
     }
     Ok(response)
 }
@@ -134,9 +126,9 @@ pub(super) async fn upload_part(call: &Call, body: Body) -> Result<Response, S3E
         .await
         .map_err(|e| errors::of_store(e, false))?;
     let mut headers = HeaderMap::new();
-    headers.insert("etag", header(&part_etag(crc, len))?);
+    headers.insert("etag", value(&part_etag(crc, len))?);
     for claim in &received.claims {
-        headers.insert(claim.algorithm.header(), header(&claim.value)?);
+        headers.insert(claim.algorithm.header(), value(&claim.value)?);
     }
     Ok((StatusCode::OK, headers).into_response())
 }
@@ -209,7 +201,7 @@ pub(super) async fn upload_part_copy(call: &Call) -> Result<Response, S3Error> {
     let mut w = Writer::document();
     w.open_root("CopyPartResult");
     w.text_element("ETag", &part_etag(crc, len));
-    w.text_element("LastModified", &xml::timestamp(call.host.clock.now_ms()));
+    w.text_element("LastModified", &date::timestamp(call.host.clock.now_ms()));
     w.close("CopyPartResult");
     Ok(xml_response(StatusCode::OK, w.finish()))
 }
@@ -294,7 +286,7 @@ pub(super) async fn complete(call: &Call, body: Body) -> Result<Response, S3Erro
     if let Some(version) = &meta.version_id {
         response
             .headers_mut()
-            .insert("x-amz-version-id", header(version)?);
+            .insert("x-amz-version-id", value(version)?);
     }
     Ok(response)
 }
@@ -333,7 +325,7 @@ pub(super) async fn list_uploads(call: &Call) -> Result<Response, S3Error> {
         w.text_element("UploadId", &upload.upload_id);
         w.text_element(
             "Initiated",
-            &xml::timestamp(upload.initiated_ms.unwrap_or(0)),
+            &date::timestamp(upload.initiated_ms.unwrap_or(0)),
         );
         w.text_element("StorageClass", "STANDARD");
         w.close("Upload");

@@ -39,13 +39,14 @@ use custodian_object::{
     CopyOptions, DeleteOptions, GetOptions, HeadOptions, Metadata, ObjectError, ObjectKey,
     ObjectMeta, ObjectStore, PutCondition, PutOptions,
 };
+use custodian_s3_wire::date;
 use custodian_s3_wire::error::{Code, S3Error};
-use custodian_s3_wire::xml::{self, Writer};
+use custodian_s3_wire::xml::Writer;
 use percent_encoding::percent_decode_str;
 
 use super::{Call, body, errors, xml as xml_response};
 use crate::serve::http::byte_range::{ByteRange, parse_range};
-use crate::serve::http::objects::headers::http_date;
+use custodian_s3_wire::date::{http_date, parse_http_date};
 
 /// Bytes read from the store at once when streaming an object: a read
 /// holds at most this much (and the client's socket buffer), whatever
@@ -158,7 +159,8 @@ fn written_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     Ok(headers)
 }
 
-fn value(text: &str) -> Result<HeaderValue, S3Error> {
+/// A header value from text the server made.
+pub(super) fn value(text: &str) -> Result<HeaderValue, S3Error> {
     HeaderValue::from_str(text).map_err(|_| {
         S3Error::new(
             Code::InternalError,
@@ -232,41 +234,6 @@ fn check_read_conditions(call: &Call, meta: &ObjectMeta) -> Result<(), S3Error> 
 /// ignored, as HTTP asks.
 fn http_time(call: &Call, name: &HeaderName) -> Result<Option<u64>, S3Error> {
     Ok(call.header(name.as_str())?.and_then(parse_http_date))
-}
-
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only
-/// form clients send today.
-fn parse_http_date(text: &str) -> Option<u64> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let fields: Vec<&str> = text.split_whitespace().collect();
-    let [_, day, month, year, time, zone] = fields.as_slice() else {
-        return None;
-    };
-    let day: u64 = day.parse().ok()?;
-    if *zone != "GMT" {
-        return None;
-    }
-    let month = MONTHS.iter().position(|m| m == month)? as u64 + 1;
-    let year: u64 = year.parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if year < 1970 || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's `days_from_civil`).
-    let (y, mo) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * mo + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
 /// The headers of a read of `meta`, before the body's own.
@@ -728,7 +695,7 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
     w.text_element("ETag", &meta.etag);
     w.text_element(
         "LastModified",
-        &xml::timestamp(
+        &date::timestamp(
             meta.last_modified_ms
                 .unwrap_or_else(|| call.host.clock.now_ms()),
         ),

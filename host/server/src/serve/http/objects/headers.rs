@@ -103,36 +103,7 @@ pub(super) fn read_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, 
     Ok(headers)
 }
 
-/// `secs` since the Unix epoch as an HTTP date (RFC 9110's IMF-fixdate,
-/// `Sun, 06 Nov 1994 08:49:37 GMT`).
-pub(crate) fn http_date(secs: u64) -> String {
-    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = secs / 86_400;
-    let of_day = secs % 86_400;
-    // The proleptic Gregorian date of `days` after 1970-01-01, by the
-    // era arithmetic of Hinnant's `civil_from_days` (unsigned: no date
-    // before the epoch can reach here).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
-        WEEKDAYS[(days % 7) as usize],
-        MONTHS[(month - 1) as usize],
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-    )
-}
+pub(crate) use custodian_s3_wire::date::http_date;
 
 #[cfg(test)]
 mod tests {

@@ -95,6 +95,8 @@ fn host_meta(meta: wit::ObjectMeta) -> ObjectMeta {
         etag: meta.etag,
         size: meta.size,
         crc64: meta.crc64,
+        // The WIT carries no MD5: a plugin publishes with a CRC only.
+        content_md5: None,
         last_modified_ms: meta.last_modified_ms,
         metadata,
         // The WIT has no storage class; a guest sees only standard storage.
@@ -270,6 +272,7 @@ impl ObjectStore for NativeObjects {
                     key: o.key,
                     size: o.size,
                     etag: o.etag,
+                    content_md5: None,
                     last_modified_ms: o.last_modified_ms,
                 })
                 .collect(),
@@ -548,6 +551,7 @@ fn version_page(page: wit::VersionPage) -> ListPage<ListedVersion> {
                 key: v.key,
                 version_id: v.version_id,
                 etag: v.etag,
+                content_md5: None,
                 size: v.size,
                 is_current: v.is_current,
                 is_delete_marker: v.is_delete_marker,

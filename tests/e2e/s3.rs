@@ -1,8 +1,9 @@
 //! The S3 endpoint end to end: `custodian serve --s3-listen` on the
 //! embedded default, driven by real, unmodified clients with their
 //! default settings: boto3 and the AWS CLI (from the venv `.ci/run`
-//! makes; `CUSTODIAN_S3_CLIENTS` names its `bin`). Under `CI=true` a
-//! missing client fails these tests; elsewhere they say so and pass.
+//! makes; `CUSTODIAN_S3_CLIENTS` names its `bin`) and rclone (Debian's,
+//! on the `PATH`). Under `CI=true` a missing client fails these tests;
+//! elsewhere they say so and pass.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -123,6 +124,14 @@ out["head"] = s3.head_object(Bucket="serving", Key=key)["ContentLength"]
 out["create_again"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfNoneMatch="*"))
 out["stale_match"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfMatch='"0123"'))
 out["replace"] = s3.put_object(Bucket="serving", Key=key, Body=b"HELLO", IfMatch=out["put"])["ETag"] != out["put"]
+# A single-part object's ETag is its MD5, in every answer that names it.
+md5 = '"' + hashlib.md5(b"HELLO").hexdigest() + '"'
+out["etag_is_md5"] = [s3.head_object(Bucket="serving", Key=key)["ETag"] == md5,
+    s3.list_objects_v2(Bucket="serving", Prefix=key)["Contents"][0]["ETag"] == md5,
+    out["put"] == '"' + hashlib.md5(b"hello world").hexdigest() + '"']
+out["md5_match"] = s3.get_object(Bucket="serving", Key=key, IfMatch=md5)["Body"].read().decode()
+out["md5_none_match"] = err(lambda: s3.get_object(Bucket="serving", Key=key, IfNoneMatch=md5))
+out["old_md5_match"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfMatch=out["put"]))
 for i in range(5):
     s3.put_object(Bucket="serving", Key=f"docs/sub{i % 2}/f{i}", Body=b"x" * i)
 listed = s3.list_objects_v2(Bucket="serving", Prefix="docs/", Delimiter="/")
@@ -175,6 +184,14 @@ out["big"] = hashlib.sha256(s3.get_object(Bucket="serving", Key="big")["Body"].r
         "{out}"
     );
     assert_eq!(out["replace"], true, "{out}");
+    assert_eq!(out["etag_is_md5"], json!([true, true, true]), "{out}");
+    assert_eq!(out["md5_match"], "HELLO", "{out}");
+    assert_eq!(out["md5_none_match"], json!(["304", 304]), "{out}");
+    assert_eq!(
+        out["old_md5_match"],
+        json!(["PreconditionFailed", 412]),
+        "{out}"
+    );
     assert_eq!(out["keys"], json!(["docs/a b+c&d.txt"]), "{out}");
     assert_eq!(
         out["prefixes"],
@@ -590,4 +607,165 @@ out["kept"] = s3.get_object(Bucket="serving", Key=kept)["Body"].read().decode()
     assert_eq!(out["put"][0], "UnavailableForLegalReasons", "{out}");
     assert_eq!(out["copy"][0], "UnavailableForLegalReasons", "{out}");
     assert_eq!(out["kept"], "content that stays", "{out}");
+}
+
+/// The `rclone` binary (Debian's; `.ci/run` installs it), or `None`
+/// (after saying why) when this is not CI and it is missing.
+fn rclone() -> Option<PathBuf> {
+    let found = Command::new("rclone")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(PathBuf::from("rclone"));
+    }
+    let how = "install rclone (Debian's `apt-get install rclone`; .ci/run does)";
+    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+        panic!("rclone is missing: {how}");
+    }
+    eprintln!("notice: skipping the rclone test: rclone is missing; {how}");
+    None
+}
+
+/// Runs rclone with the remote `cust:` pointing at `endpoint` (configured
+/// through the environment, as a script would, with no config file):
+/// (success, stdout, stderr).
+fn run_rclone(
+    rclone: &Path,
+    (endpoint, access, secret): (&str, &str, &str),
+    args: &[&str],
+) -> (bool, String, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let output = Command::new(rclone)
+        .args(args)
+        // Small cut-offs, so that a 12 MiB file goes up in parts.
+        .args(["--s3-upload-cutoff", "5M", "--s3-chunk-size", "5M"])
+        .env("RCLONE_CONFIG", scratch.path().join("rclone.conf"))
+        .env("RCLONE_CONFIG_CUST_TYPE", "s3")
+        .env("RCLONE_CONFIG_CUST_PROVIDER", "Other")
+        .env("RCLONE_CONFIG_CUST_ENDPOINT", endpoint)
+        .env("RCLONE_CONFIG_CUST_ACCESS_KEY_ID", access)
+        .env("RCLONE_CONFIG_CUST_SECRET_ACCESS_KEY", secret)
+        .env("RCLONE_CONFIG_CUST_REGION", "us-east-1")
+        // The machine's CA bundle is for HTTPS elsewhere; this endpoint
+        // is plain HTTP, and rclone fails to start on a bundle it cannot
+        // read.
+        .env_remove("AWS_CA_BUNDLE")
+        .output()
+        .expect("rclone runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn rclone_copies_syncs_and_checks_a_tree_by_md5_through_the_s3_endpoint() {
+    let Some(rclone) = rclone() else { return };
+    let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let remote = (endpoint.as_str(), access.as_str(), secret.as_str());
+    let tree = tempfile::tempdir().unwrap();
+    let root = tree.path();
+    std::fs::create_dir_all(root.join("sub/deep")).unwrap();
+    std::fs::write(root.join("a.txt"), b"alpha\n").unwrap();
+    std::fs::write(root.join("empty"), b"").unwrap();
+    let noise: Vec<u8> = (0..(1u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(root.join("sub/b.bin"), &noise).unwrap();
+    std::fs::write(root.join("sub/deep/c.txt"), b"gamma\n").unwrap();
+    // Above the 5 MiB cut-off: rclone uploads it in parts and records its
+    // MD5 as metadata, since such an object's ETag names none.
+    let big: Vec<u8> = noise.iter().cycle().take(12 << 20).copied().collect();
+    std::fs::write(root.join("sub/big.bin"), &big).unwrap();
+    let local = root.to_str().unwrap();
+
+    let (ok, _, err) = run_rclone(&rclone, remote, &["copy", local, "cust:serving/rc"]);
+    assert!(ok, "rclone copy failed:\n{err}");
+    let (ok, _, err) = run_rclone(&rclone, remote, &["check", local, "cust:serving/rc"]);
+    assert!(ok, "rclone check failed:\n{err}");
+    assert!(err.contains("0 differences found"), "{err}");
+    // Every file's hash was compared: none was taken on size alone.
+    assert!(!err.contains("could not be checked"), "{err}");
+
+    // Listed hashes are the files' MD5s.
+    let (ok, out, err) = run_rclone(
+        &rclone,
+        remote,
+        &["lsjson", "-R", "--hash", "--files-only", "cust:serving/rc"],
+    );
+    assert!(ok, "rclone lsjson failed:\n{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let md5_of = |path: &str| -> String {
+        let entry = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["Path"] == path)
+            .unwrap_or_else(|| panic!("{path} is not listed: {out}"));
+        entry["Hashes"]["md5"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(md5_of("a.txt"), md5_hex(b"alpha\n"));
+    assert_eq!(md5_of("sub/b.bin"), md5_hex(&noise));
+    assert_eq!(md5_of("sub/big.bin"), md5_hex(&big));
+
+    // A sync carries a change, an addition and a deletion, and check
+    // agrees afterwards.
+    std::fs::write(root.join("a.txt"), b"alpha, changed\n").unwrap();
+    std::fs::write(root.join("sub/new.txt"), b"new\n").unwrap();
+    std::fs::remove_file(root.join("sub/deep/c.txt")).unwrap();
+    let (ok, _, err) = run_rclone(&rclone, remote, &["sync", local, "cust:serving/rc"]);
+    assert!(ok, "rclone sync failed:\n{err}");
+    let (ok, _, err) = run_rclone(&rclone, remote, &["check", local, "cust:serving/rc"]);
+    assert!(ok && err.contains("0 differences found"), "{err}");
+    let (_, out, _) = run_rclone(
+        &rclone,
+        remote,
+        &["lsf", "-R", "--files-only", "cust:serving/rc"],
+    );
+    let mut files: Vec<&str> = out.lines().collect();
+    files.sort_unstable();
+    assert_eq!(
+        files,
+        ["a.txt", "empty", "sub/b.bin", "sub/big.bin", "sub/new.txt"]
+    );
+
+    // Downloaded back, every file is byte for byte what was sent.
+    let back = tempfile::tempdir().unwrap();
+    let (ok, _, err) = run_rclone(
+        &rclone,
+        remote,
+        &["copy", "cust:serving/rc", back.path().to_str().unwrap()],
+    );
+    assert!(ok, "rclone copy back failed:\n{err}");
+    assert_eq!(std::fs::read(back.path().join("sub/big.bin")).unwrap(), big);
+    assert_eq!(
+        std::fs::read(back.path().join("a.txt")).unwrap(),
+        b"alpha, changed\n"
+    );
+
+    // The check really compares content: the same size, other bytes, is
+    // a difference rclone reports and fails on.
+    let (ok, _, err) = run_rclone(
+        &rclone,
+        remote,
+        &[
+            "copyto",
+            root.join("sub/new.txt").to_str().unwrap(),
+            "cust:serving/rc/a.txt",
+        ],
+    );
+    assert!(ok, "{err}");
+    std::fs::write(root.join("sub/new.txt"), b"NEW\n").unwrap();
+    let (ok, _, err) = run_rclone(&rclone, remote, &["check", local, "cust:serving/rc"]);
+    assert!(!ok, "rclone check passed over two differences:\n{err}");
+    assert!(err.contains("2 differences found"), "{err}");
+}
+
+/// The MD5 of `bytes` in lowercase hex.
+fn md5_hex(bytes: &[u8]) -> String {
+    use md5::Digest as _;
+    hex::encode(md5::Md5::digest(bytes))
 }

@@ -162,9 +162,12 @@ macro_rules! object_conformance_tests {
     //   bodies of at most `MAX_BODY_BYTES`; there is no upload to start,
     //   fill, complete, list or abort;
     // - bootstrap: an operator-time call (`ObjectStore::admin`), never a
-    //   plugin's.
+    //   plugin's;
+    // - a content MD5: plugins publish with a CRC-64/NVME only (the MD5
+    //   is for the S3 endpoint's ETags).
     (@backend_only $how:tt) => {
         $crate::object_conformance_tests!(@each $how;
+            a_supplied_md5_is_reported_everywhere_as_given_or_nowhere,
             an_inverted_range_is_invalid,
             a_composed_object_of_local_parts_gets_the_accumulated_crc,
             a_composed_object_copies_clean_ranges_from_its_base,
@@ -839,6 +842,55 @@ pub async fn list_reports_the_current_size_and_etag(store: &impl ObjectStore) {
     assert_eq!(listed.key, "k");
     assert_eq!(listed.size, 11);
     assert_eq!(listed.etag, second.etag);
+}
+
+/// Conformance check: an MD5 supplied with a publish is reported by the
+/// publish, a head, a read, the listing and (on a versioned store) the
+/// version listing, and kept by a copy, exactly as given; or, by a backend
+/// that does not record it, by none of them. A publish without one never
+/// reports one.
+pub async fn a_supplied_md5_is_reported_everywhere_as_given_or_nowhere(store: &impl ObjectStore) {
+    // Any 16 bytes: the store records the writer's MD5, it does not
+    // compute one.
+    let md5 = *b"sixteen md5 byte";
+    let bytes = Bytes::from_static(b"hashed by its writer");
+    let options = super::PutOptions {
+        condition: &PutCondition::IfNoneMatchAny,
+        metadata: &no_metadata(),
+        crc64: crc64_nvme(&bytes),
+        content_md5: Some(md5),
+    };
+    let key = ObjectKey::new("md5").unwrap();
+    let written = store.put_opts(&key, bytes, options).await.unwrap();
+    let recorded = written.content_md5;
+    assert!(
+        recorded.is_none() || recorded == Some(md5),
+        "the publish reported {recorded:?}, not the MD5 given"
+    );
+    assert_eq!(store.head("md5").await.unwrap().content_md5, recorded);
+    let read = store.get_whole("md5", None).await.unwrap().0;
+    assert_eq!(read.content_md5, recorded);
+    let page = store.list("md5", None, 10).await.unwrap();
+    assert_eq!(page.items[0].content_md5, recorded);
+    if store.versioned() {
+        let versions = store.list_versions("md5", None, 10).await.unwrap();
+        assert_eq!(versions.items[0].content_md5, recorded);
+    }
+    let copied = store
+        .copy_object(
+            "md5",
+            None,
+            "copy",
+            &PutCondition::IfNoneMatchAny,
+            &no_metadata(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(copied.content_md5, recorded);
+    assert_eq!(store.head("copy").await.unwrap().content_md5, recorded);
+    let plain = create(store, "plain", b"no md5").await;
+    assert_eq!(plain.content_md5, None);
+    assert_eq!(store.head("plain").await.unwrap().content_md5, None);
 }
 
 // ── common: argument bounds ──────────────────────────────────────────

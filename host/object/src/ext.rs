@@ -32,6 +32,7 @@ pub trait ObjectStoreExt: ObjectStore {
             condition,
             metadata,
             crc64,
+            content_md5: None,
         };
         self.put_opts(&ObjectKey::new(key)?, body, options).await
     }

@@ -257,6 +257,9 @@ pub struct ObjectMeta {
     pub size: u64,
     /// Full-object CRC-64/NVME, when recorded.
     pub crc64: Option<u64>,
+    /// The body's MD5, when its writer supplied one (see
+    /// [`PutOptions::content_md5`]); a copy keeps its source's.
+    pub content_md5: Option<[u8; 16]>,
     /// Last modification, ms since the epoch.
     pub last_modified_ms: Option<u64>,
     /// User metadata.
@@ -283,6 +286,8 @@ pub struct ListedObject {
     pub size: u64,
     /// Its etag.
     pub etag: String,
+    /// The body's MD5, when recorded (as [`ObjectMeta::content_md5`]).
+    pub content_md5: Option<[u8; 16]>,
     /// Last modification, ms since the epoch.
     pub last_modified_ms: Option<u64>,
 }
@@ -296,6 +301,8 @@ pub struct ListedVersion {
     pub version_id: String,
     /// Its etag; empty for a delete marker.
     pub etag: String,
+    /// The body's MD5, when recorded (as [`ObjectMeta::content_md5`]).
+    pub content_md5: Option<[u8; 16]>,
     /// Length in bytes; 0 for a delete marker.
     pub size: u64,
     /// Whether this is the key's newest version.

@@ -36,6 +36,7 @@ struct Object {
     body: Bytes,
     etag: String,
     crc64: u64,
+    content_md5: Option<[u8; 16]>,
     metadata: Metadata,
     /// `None` is the standard class; every publish starts there.
     storage_class: Option<String>,
@@ -227,6 +228,7 @@ impl MemoryStore {
             etag: object.etag.clone(),
             size: object.body.len() as u64,
             crc64: Some(object.crc64),
+            content_md5: object.content_md5,
             last_modified_ms: Some(version.last_modified_ms),
             metadata: object.metadata.clone(),
         }
@@ -239,7 +241,7 @@ impl MemoryStore {
         state: &mut State,
         key: &str,
         body: Bytes,
-        crc64: u64,
+        (crc64, content_md5): (u64, Option<[u8; 16]>),
         condition: &PutCondition,
         metadata: &Metadata,
     ) -> Result<ObjectMeta, ObjectError> {
@@ -252,6 +254,7 @@ impl MemoryStore {
                 body,
                 etag: format!("\"{crc64:016x}-{seq}\""),
                 crc64,
+                content_md5,
                 metadata: metadata.clone(),
                 storage_class: None,
             }),
@@ -363,8 +366,16 @@ impl ObjectStore for MemoryStore {
             condition,
             metadata,
             crc64,
+            content_md5,
         } = options;
-        self.publish(&mut state, key, body, crc64, condition, metadata)
+        self.publish(
+            &mut state,
+            key,
+            body,
+            (crc64, content_md5),
+            condition,
+            metadata,
+        )
     }
 
     async fn copy_opts(
@@ -380,9 +391,9 @@ impl ObjectStore for MemoryStore {
         // The bytes are shared, not duplicated; the CRC travels with them
         // because it describes the bytes, while the metadata describes a
         // publish and so comes only from the caller.
-        let (body, crc64) = (object.body.clone(), object.crc64);
+        let (body, sums) = (object.body.clone(), (object.crc64, object.content_md5));
         let (condition, metadata) = (options.condition, options.metadata);
-        self.publish(&mut state, destination, body, crc64, condition, metadata)
+        self.publish(&mut state, destination, body, sums, condition, metadata)
     }
 
     async fn head_opts(
@@ -482,6 +493,7 @@ impl ObjectStore for MemoryStore {
                     key: key.clone(),
                     size: object.body.len() as u64,
                     etag: object.etag.clone(),
+                    content_md5: object.content_md5,
                     last_modified_ms: Some(newest.last_modified_ms),
                 })
             });
@@ -536,6 +548,7 @@ impl ObjectStore for MemoryStore {
                     .object
                     .as_ref()
                     .map_or_else(String::new, |o| o.etag.clone()),
+                content_md5: version.object.as_ref().and_then(|o| o.content_md5),
                 size: version.object.as_ref().map_or(0, |o| o.body.len() as u64),
                 is_current,
                 is_delete_marker: version.object.is_none(),
@@ -672,7 +685,8 @@ impl ObjectStore for MemoryStore {
             &mut state,
             key,
             Bytes::from(body),
-            crc64,
+            // As the filesystem backend: no MD5 for an assembly.
+            (crc64, None),
             condition,
             &metadata,
         )?;
@@ -797,6 +811,29 @@ mod tests {
             )
             .await
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_supplied_md5_is_recorded_with_the_version() {
+        let store = store(true, &Arc::new(FixedClock::new(0)));
+        let md5 = *b"0123456789abcdef";
+        let body = Bytes::from_static(b"x");
+        let options = PutOptions {
+            condition: &PutCondition::Unconditional,
+            metadata: &Metadata::new(),
+            crc64: crc64_nvme(&body),
+            content_md5: Some(md5),
+        };
+        let key = ObjectKey::new("k").unwrap();
+        assert_eq!(
+            store
+                .put_opts(&key, body, options)
+                .await
+                .unwrap()
+                .content_md5,
+            Some(md5)
+        );
+        assert_eq!(store.head("k").await.unwrap().content_md5, Some(md5));
     }
 
     #[tokio::test]

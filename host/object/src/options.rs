@@ -21,6 +21,15 @@ pub struct PutOptions<'a> {
     pub metadata: &'a Metadata,
     /// The body's CRC-64/NVME, checked before anything is written.
     pub crc64: u64,
+    /// The body's MD5, recorded with the version when the backend can
+    /// (the filesystem and memory backends do; the S3 backend reports
+    /// none, since a server's ETag is not reliably an MD5 and the
+    /// CRC-64/NVME already guards the upload). S3
+    /// clients read a single-part object's MD5 as its ETag, which is why a
+    /// writer that speaks S3 supplies it. The store does not hash the body
+    /// a second time to check it: the writer computed it over these very
+    /// bytes, and the CRC-64/NVME stays the store's integrity check.
+    pub content_md5: Option<[u8; 16]>,
 }
 
 /// How to copy an object server-side.

@@ -305,6 +305,7 @@ impl FsStore {
                 key: key.key().to_owned(),
                 size: header.size,
                 etag: header.etag.clone(),
+                content_md5: header.content_md5,
                 last_modified_ms: Some(header.last_modified_ms),
             });
         }
@@ -408,6 +409,7 @@ impl<'a> VersionPage<'a> {
                 key: key.key().to_owned(),
                 version_id: id.clone(),
                 etag: header.etag.clone(),
+                content_md5: header.content_md5,
                 size: header.size,
                 is_current: Some(id) == newest.as_ref(),
                 is_delete_marker: header.delete_marker,

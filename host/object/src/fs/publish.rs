@@ -51,7 +51,12 @@ impl Superseded {
 
 impl FsStore {
     /// The header of a new version of `key` with a body.
-    fn new_header(&self, key: &KeyPath, size: u64, crc64: u64, metadata: &Metadata) -> Header {
+    fn new_header(
+        &self,
+        key: &KeyPath,
+        (size, crc64, content_md5): (u64, u64, Option<[u8; 16]>),
+        metadata: &Metadata,
+    ) -> Header {
         Header {
             key: key.key().to_owned(),
             etag: self.ids.etag(),
@@ -61,6 +66,7 @@ impl FsStore {
             last_modified_ms: self.clock.now_ms(),
             delete_marker: false,
             metadata: metadata.clone(),
+            content_md5,
         }
     }
 
@@ -176,6 +182,7 @@ impl FsStore {
             condition,
             metadata,
             crc64,
+            content_md5,
         } = options;
         let key = KeyPath::new(key);
         validate_metadata(metadata)?;
@@ -193,7 +200,7 @@ impl FsStore {
             ));
         }
         self.precheck(&key, condition)?;
-        let header = self.new_header(&key, sums.len, crc64, metadata);
+        let header = self.new_header(&key, (sums.len, crc64, content_md5), metadata);
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&header.encode())?;
         staged.write(body)?;
@@ -225,7 +232,12 @@ impl FsStore {
         }
         self.precheck(&destination, condition)?;
         let (size, crc64) = (file.header().size, file.header().crc64);
-        let header = self.new_header(&destination, size, crc64, metadata);
+        // Same bytes, same MD5: the copy keeps it like the CRC.
+        let header = self.new_header(
+            &destination,
+            (size, crc64, file.header().content_md5),
+            metadata,
+        );
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&header.encode())?;
         let mut crcs = BlockCrcs::default();
@@ -261,6 +273,7 @@ impl FsStore {
                 last_modified_ms: self.clock.now_ms(),
                 delete_marker: true,
                 metadata: Metadata::new(),
+                content_md5: None,
             };
             let mut staged = Staged::create(&self.layout, &self.ids)?;
             staged.write(&header.encode())?;

@@ -169,6 +169,30 @@ fn versions_and_delete_markers_survive_reopening() {
 }
 
 #[test]
+fn a_supplied_md5_is_recorded_in_the_version_file_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let md5 = *b"0123456789abcdef";
+    let body = Bytes::from_static(b"bytes with an md5");
+    {
+        let store = open(dir.path(), true);
+        let options = crate::PutOptions {
+            condition: &PutCondition::IfNoneMatchAny,
+            metadata: &Metadata::new(),
+            crc64: crc64_nvme(&body),
+            content_md5: Some(md5),
+        };
+        let key = ObjectKey::new("k").unwrap();
+        let written = block_on(store.put_opts(&key, body, options)).unwrap();
+        assert_eq!(written.content_md5, Some(md5));
+    }
+    let store = open(dir.path(), true);
+    assert_eq!(block_on(store.head("k")).unwrap().content_md5, Some(md5));
+    assert_eq!(all_versions(&store, "")[0].content_md5, Some(md5));
+    let page = block_on(store.list("", None, MAX_LIST_PAGE)).unwrap();
+    assert_eq!(page.items[0].content_md5, Some(md5));
+}
+
+#[test]
 fn an_unversioned_store_keeps_only_the_current_object_across_reopening() {
     let dir = tempfile::tempdir().unwrap();
     {

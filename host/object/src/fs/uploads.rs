@@ -348,6 +348,8 @@ impl FsStore {
             last_modified_ms: self.clock.now_ms(),
             delete_marker: false,
             metadata: upload.metadata,
+            // An assembly's MD5 would cost a second pass over every part.
+            content_md5: None,
         };
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&header.encode())?;

@@ -6,7 +6,9 @@
 //! format       u32 LE   1
 //! header_len   u32 LE   at most 64 KiB
 //! header       JSON     key, etag, size, crc64, block_size,
-//!                       last_modified_ms, delete_marker, metadata
+//!                       last_modified_ms, delete_marker, metadata,
+//!                       content_md5 (hex; absent unless the writer
+//!                       supplied one, so older files read unchanged)
 //! header_crc   u64 LE   CRC-64/NVME of everything above
 //! body         `size` bytes
 //! block CRCs   u64 LE each: the CRC-64/NVME of every `block_size`
@@ -80,6 +82,30 @@ pub(super) struct Header {
     pub delete_marker: bool,
     /// User metadata.
     pub metadata: Metadata,
+    /// The body's MD5, as its writer supplied it.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "md5_hex")]
+    pub content_md5: Option<[u8; 16]>,
+}
+
+/// An optional MD5 as 32 hex digits in the JSON header.
+mod md5_hex {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(md5: &Option<[u8; 16]>, out: S) -> Result<S::Ok, S::Error> {
+        match md5 {
+            Some(bytes) => out.serialize_str(&hex::encode(bytes)),
+            None => out.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Option<[u8; 16]>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(input)? else {
+            return Ok(None);
+        };
+        let mut bytes = [0; 16];
+        hex::decode_to_slice(&text, &mut bytes).map_err(D::Error::custom)?;
+        Ok(Some(bytes))
+    }
 }
 
 impl Header {
@@ -461,6 +487,7 @@ mod tests {
             last_modified_ms: 1,
             delete_marker: false,
             metadata: Metadata::new(),
+            content_md5: None,
         };
         let path = dir.join("v");
         let mut bytes = header.encode();

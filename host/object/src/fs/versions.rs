@@ -136,6 +136,7 @@ impl FsStore {
             etag: header.etag.clone(),
             size: header.size,
             crc64: Some(header.crc64),
+            content_md5: header.content_md5,
             last_modified_ms: Some(header.last_modified_ms),
             metadata: header.metadata.clone(),
             storage_class: None,

@@ -445,6 +445,7 @@ impl S3Store {
             } else {
                 etag::issue(&entry.e_tag, Some(&entry.version_id))
             },
+            content_md5: None,
             size: entry.size,
             is_current: entry.is_latest,
             is_delete_marker: entry.is_delete_marker,
@@ -497,6 +498,7 @@ impl S3Store {
                     key: key.to_owned(),
                     size: entry.size,
                     etag: etag::issue(&entry.e_tag, Some(&entry.version_id)),
+                    content_md5: None,
                     last_modified_ms: entry.last_modified_ms,
                 });
             }

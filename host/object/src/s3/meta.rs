@@ -158,6 +158,7 @@ pub(super) fn object_meta(
         etag: etag::issue(e_tag, version_id),
         size,
         crc64: stored_crc(key, described.crc64, described.metadata)?,
+        content_md5: None,
         last_modified_ms: millis(described.last_modified),
         metadata: user_metadata(described.metadata),
         storage_class: storage_class(described.storage_class),

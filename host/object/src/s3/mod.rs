@@ -276,6 +276,7 @@ impl ObjectStore for S3Store {
             condition,
             metadata,
             crc64,
+            content_md5: _,
         } = options;
         self.publish_whole(key, body, condition, metadata, crc64)
             .await

@@ -581,6 +581,7 @@ impl S3Store {
             etag: etag::issue(e_tag, version_id),
             size,
             crc64: Some(crc64),
+            content_md5: None,
             last_modified_ms: None,
             metadata: metadata.clone(),
             storage_class: None,

@@ -134,6 +134,7 @@ impl S3Store {
             etag: etag::issue(e_tag, version_id),
             size,
             crc64: Some(crc64),
+            content_md5: None,
             // PutObject returns no Last-Modified; a HEAD would cost a
             // round trip every publish pays for a field few read.
             last_modified_ms: None,
@@ -355,6 +356,7 @@ impl S3Store {
             etag: etag::issue(e_tag, version_id),
             size: from.size,
             crc64,
+            content_md5: None,
             last_modified_ms: meta::millis(result.and_then(|r| r.last_modified())),
             metadata: metadata.clone(),
             storage_class: None,

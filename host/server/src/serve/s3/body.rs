@@ -3,7 +3,8 @@
 //! checked on the way), and every claim about the bytes compared with the
 //! bytes: the signed SHA-256, `Content-MD5`, `x-amz-checksum-*` headers
 //! and trailers, and the declared length. The CRC-64/NVME the store
-//! checks again at publish is computed on the same pass.
+//! checks again at publish is computed on the same pass, and so is the
+//! MD5 a whole object's ETag names (see [`etag`](super::etag)).
 //!
 //! The bytes are held within the host's body budget ([`Bodies`]) and the
 //! per-object limit (`max_object_bytes`): a store publish takes one whole
@@ -34,6 +35,8 @@ pub(super) struct Received<'a> {
     pub bytes: Bytes,
     /// Their CRC-64/NVME.
     pub crc64: u64,
+    /// Their MD5, when the caller asked for it.
+    pub md5: Option<[u8; 16]>,
     /// The checksum claims the client made and the bytes met, to echo in
     /// the answer as S3 does.
     pub claims: Vec<Claim>,
@@ -44,7 +47,8 @@ pub(super) struct Received<'a> {
 struct Checks {
     crc64: Crc64Nvme,
     sha256: Option<([u8; 32], PayloadHasher)>,
-    md5: Option<([u8; 16], Md5)>,
+    /// The MD5, when wanted or claimed, and the `Content-MD5` claimed.
+    md5: Option<(Md5, Option<[u8; 16]>)>,
     /// Each claim and its own hasher; `None` for a CRC-64/NVME claim,
     /// checked against `crc64`, which is computed anyway.
     claims: Vec<(Claim, Option<Hasher>)>,
@@ -59,7 +63,7 @@ impl Checks {
         if let Some((_, hash)) = &mut self.sha256 {
             hash.update(data);
         }
-        if let Some((_, hash)) = &mut self.md5 {
+        if let Some((hash, _)) = &mut self.md5 {
             hash.update(data);
         }
         let hashers = self.claims.iter_mut().map(|(_, h)| h);
@@ -104,16 +108,13 @@ fn check_claim(claim: &Claim, hasher: Option<&Hasher>, crc64: u64) -> Result<(),
 
 /// The checks the request's headers ask for, refused before any byte is
 /// read when one is malformed.
-fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
+fn checks(call: &Call, decoder: Option<&Decoder>, want_md5: bool) -> Result<Checks, S3Error> {
     let sha256 = match call.verified.as_ref().map(|v| v.payload) {
         Some(Payload::Sha256(expected)) => Some((expected, PayloadHasher::new())),
         _ => None,
     };
-    let md5 = call
-        .header("content-md5")?
-        .map(content_md5)
-        .transpose()?
-        .map(|want| (want, Md5::new()));
+    let claimed_md5 = call.header("content-md5")?.map(content_md5).transpose()?;
+    let md5 = (want_md5 || claimed_md5.is_some()).then(|| (Md5::new(), claimed_md5));
     let mut claims = Vec::new();
     for (name, value) in &call.parts.headers {
         let Some(algorithm) = Algorithm::of_header(name.as_str())? else {
@@ -148,7 +149,9 @@ fn checks(call: &Call, decoder: Option<&Decoder>) -> Result<Checks, S3Error> {
 }
 
 /// Reads `body` whole, at most `limit` decoded bytes, and checks every
-/// claim the request makes about it.
+/// claim the request makes about it; `want_md5` also reports the bytes'
+/// MD5 (a pass more than the claims need, so only a whole object's
+/// publish asks for it).
 ///
 /// # Errors
 /// `EntityTooLarge` past `limit`; `SlowDown` when the body budget is
@@ -160,6 +163,7 @@ pub(super) async fn read<'a>(
     call: &'a Call,
     body: Body,
     limit: u64,
+    want_md5: bool,
 ) -> Result<Received<'a>, S3Error> {
     let bodies = &call.host.bodies;
     let mut decoder = match &call.verified {
@@ -172,7 +176,7 @@ pub(super) async fn read<'a>(
     {
         return Err(too_large(limit));
     }
-    let mut checks = checks(call, decoder.as_ref())?;
+    let mut checks = checks(call, decoder.as_ref(), want_md5)?;
     // Up front, so a body that cannot fit is refused before it is read.
     let mut held = bodies
         .reserve(declared.unwrap_or(0))
@@ -254,14 +258,14 @@ pub(super) async fn read<'a>(
     if let Some((expected, hash)) = sha256 {
         hash.check(&expected)?;
     }
-    if let Some((expected, hash)) = md5 {
-        let actual: [u8; 16] = hash.finalize().into();
-        if actual != expected {
-            return Err(S3Error::new(
-                Code::BadDigest,
-                "The Content-MD5 you specified did not match what we received.",
-            ));
-        }
+    let md5 = md5.map(|(hash, claimed)| (<[u8; 16]>::from(hash.finalize()), claimed));
+    if let Some((actual, Some(expected))) = md5
+        && actual != expected
+    {
+        return Err(S3Error::new(
+            Code::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ));
     }
     let crc64 = crc64.finalize();
     let mut met = Vec::new();
@@ -285,6 +289,7 @@ pub(super) async fn read<'a>(
     Ok(Received {
         bytes: buffer.freeze(),
         crc64,
+        md5: md5.filter(|_| want_md5).map(|(actual, _)| actual),
         claims: met,
         _held: held,
     })

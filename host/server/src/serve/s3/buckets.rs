@@ -29,7 +29,7 @@ use custodian_s3_wire::xml::{self, DeleteEntry, KEY_ENCODE, Writer};
 use percent_encoding::utf8_percent_encode;
 
 use super::objects::{delete_one, object_key_of};
-use super::{Call, body, errors, xml as xml_response};
+use super::{Call, body, errors, etag, xml as xml_response};
 
 /// Most store pages one listing request reads.
 const MAX_SCAN_PAGES: usize = 8;
@@ -368,7 +368,7 @@ pub(super) async fn list_objects(call: &Call, v2: bool) -> Result<Response, S3Er
                 "LastModified",
                 &date::timestamp(item.last_modified_ms.unwrap_or(0)),
             );
-            w.text_element("ETag", &item.etag);
+            w.text_element("ETag", &etag::of(&item.etag, item.content_md5));
             w.text_element("Size", &item.size.to_string());
             w.text_element("StorageClass", "STANDARD");
             w.close("Contents");
@@ -419,6 +419,7 @@ pub(super) async fn list_versions(call: &Call) -> Result<Response, S3Error> {
                     key: item.key,
                     version_id: "null".into(),
                     etag: item.etag,
+                    content_md5: item.content_md5,
                     size: item.size,
                     is_current: true,
                     is_delete_marker: false,
@@ -470,7 +471,7 @@ pub(super) async fn list_versions(call: &Call) -> Result<Response, S3Error> {
                     &date::timestamp(v.last_modified_ms.unwrap_or(0)),
                 );
                 if !v.is_delete_marker {
-                    w.text_element("ETag", &v.etag);
+                    w.text_element("ETag", &etag::of(&v.etag, v.content_md5));
                     w.text_element("Size", &v.size.to_string());
                     w.text_element("StorageClass", "STANDARD");
                 }
@@ -576,7 +577,7 @@ pub(super) async fn delete_objects(call: &Call, body: Body) -> Result<Response, 
             "Missing required header for this request: Content-MD5 (or an x-amz-checksum-*)",
         ));
     }
-    let received = body::read(call, body, xml::MAX_BODY_BYTES as u64).await?;
+    let received = body::read(call, body, xml::MAX_BODY_BYTES as u64, false).await?;
     let delete = xml::parse_delete(&received.bytes)?;
     drop(received);
     let mut w = Writer::document();

@@ -44,6 +44,7 @@ mod auth;
 mod body;
 mod buckets;
 mod errors;
+mod etag;
 mod multipart;
 mod objects;
 mod request;

@@ -29,7 +29,7 @@ use custodian_s3_wire::xml::{self, Writer};
 use super::objects::{
     copy_source, judge_copy, object_key_of, refuse_withheld, user_metadata, value, write_condition,
 };
-use super::{Call, body, errors, xml as xml_response};
+use super::{Call, body, errors, etag, xml as xml_response};
 
 /// Highest part number (S3's).
 const MAX_PART_NUMBER: u32 = 10_000;
@@ -111,7 +111,7 @@ pub(super) async fn upload_part(call: &Call, body: Body) -> Result<Response, S3E
     let object = object_key_of(call.key()?)?;
     let id = upload_id(call)?.to_owned();
     let number = part_number(call)?;
-    let received = body::read(call, body, call.host.limits.max_object_bytes).await?;
+    let received = body::read(call, body, call.host.limits.max_object_bytes, false).await?;
     let len = received.bytes.len() as u64;
     let crc = store
         .upload_part(
@@ -155,7 +155,7 @@ pub(super) async fn upload_part_copy(call: &Call) -> Result<Response, S3Error> {
         .await
         .map_err(|e| errors::of_store(e, false))?;
     if let Some(want) = call.header("x-amz-copy-source-if-match")?
-        && want.trim_matches('"') != meta.etag.trim_matches('"')
+        && want.trim_matches('"') != etag::of_meta(&meta).trim_matches('"')
     {
         return Err(S3Error::new(
             Code::PreconditionFailed,
@@ -212,9 +212,9 @@ pub(super) async fn complete(call: &Call, body: Body) -> Result<Response, S3Erro
     let key = call.key()?.to_owned();
     let object = object_key_of(&key)?;
     let id = upload_id(call)?.to_owned();
-    let condition = write_condition(call)?;
+    let condition = write_condition(call, store.as_ref(), &object).await?;
     refuse_withheld(call, &store_name, &key).await?;
-    let received = body::read(call, body, xml::MAX_BODY_BYTES as u64).await?;
+    let received = body::read(call, body, xml::MAX_BODY_BYTES as u64, false).await?;
     let parts = xml::parse_complete(&received.bytes)?;
     drop(received);
     if parts
@@ -279,7 +279,7 @@ pub(super) async fn complete(call: &Call, body: Body) -> Result<Response, S3Erro
     w.text_element("Location", &format!("/{store_name}/{key}"));
     w.text_element("Bucket", &store_name);
     w.text_element("Key", &key);
-    w.text_element("ETag", &meta.etag);
+    w.text_element("ETag", &etag::of_meta(&meta));
     w.text_element("ChecksumCRC64NVME", &checksum::to_wire(crc64));
     w.close("CompleteMultipartUploadResult");
     let mut response = xml_response(StatusCode::OK, w.finish());

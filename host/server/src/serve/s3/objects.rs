@@ -44,7 +44,7 @@ use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::xml::Writer;
 use percent_encoding::percent_decode_str;
 
-use super::{Call, body, errors, xml as xml_response};
+use super::{Call, body, errors, etag, xml as xml_response};
 use crate::serve::http::byte_range::{ByteRange, parse_range};
 use custodian_s3_wire::date::{http_date, parse_http_date};
 
@@ -125,9 +125,14 @@ fn entity_tag(name: &HeaderName, value: &str) -> Result<String, S3Error> {
     Ok(format!("\"{inner}\""))
 }
 
-/// The guard of a write: S3's conditional writes, else none.
-pub(super) fn write_condition(call: &Call) -> Result<PutCondition, S3Error> {
-    match (
+/// The store's guard for a write of `object`: S3's conditional writes
+/// (an `If-Match` carried to the store's etag, see [`etag`]), else none.
+pub(super) async fn write_condition(
+    call: &Call,
+    store: &dyn ObjectStore,
+    object: &ObjectKey,
+) -> Result<PutCondition, S3Error> {
+    let asked = match (
         call.header(IF_NONE_MATCH.as_str())?,
         call.header(IF_MATCH.as_str())?,
     ) {
@@ -143,13 +148,14 @@ pub(super) fn write_condition(call: &Call) -> Result<PutCondition, S3Error> {
         (None, Some(etag)) => Ok(PutCondition::IfMatch(entity_tag(&IF_MATCH, etag)?)),
         // S3's plain PutObject: last writer wins.
         (None, None) => Ok(PutCondition::Unconditional),
-    }
+    }?;
+    etag::store_condition(store, object, asked).await
 }
 
 /// The headers describing a written version.
 fn written_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     let mut headers = HeaderMap::new();
-    headers.insert(ETAG, value(&meta.etag)?);
+    headers.insert(ETAG, value(&etag::of_meta(meta))?);
     if let Some(version) = &meta.version_id {
         headers.insert("x-amz-version-id", value(version)?);
     }
@@ -174,14 +180,17 @@ pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
     let (store_name, store) = call.store()?;
     let key = call.key()?;
     let object = object_key_of(key)?;
-    let condition = write_condition(call)?;
     let metadata = user_metadata(call)?;
     refuse_withheld(call, &store_name, key).await?;
-    let received = body::read(call, body, call.host.limits.max_object_bytes).await?;
+    let received = body::read(call, body, call.host.limits.max_object_bytes, true).await?;
+    // After the body: an `If-Match` is carried to the store's etag of the
+    // object current now, not when the upload began.
+    let condition = write_condition(call, store.as_ref(), &object).await?;
     let options = PutOptions {
         condition: &condition,
         metadata: &metadata,
         crc64: received.crc64,
+        content_md5: received.md5,
     };
     let mut meta = store
         .put_opts(&object, received.bytes.clone(), options)
@@ -198,8 +207,9 @@ pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
 /// What a read's conditions decide, given the object's metadata.
 fn check_read_conditions(call: &Call, meta: &ObjectMeta) -> Result<(), S3Error> {
     let modified = meta.last_modified_ms.map(|ms| ms / 1000);
+    let seen = etag::of_meta(meta);
     if let Some(want) = call.header(IF_MATCH.as_str())? {
-        let matches = want == "*" || entity_tag(&IF_MATCH, want)? == meta.etag;
+        let matches = want == "*" || entity_tag(&IF_MATCH, want)? == seen;
         if !matches {
             return Err(S3Error::new(
                 Code::PreconditionFailed,
@@ -218,7 +228,7 @@ fn check_read_conditions(call: &Call, meta: &ObjectMeta) -> Result<(), S3Error> 
         let hit = tags
             .split(',')
             .map(str::trim)
-            .any(|tag| tag == "*" || entity_tag(&IF_NONE_MATCH, tag).is_ok_and(|t| t == meta.etag));
+            .any(|tag| tag == "*" || entity_tag(&IF_NONE_MATCH, tag).is_ok_and(|t| t == seen));
         if hit {
             return Err(S3Error::new(Code::NotModified, "Not Modified"));
         }
@@ -239,7 +249,7 @@ fn http_time(call: &Call, name: &HeaderName) -> Result<Option<u64>, S3Error> {
 /// The headers of a read of `meta`, before the body's own.
 fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     let mut headers = HeaderMap::new();
-    headers.insert(ETAG, value(&meta.etag)?);
+    headers.insert(ETAG, value(&etag::of_meta(meta))?);
     if let Some(version) = &meta.version_id {
         headers.insert("x-amz-version-id", value(version)?);
     }
@@ -610,7 +620,7 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
         (&store_name, &key),
     )
     .await?;
-    let condition = write_condition(call)?;
+    let condition = write_condition(call, store.as_ref(), &object).await?;
     let source_meta = source_store
         .head_opts(
             &source,
@@ -683,6 +693,9 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
                     condition: &condition,
                     metadata: &metadata,
                     crc64,
+                    // The bytes read are the source's, checked against its
+                    // CRC on the way.
+                    content_md5: source_meta.content_md5,
                 },
             )
             .await
@@ -692,7 +705,7 @@ pub(super) async fn copy(call: &Call) -> Result<Response, S3Error> {
     };
     let mut w = Writer::document();
     w.open_root("CopyObjectResult");
-    w.text_element("ETag", &meta.etag);
+    w.text_element("ETag", &etag::of_meta(&meta));
     w.text_element(
         "LastModified",
         &date::timestamp(
@@ -751,13 +764,14 @@ fn check_copy_conditions(call: &Call, meta: &ObjectMeta) -> Result<(), S3Error> 
             "At least one of the pre-conditions you specified did not hold (copy source)",
         )
     };
+    let seen = etag::of_meta(meta);
     if let Some(want) = call.header("x-amz-copy-source-if-match")?
-        && entity_tag(&IF_MATCH, want)? != meta.etag
+        && entity_tag(&IF_MATCH, want)? != seen
     {
         return Err(failed());
     }
     if let Some(tag) = call.header("x-amz-copy-source-if-none-match")?
-        && (tag == "*" || entity_tag(&IF_NONE_MATCH, tag)? == meta.etag)
+        && (tag == "*" || entity_tag(&IF_NONE_MATCH, tag)? == seen)
     {
         return Err(failed());
     }

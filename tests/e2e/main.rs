@@ -20,6 +20,7 @@ mod retention_table;
 mod rollback;
 mod runaway;
 mod s3;
+mod s3_dvc;
 mod scale_out;
 mod serve;
 mod server;

@@ -37,7 +37,7 @@ fn clients() -> Option<PathBuf> {
 
 /// A server with its S3 endpoint, and an S3 key of a principal with
 /// `roles`: (server, access key id, secret).
-fn serve_with_key(config: &str, roles: &[&str]) -> (Server, String, String) {
+pub fn serve_with_key(config: &str, roles: &[&str]) -> (Server, String, String) {
     let server = Server::start_with(config, &["--s3-listen", "127.0.0.1:0"]);
     let (access, secret) = s3_key(&server, "alice", roles);
     (server, access, secret)

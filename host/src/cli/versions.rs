@@ -30,7 +30,9 @@ pub enum VersionsCommand {
     /// manifest formats). A pin passes when that version exists, is not a
     /// delete marker, and has the pinned size and etag (etags compare
     /// without quotes; a plain S3 etag, as DVC records, matches the S3
-    /// backend's "<s3-etag>:<version>" of that same version); a
+    /// backend's "<s3-etag>:<version>" of that same version, and an MD5
+    /// matches a version the embedded store recorded it for, as the S3
+    /// endpoint's ETags are); a
     /// crc64nvme pin must also match the CRC the store recorded. No bytes
     /// are read: MD5 digests are checked by `fetch`.
     ///

@@ -9,6 +9,11 @@
 //! reports for this very object. That is sound: the version id is
 //! checked on its own, and the S3 part is S3's own etag of that version,
 //! which is what the tool recorded.
+//!
+//! A store that recorded a version's MD5 (the embedded store, for objects
+//! written through the S3 endpoint, whose ETag is that MD5) also matches a
+//! pinned etag equal to it: that is the ETag the tool was given for this
+//! very version.
 
 use super::error::object_name;
 
@@ -32,8 +37,14 @@ impl Target {
     }
 
     /// The fields of a found version that differ from this target: its
-    /// version id, size and etag as the store reports them.
-    pub fn mismatches(&self, version_id: Option<&str>, size: u64, etag: &str) -> Vec<&'static str> {
+    /// version id, size, and etag (with its recorded MD5, if any) as the
+    /// store reports them.
+    pub fn mismatches(
+        &self,
+        version_id: Option<&str>,
+        size: u64,
+        (etag, content_md5): (&str, Option<[u8; 16]>),
+    ) -> Vec<&'static str> {
         let mut fields = Vec::new();
         if version_id != Some(self.version_id.as_str()) {
             fields.push("version id");
@@ -41,11 +52,10 @@ impl Target {
         if self.size.is_some_and(|want| want != size) {
             fields.push("size");
         }
-        if self
-            .etag
-            .as_deref()
-            .is_some_and(|want| !etag_matches(want, etag, &self.version_id))
-        {
+        if self.etag.as_deref().is_some_and(|want| {
+            !etag_matches(want, etag, &self.version_id)
+                && content_md5.is_none_or(|md5| unquote(want) != hex::encode(md5))
+        }) {
             fields.push("etag");
         }
         fields
@@ -97,10 +107,35 @@ mod tests {
             etag: Some("e".into()),
             size: Some(3),
         };
-        assert!(target.mismatches(Some("v1"), 3, "\"e\"").is_empty());
+        assert!(target.mismatches(Some("v1"), 3, ("\"e\"", None)).is_empty());
         assert_eq!(
-            target.mismatches(Some("v2"), 4, "f"),
+            target.mismatches(Some("v2"), 4, ("f", None)),
             vec!["version id", "size", "etag"]
+        );
+    }
+
+    #[test]
+    fn a_pinned_etag_naming_the_recorded_md5_of_the_version_matches() {
+        let md5 = *b"0123456789abcdef";
+        let target = Target {
+            key: "k".into(),
+            version_id: "v1".into(),
+            etag: Some(format!("\"{}\"", hex::encode(md5))),
+            size: None,
+        };
+        assert!(
+            target
+                .mismatches(Some("v1"), 3, ("\"gen\"", Some(md5)))
+                .is_empty()
+        );
+        assert_eq!(
+            target.mismatches(Some("v1"), 3, ("\"gen\"", None)),
+            vec!["etag"]
+        );
+        let other = *b"fedcba9876543210";
+        assert_eq!(
+            target.mismatches(Some("v1"), 3, ("\"gen\"", Some(other))),
+            vec!["etag"]
         );
     }
 }

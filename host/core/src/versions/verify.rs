@@ -330,7 +330,7 @@ async fn check_listed(
                     let fields = job.target.mismatches(
                         Some(job.target.version_id.as_str()),
                         item.size,
-                        &item.etag,
+                        (&item.etag, item.content_md5),
                     );
                     checked_or_mismatch(&pins[job.index], &job.target, 0, Via::Listing, fields)
                 };
@@ -371,7 +371,11 @@ fn checked_or_mismatch(
 
 /// The fields of `meta` that differ from `target` and `pin`'s digest.
 pub(crate) fn meta_mismatches(pin: &Pin, target: &Target, meta: &ObjectMeta) -> Vec<&'static str> {
-    let mut fields = target.mismatches(meta.version_id.as_deref(), meta.size, &meta.etag);
+    let mut fields = target.mismatches(
+        meta.version_id.as_deref(),
+        meta.size,
+        (&meta.etag, meta.content_md5),
+    );
     if let Digest::Crc64Nvme(want) = &pin.digest
         && meta.crc64.map(|crc| format!("{crc:016x}")).as_deref() != Some(want.as_str())
     {

@@ -21,6 +21,7 @@ mod rollback;
 mod runaway;
 mod s3;
 mod s3_dvc;
+mod s3_rust_sdk;
 mod scale_out;
 mod serve;
 mod server;

@@ -13,6 +13,12 @@ pub struct Server {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
+    /// The S3 endpoint's `http://127.0.0.1:PORT`, when started with
+    /// `--s3-listen`.
+    // Only the S3 peer benchmark reads it; every benchmark includes this
+    // module whole.
+    #[allow(dead_code)]
+    pub s3: Option<String>,
 }
 
 impl Server {
@@ -30,8 +36,9 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the server starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
+        stdout
             .read_line(&mut line)
             .expect("the server writes where it listens");
         let base = line
@@ -39,7 +46,19 @@ impl Server {
             .strip_prefix("listening on ")
             .expect("the server says where it listens")
             .to_owned();
-        Self { child, base }
+        // The S3 endpoint's line follows at once; it is read before the
+        // pipe is dropped, so the server never writes into a closed one.
+        let s3 = args.iter().any(|a| *a == "--s3-listen").then(|| {
+            line.clear();
+            stdout
+                .read_line(&mut line)
+                .expect("the server writes where its S3 endpoint listens");
+            line.trim()
+                .strip_prefix("s3 endpoint on ")
+                .expect("the server says where its S3 endpoint listens")
+                .to_owned()
+        });
+        Self { child, base, s3 }
     }
 
     /// The server's process id.

@@ -337,6 +337,14 @@ impl ObjectStore for NativeObjects {
         Err(inexpressible("a multipart upload"))
     }
 
+    async fn list_parts(
+        &self,
+        _key: &ObjectKey,
+        _upload_id: &str,
+    ) -> Result<Vec<custodian_object::UploadedPart>, ObjectError> {
+        Err(inexpressible("a multipart upload"))
+    }
+
     fn admin(&self) -> &dyn ObjectAdmin {
         self
     }

@@ -531,8 +531,17 @@ out["part_10001"] = err(lambda: s3.upload_part(Bucket="serving", Key="mp", Uploa
 out["no_upload"] = err(lambda: s3.upload_part(Bucket="serving", Key="mp", UploadId="0" * 32, PartNumber=1, Body=b"x"))
 out["pending"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="serving").get("Uploads", [])]
 out["unpublished"] = err(lambda: s3.head_object(Bucket="serving", Key="mp"))
-complete([(1, p1), (2, p2)])()
+listed = s3.list_parts(Bucket="serving", Key="mp", UploadId=up)
+out["listed"] = [[p["PartNumber"], p["ETag"] == e, p["Size"]] for p, e in zip(listed["Parts"], [p1, p2])]
+page = s3.list_parts(Bucket="serving", Key="mp", UploadId=up, MaxParts=1)
+out["paged"] = [page["IsTruncated"], page["NextPartNumberMarker"], [p["PartNumber"] for p in page["Parts"]]]
+rest = s3.list_parts(Bucket="serving", Key="mp", UploadId=up, PartNumberMarker=1)
+out["rest"] = [p["PartNumber"] for p in rest["Parts"]]
+out["parts_elsewhere"] = err(lambda: s3.list_parts(Bucket="serving", Key="other", UploadId=up))
+# A client resuming the upload completes it from the listing alone.
+complete([(p["PartNumber"], p["ETag"]) for p in listed["Parts"]])()
 out["mp"] = s3.get_object(Bucket="serving", Key="mp")["Body"].read().decode()
+out["parts_after"] = err(lambda: s3.list_parts(Bucket="serving", Key="mp", UploadId=up))
 other = s3.create_multipart_upload(Bucket="serving", Key="abandoned")["UploadId"]
 s3.abort_multipart_upload(Bucket="serving", Key="abandoned", UploadId=other)
 out["after_abort"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="serving").get("Uploads", [])]
@@ -540,6 +549,19 @@ out["after_abort"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="servin
     );
     assert_eq!(out["size"], 100 << 20, "{out}");
     assert_eq!(out["same"], true, "{out}");
+    assert_eq!(
+        out["listed"],
+        json!([[1, true, 10], [2, true, 10]]),
+        "{out}"
+    );
+    assert_eq!(out["paged"], json!([true, 1, [1]]), "{out}");
+    assert_eq!(out["rest"], json!([2]), "{out}");
+    assert_eq!(
+        out["parts_elsewhere"],
+        json!(["NoSuchUpload", 404]),
+        "{out}"
+    );
+    assert_eq!(out["parts_after"], json!(["NoSuchUpload", 404]), "{out}");
     assert_eq!(
         out["out_of_order"],
         json!(["InvalidPartOrder", 400]),

@@ -178,6 +178,7 @@ macro_rules! object_conformance_tests {
             a_compose_with_a_wrong_crc_publishes_nothing_and_leaves_no_upload,
             a_compose_respects_its_condition,
             a_pending_upload_is_listed_until_aborted_and_aborting_twice_is_fine,
+            an_uploads_parts_are_listed_by_number_until_it_is_aborted,
             metadata_declared_when_an_upload_starts_is_published_when_it_completes,
             an_upload_missing_a_part_cannot_complete,
             a_part_with_a_wrong_crc_is_refused,
@@ -2207,6 +2208,36 @@ pub async fn a_pending_upload_is_listed_until_aborted_and_aborting_twice_is_fine
         NoSuchUpload
     );
     assert_err!(store.head("dir/k").await, NotFound);
+}
+
+/// Conformance check: an upload's parts are listed by number, with their
+/// sizes (and CRCs, where the backend reports them), a part uploaded
+/// again replaced; another key's upload, an unknown one and an aborted
+/// one are `NoSuchUpload`.
+pub async fn an_uploads_parts_are_listed_by_number_until_it_is_aborted(store: &impl ObjectStore) {
+    let id = create_upload(store, "k", &no_metadata()).await;
+    assert_eq!(store.list_parts(&key("k"), &id).await.unwrap(), []);
+    upload_part(store, "k", &id, 3, b"third").await;
+    upload_part(store, "k", &id, 1, b"first, first try").await;
+    upload_part(store, "k", &id, 1, b"first").await;
+    let parts = store.list_parts(&key("k"), &id).await.unwrap();
+    let shape: Vec<_> = parts.iter().map(|p| (p.number, p.size)).collect();
+    assert_eq!(shape, [(1, 5), (3, 5)]);
+    for (part, body) in parts.iter().zip([&b"first"[..], b"third"]) {
+        assert!(
+            part.crc64.is_none_or(|crc| crc == crc64_nvme(body)),
+            "part {} reports CRC {:?}",
+            part.number,
+            part.crc64
+        );
+    }
+    assert_err!(store.list_parts(&key("other"), &id).await, NoSuchUpload);
+    assert_err!(
+        store.list_parts(&key("k"), "no-such-upload").await,
+        NoSuchUpload
+    );
+    store.abort_upload(&key("k"), &id).await.unwrap();
+    assert_err!(store.list_parts(&key("k"), &id).await, NoSuchUpload);
 }
 
 /// Conformance check: an upload missing a part cannot complete.

@@ -333,6 +333,19 @@ pub struct PendingUpload {
     pub initiated_ms: Option<u64>,
 }
 
+/// One part of an in-progress multipart assembly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedPart {
+    /// Its number.
+    pub number: u32,
+    /// Length in bytes.
+    pub size: u64,
+    /// Its CRC-64/NVME, when the backend has it.
+    pub crc64: Option<u64>,
+    /// When it was uploaded, ms since the epoch, when known.
+    pub last_modified_ms: Option<u64>,
+}
+
 /// One lifecycle rule, reduced to what version retention cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LifecycleView {
@@ -524,6 +537,15 @@ pub trait ObjectStore: Send + Sync {
 
     /// Every pending upload under `prefix`.
     async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError>;
+
+    /// The parts uploaded so far to `upload_id` of `key`, ascending by
+    /// number; `NoSuchUpload` for an upload that is not pending (or is
+    /// another key's).
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, ObjectError>;
 
     /// Assembles and publishes one generation from local and copied parts;
     /// see [`compose`]. Every failure aborts the assembly. Written once

@@ -19,8 +19,8 @@ use super::{
     BootstrapReport, CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult,
     HeadOptions, LifecycleView, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, Metadata,
     ObjectAdmin, ObjectError, ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload,
-    PutCondition, PutOptions, RetentionOutcome, UploadOptions, validate_limit, validate_metadata,
-    validate_part_number, validate_range,
+    PutCondition, PutOptions, RetentionOutcome, UploadOptions, UploadedPart, validate_limit,
+    validate_metadata, validate_part_number, validate_range,
 };
 use custodian_base::checksum::crc64_nvme;
 use custodian_base::clock::Clock;
@@ -712,6 +712,26 @@ impl ObjectStore for MemoryStore {
                 key: upload.key.clone(),
                 upload_id: id.clone(),
                 initiated_ms: Some(upload.initiated_ms),
+            })
+            .collect())
+    }
+
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, ObjectError> {
+        let mut state = self.lock();
+        let upload = Self::upload(&mut state, key, upload_id)?;
+        Ok(upload
+            .parts
+            .iter()
+            .map(|(&number, (body, crc64))| UploadedPart {
+                number,
+                size: body.len() as u64,
+                crc64: Some(*crc64),
+                // Parts keep no time here.
+                last_modified_ms: None,
             })
             .collect())
     }

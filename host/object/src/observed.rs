@@ -112,6 +112,11 @@ pub enum Call<'a> {
         /// The prefix listed.
         prefix: &'a str,
     },
+    /// [`ObjectStore::list_parts`].
+    ListParts {
+        /// The key the upload would publish.
+        key: &'a str,
+    },
 }
 
 impl<'a> Call<'a> {
@@ -148,6 +153,7 @@ impl<'a> Call<'a> {
             Call::CompleteUpload { .. } => "complete_upload",
             Call::AbortUpload { .. } => "abort_upload",
             Call::ListUploads { .. } => "list_uploads",
+            Call::ListParts { .. } => "list_parts",
         }
     }
 
@@ -166,7 +172,8 @@ impl<'a> Call<'a> {
             | Call::CreateUpload { key }
             | Call::UploadPart { key, .. }
             | Call::CompleteUpload { key }
-            | Call::AbortUpload { key } => Some(key),
+            | Call::AbortUpload { key }
+            | Call::ListParts { key } => Some(key),
             Call::List { .. } | Call::ListVersions { .. } | Call::ListUploads { .. } => None,
         }
     }
@@ -400,6 +407,15 @@ impl ObjectStore for Observed {
     async fn list_uploads(&self, prefix: &str) -> Result<Vec<PendingUpload>, ObjectError> {
         let run = self.inner.list_uploads(prefix);
         self.observe(Call::ListUploads { prefix }, run).await
+    }
+
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<crate::UploadedPart>, ObjectError> {
+        let run = self.inner.list_parts(key, upload_id);
+        self.observe(Call::ListParts { key }, run).await
     }
 
     async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {

@@ -298,6 +298,14 @@ impl ObjectStore for LockedStore {
         self.inner.list_uploads(prefix).await
     }
 
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<custodian_object::UploadedPart>, ObjectError> {
+        self.inner.list_parts(key, upload_id).await
+    }
+
     async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
         let mut attempt = 0;
         loop {

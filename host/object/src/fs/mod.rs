@@ -341,6 +341,14 @@ impl ObjectStore for FsStore {
         self.pending_uploads(prefix)
     }
 
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<crate::UploadedPart>, ObjectError> {
+        self.uploaded_parts(key, upload_id)
+    }
+
     fn admin(&self) -> &dyn ObjectAdmin {
         self
     }

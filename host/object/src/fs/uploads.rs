@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    CompleteOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PendingUpload, validate_metadata,
+    CompleteOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PendingUpload, UploadedPart,
+    validate_metadata,
 };
 use custodian_base::checksum::{Crc64Nvme, crc64_nvme};
 
@@ -402,6 +403,34 @@ impl FsStore {
         }
         numbers.sort_unstable();
         Ok(numbers)
+    }
+
+    /// `list_parts`: each part's footer (checked against its length) and
+    /// its file's modification time.
+    pub(super) fn uploaded_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<UploadedPart>, ObjectError> {
+        let (dir, _) = self.upload(key, upload_id)?;
+        let mut parts = Vec::new();
+        for number in self.part_numbers(&dir)? {
+            let part = Part::open(&dir, number, key, upload_id)?;
+            let modified = part
+                .file
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .and_then(|d| u64::try_from(d.as_millis()).ok());
+            parts.push(UploadedPart {
+                number,
+                size: part.len,
+                crc64: Some(part.crc64),
+                last_modified_ms: modified,
+            });
+        }
+        Ok(parts)
     }
 
     /// `abort_upload`: an absent upload (or one of another key) is fine.

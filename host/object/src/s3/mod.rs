@@ -439,6 +439,14 @@ impl ObjectStore for S3Store {
         self.pending_uploads(prefix).await
     }
 
+    async fn list_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<crate::UploadedPart>, ObjectError> {
+        self.uploaded_parts(key, upload_id).await
+    }
+
     async fn compose(&self, spec: &ComposeSpec<'_>) -> Result<ObjectMeta, ObjectError> {
         self.compose_concurrently(spec).await
     }

@@ -465,6 +465,29 @@ impl S3Store {
         Ok(meta)
     }
 
+    /// See [`super::super::ObjectStore::list_parts`].
+    pub(super) async fn uploaded_parts(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<Vec<crate::UploadedPart>, ObjectError> {
+        let full = self.keys.full(key)?;
+        let landed = self.landed_parts(key, &full, upload_id).await?;
+        Ok(landed
+            .into_iter()
+            .map(|l| crate::UploadedPart {
+                number: l
+                    .part
+                    .part_number()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
+                size: l.len,
+                crc64: l.part.checksum_crc64_nvme().map(|_| l.crc64),
+                last_modified_ms: None,
+            })
+            .collect())
+    }
+
     /// Every part of an upload, in order (ListParts, paged).
     async fn landed_parts(
         &self,

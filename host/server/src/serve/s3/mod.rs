@@ -242,10 +242,7 @@ async fn dispatch(call: &Call, body: Body) -> Result<Response, S3Error> {
         Op::UploadPartCopy => multipart::upload_part_copy(call).await,
         Op::CompleteMultipartUpload => multipart::complete(call, body).await,
         Op::AbortMultipartUpload => multipart::abort(call).await,
-        Op::ListParts => Err(S3Error::new(
-            Code::NotImplemented,
-            "ListParts is not implemented: the stores do not list an upload's parts",
-        )),
+        Op::ListParts => multipart::list_parts(call).await,
     }
 }
 

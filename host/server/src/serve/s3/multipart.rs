@@ -1,6 +1,6 @@
 //! Multipart uploads: CreateMultipartUpload, UploadPart, UploadPartCopy,
-//! CompleteMultipartUpload, AbortMultipartUpload and ListMultipartUploads,
-//! over the stores' own multipart primitives.
+//! CompleteMultipartUpload, AbortMultipartUpload, ListParts and
+//! ListMultipartUploads, over the stores' own multipart primitives.
 //!
 //! - A part's body is read and checked like a PutObject's (every claim,
 //!   within the per-object limit and the body budget), so one part is
@@ -13,9 +13,9 @@
 //! - Parts are numbered 1..=N without gaps: S3 allows gaps, the stores'
 //!   assembly does not (every SDK numbers parts from 1 without gaps).
 //!   Parts listed out of order are `InvalidPartOrder`.
-//! - ListParts is not served (501): the stores do not list an upload's
-//!   parts. Clients use it only to resume an upload another process
-//!   started.
+//! - ListParts pages the parts the store holds (`max-parts` up to 1000,
+//!   `part-number-marker`), each with the etag its upload answered, so a
+//!   client resuming an upload completes it from the listing.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
@@ -331,6 +331,74 @@ pub(super) async fn list_uploads(call: &Call) -> Result<Response, S3Error> {
         w.close("Upload");
     }
     w.close("ListMultipartUploadsResult");
+    Ok(xml_response(StatusCode::OK, w.finish()))
+}
+
+/// ListParts.
+pub(super) async fn list_parts(call: &Call) -> Result<Response, S3Error> {
+    let (store_name, store) = call.store()?;
+    let key = call.key()?.to_owned();
+    let object = object_key_of(&key)?;
+    let id = upload_id(call)?.to_owned();
+    let number = |name: &str, default: u32| -> Result<u32, S3Error> {
+        call.addressed.param(name).map_or(Ok(default), |text| {
+            text.parse::<u32>().map_err(|_| {
+                S3Error::new(
+                    Code::InvalidArgument,
+                    format!("{name} is not a number: {text:?}"),
+                )
+            })
+        })
+    };
+    // S3's page bound, and its default.
+    let max_parts = number("max-parts", 1_000)?.min(1_000);
+    let marker = number("part-number-marker", 0)?;
+    let parts = store
+        .list_parts(&object, &id)
+        .await
+        .map_err(|e| errors::of_store(e, false))?;
+    let after: Vec<_> = parts.iter().filter(|p| p.number > marker).collect();
+    let page = &after[..after.len().min(max_parts as usize)];
+    let truncated = page.len() < after.len();
+    let mut w = Writer::document();
+    w.open_root("ListPartsResult");
+    w.text_element("Bucket", &store_name);
+    w.text_element("Key", &key);
+    w.text_element("UploadId", &id);
+    w.text_element("PartNumberMarker", &marker.to_string());
+    if let Some(last) = page.last() {
+        w.text_element("NextPartNumberMarker", &last.number.to_string());
+    }
+    w.text_element("MaxParts", &max_parts.to_string());
+    w.text_element("IsTruncated", if truncated { "true" } else { "false" });
+    w.text_element("StorageClass", "STANDARD");
+    for part in page {
+        // A part's etag is its CRC and length; a store that kept no CRC
+        // for a part cannot name it the way Complete will ask for it.
+        let crc = part.crc64.ok_or_else(|| {
+            S3Error::new(
+                Code::NotImplemented,
+                format!(
+                    "the store {store_name:?} keeps no CRC for part {} of this upload",
+                    part.number
+                ),
+            )
+        })?;
+        w.open("Part");
+        w.text_element("PartNumber", &part.number.to_string());
+        w.text_element(
+            "LastModified",
+            &date::timestamp(
+                part.last_modified_ms
+                    .unwrap_or_else(|| call.host.clock.now_ms()),
+            ),
+        );
+        w.text_element("ETag", &part_etag(crc, part.size));
+        w.text_element("Size", &part.size.to_string());
+        w.text_element("ChecksumCRC64NVME", &checksum::to_wire(crc));
+        w.close("Part");
+    }
+    w.close("ListPartsResult");
     Ok(xml_response(StatusCode::OK, w.finish()))
 }
 

@@ -791,3 +791,49 @@ fn md5_hex(bytes: &[u8]) -> String {
     use md5::Digest as _;
     hex::encode(md5::Md5::digest(bytes))
 }
+
+#[test]
+fn with_a_domain_a_bucket_named_in_the_host_is_addressed_virtual_host_style() {
+    let Some(clients) = clients() else { return };
+    let (server, access, secret) =
+        serve_with_key("[s3]\ndomain = \"s3.test\"\n", &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+import http.client, re
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+port = int(endpoint.rsplit(":", 1)[1])
+def send(method, host, path, body=b""):
+    # Signed for the virtual host, sent to the loopback address (no DNS
+    # names the bucket here).
+    request = AWSRequest(method=method, url=f"http://{host}:{port}{path}", data=body)
+    request.headers["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+    request.headers["host"] = f"{host}:{port}"
+    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    connection.request(method, path, body=body or None, headers=dict(request.headers))
+    response = connection.getresponse()
+    return [response.status, response.read().decode(errors="replace")]
+out["put"] = send("PUT", "serving.s3.test", "/vh/a%20b", b"virtual")[0]
+out["get"] = send("GET", "serving.s3.test", "/vh/a%20b")
+out["list"] = re.findall("<Key>(.*?)</Key>", send("GET", "serving.s3.test", "/?list-type=2")[1])
+out["path_style"] = s3.get_object(Bucket="serving", Key="vh/a b")["Body"].read().decode()
+out["unknown_bucket"] = re.findall("<Code>(.*?)</Code>", send("GET", "nothere.s3.test", "/k")[1])
+out["other_host"] = send("GET", "serving.elsewhere.test", "/serving/vh/a%20b")
+"#,
+    );
+    assert_eq!(out["put"], 200, "{out}");
+    assert_eq!(out["get"], json!([200, "virtual"]), "{out}");
+    assert_eq!(out["list"], json!(["vh/a b"]), "{out}");
+    assert_eq!(out["path_style"], "virtual", "{out}");
+    // The gate asks before the store is looked up, as for path style.
+    assert_eq!(out["unknown_bucket"], json!(["AccessDenied"]), "{out}");
+    // A host outside the domain is path style.
+    assert_eq!(out["other_host"], json!([200, "virtual"]), "{out}");
+}

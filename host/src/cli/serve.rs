@@ -132,6 +132,17 @@ fn plan(global: &Global, args: &ServeArgs) -> Result<Plan, Failure> {
         .server
         .listen_limits()
         .map_err(|e| usage(anyhow!(e)))?;
+    if let Some(domain) = &config.s3.domain
+        && (domain.is_empty()
+            || !domain
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
+    {
+        return Err(usage(anyhow!(
+            "[s3] domain {domain:?} is not a host name (letters, digits, '.' and '-'; no \
+             scheme or port)"
+        )));
+    }
     Ok(Plan {
         workers: args
             .workers
@@ -417,7 +428,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         let mut stopped = stop_rx.clone();
         tokio::spawn(http::listen::serve(
             listener,
-            custodian::serve::s3::router(host.clone()),
+            custodian::serve::s3::router(host.clone(), plan.config.s3.domain.clone()),
             plan.listen_limits,
             host.metrics.clone(),
             async move {

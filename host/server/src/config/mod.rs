@@ -121,12 +121,17 @@ pub struct Config {
 /// ```toml
 /// [s3]
 /// listen = "127.0.0.1:9000"   # off unless set (or `custodian serve --s3-listen`)
+/// domain = "s3.example.com"   # also virtual-host style: BUCKET.s3.example.com
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
     /// Where the S3 endpoint listens; `None` serves none.
     pub listen: Option<std::net::SocketAddr>,
+    /// The endpoint's own host name, for virtual-host addressing: a
+    /// request whose `Host` is `BUCKET.DOMAIN` (any port) addresses
+    /// BUCKET, its path being the key. Path style is served either way.
+    pub domain: Option<String>,
 }
 
 /// One named object store.

@@ -1,8 +1,9 @@
 //! The S3 endpoint: the S3 REST API on its own listener (`[s3] listen`),
 //! so that standard clients (the AWS CLI, boto3, rclone, DVC) read and
 //! write the host's stores. Each configured store is a bucket, addressed
-//! path-style (`http://host:port/bucket/key`); virtual-host addressing is
-//! not served.
+//! path-style (`http://host:port/bucket/key`), or virtual-host style
+//! (`http://bucket.DOMAIN:port/key`) when `[s3] domain` names the
+//! endpoint's own host name.
 //!
 //! # Who calls
 //!
@@ -66,9 +67,22 @@ use crate::serve::Host;
 use crate::serve::http::access;
 use request::{Addressed, Operation};
 
-/// The S3 API over `host`.
-pub fn router(host: Arc<Host>) -> Router {
-    Router::new().fallback(handle).with_state(host)
+/// What every request of the endpoint shares: the host, and the
+/// endpoint's own domain for virtual-host addressing (`[s3] domain`).
+#[derive(Clone)]
+struct Endpoint {
+    host: Arc<Host>,
+    domain: Option<Arc<str>>,
+}
+
+/// The S3 API over `host`; with a `domain`, a request whose `Host` is
+/// `BUCKET.DOMAIN` is addressed virtual-host style.
+pub fn router(host: Arc<Host>, domain: Option<String>) -> Router {
+    let endpoint = Endpoint {
+        host,
+        domain: domain.map(Arc::from),
+    };
+    Router::new().fallback(handle).with_state(endpoint)
 }
 
 /// One request in progress: who sent it, what it addresses, and its head.
@@ -145,11 +159,12 @@ fn no_such_bucket(name: &str) -> S3Error {
 }
 
 /// Serves one request: its answer, or its error as S3's XML.
-async fn handle(State(host): State<Arc<Host>>, request: Request) -> Response {
+async fn handle(State(endpoint): State<Endpoint>, request: Request) -> Response {
     let started = Instant::now();
     let id = request_id();
     let method = request.method().clone();
-    let (answer, operation) = serve(host.clone(), request).await;
+    let host = endpoint.host.clone();
+    let (answer, operation) = serve(endpoint, request).await;
     let mut response = match answer {
         Ok(response) => response,
         Err(error) => error_response(&error, &id, method == Method::HEAD),
@@ -168,11 +183,15 @@ async fn handle(State(host): State<Arc<Host>>, request: Request) -> Response {
 
 /// Authenticates, classifies, gates and dispatches `request`.
 async fn serve(
-    host: Arc<Host>,
+    Endpoint { host, domain }: Endpoint,
     request: Request,
 ) -> (Result<Response, S3Error>, Option<Operation>) {
     let (parts, body) = request.into_parts();
-    let addressed = match Addressed::parse(&parts.uri) {
+    let hosted = domain.as_deref().and_then(|domain| {
+        let named = parts.headers.get(axum::http::header::HOST)?.to_str().ok()?;
+        request::virtual_bucket(named, domain)
+    });
+    let addressed = match Addressed::parse(&parts.uri, hosted) {
         Ok(addressed) => addressed,
         Err(error) => return (Err(error), None),
     };

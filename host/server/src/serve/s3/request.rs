@@ -52,6 +52,22 @@ const UNSUPPORTED: [&str; 28] = [
     "renameObject",
 ];
 
+/// The bucket a `Host` header names under the endpoint's own `domain`
+/// (virtual-host addressing: `BUCKET.DOMAIN`, any port, any case), or
+/// `None` for any other host, which is then addressed path style.
+pub(super) fn virtual_bucket<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
+    // An IPv6 literal has no bucket label; anything else drops its port.
+    let name = if host.starts_with('[') {
+        return None;
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    let suffix = name.len().checked_sub(domain.len())?;
+    let bucket = name.get(..suffix)?.strip_suffix('.')?;
+    let tail = name.get(suffix..)?;
+    (tail.eq_ignore_ascii_case(domain) && !bucket.is_empty()).then_some(bucket)
+}
+
 /// The bucket, key and query of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Addressed {
@@ -65,22 +81,31 @@ pub(super) struct Addressed {
 }
 
 impl Addressed {
-    /// Reads the path-style address of `uri`: `/bucket/key…`.
+    /// Reads the address of `uri`: path style (`/bucket/key…`), or, when
+    /// the `Host` named a bucket (`hosted`, see [`virtual_bucket`]),
+    /// virtual-host style (`/key…`).
     ///
     /// # Errors
     /// `InvalidArgument` for a path or query that does not decode to
     /// UTF-8, or a repeated parameter; `KeyTooLongError` for a key over
     /// [`MAX_KEY_BYTES`]; `InvalidBucketName` for a bucket that cannot
     /// be one.
-    pub(super) fn parse(uri: &Uri) -> Result<Self, S3Error> {
+    pub(super) fn parse(uri: &Uri, hosted: Option<&str>) -> Result<Self, S3Error> {
         let raw = uri.path();
         let path = raw.strip_prefix('/').unwrap_or(raw);
-        let (bucket, key) = match path.split_once('/') {
-            None if path.is_empty() => (None, None),
-            None => (Some(decode(path, "the bucket")?), None),
+        let (bucket, key) = match (hosted, path.split_once('/')) {
+            (Some(bucket), _) => (
+                Some(bucket.to_owned()),
+                Some(path)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| decode(p, "the key"))
+                    .transpose()?,
+            ),
+            (None, None) if path.is_empty() => (None, None),
+            (None, None) => (Some(decode(path, "the bucket")?), None),
             // `/bucket/` addresses the bucket, as S3 reads it.
-            Some((bucket, "")) => (Some(decode(bucket, "the bucket")?), None),
-            Some((bucket, key)) => (
+            (None, Some((bucket, ""))) => (Some(decode(bucket, "the bucket")?), None),
+            (None, Some((bucket, key))) => (
                 Some(decode(bucket, "the bucket")?),
                 Some(decode(key, "the key")?),
             ),
@@ -394,11 +419,46 @@ mod tests {
     use super::*;
 
     fn addressed(uri: &str) -> Result<Addressed, S3Error> {
-        Addressed::parse(&uri.parse::<Uri>().unwrap())
+        Addressed::parse(&uri.parse::<Uri>().unwrap(), None)
     }
 
     fn op(method: Method, uri: &str) -> Result<Operation, S3Error> {
         Operation::classify(&method, &addressed(uri)?, &HeaderMap::new())
+    }
+
+    #[test]
+    fn a_host_under_the_domain_names_its_bucket_and_any_other_host_names_none() {
+        let domain = "s3.example.com";
+        for (host, bucket) in [
+            ("serving.s3.example.com", Some("serving")),
+            ("serving.s3.example.com:9000", Some("serving")),
+            ("serving.S3.Example.COM", Some("serving")),
+            ("s3.example.com", None),
+            (".s3.example.com", None),
+            ("serving.other.com", None),
+            ("servings3.example.com", None),
+            ("127.0.0.1:9000", None),
+            ("[::1]:9000", None),
+            ("", None),
+        ] {
+            assert_eq!(virtual_bucket(host, domain), bucket, "{host}");
+        }
+    }
+
+    #[test]
+    fn a_virtual_host_address_takes_the_whole_path_as_its_key() {
+        let uri = "/a/b%2Fc?versionId=v".parse::<Uri>().unwrap();
+        let hosted = Addressed::parse(&uri, Some("serving")).unwrap();
+        assert_eq!(hosted.bucket.as_deref(), Some("serving"));
+        assert_eq!(hosted.key.as_deref(), Some("a/b/c"));
+        assert_eq!(hosted.param("versionId"), Some("v"));
+        let bucket = Addressed::parse(&"/".parse::<Uri>().unwrap(), Some("serving")).unwrap();
+        assert_eq!(
+            (bucket.bucket.as_deref(), bucket.key),
+            (Some("serving"), None)
+        );
+        let bad = Addressed::parse(&"/k".parse::<Uri>().unwrap(), Some("Not_A_Bucket"));
+        assert_eq!(bad.unwrap_err().code, Code::InvalidBucketName);
     }
 
     #[test]

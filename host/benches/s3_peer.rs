@@ -238,8 +238,9 @@ impl Seaweed {
             .unwrap();
         let out = shell.wait_with_output().unwrap();
         let said = String::from_utf8_lossy(&out.stdout);
+        let compact: String = said.split_whitespace().collect();
         assert!(
-            said.contains("\"fsync\": true"),
+            compact.contains("\"fsync\":true"),
             "fs.configure did not turn fsync on:\n{said}{}",
             String::from_utf8_lossy(&out.stderr)
         );

@@ -1,7 +1,7 @@
 //! The one way anything is published: stage → fsync → rename → fsync dir.
 //!
-//! The steps are split across two types so that the arbiter is held only
-//! around the rename, yet no call site can skip a step:
+//! The steps are split across three types so that the arbiter is held
+//! only around the rename, yet no call site can skip a step:
 //!
 //! 1. [`Staged::create`] makes a uniquely named file in `staging/` and
 //!    locks it (the lock marks a live writer: recovery deletes only
@@ -11,8 +11,23 @@
 //! 3. [`Sealed::publish`], which requires proof that the arbiter is held,
 //!    creates any missing directories on the way to the target (fsyncing
 //!    the parent of each new directory, so the new name is durable),
-//!    renames the file in (atomic: readers see the old directory or the
-//!    new one), and fsyncs the target directory (so the rename is).
+//!    and renames the file in (atomic: readers see the old directory or
+//!    the new one). It returns an [`Unsynced`].
+//! 4. [`Unsynced::sync`] fsyncs the target directory, so the rename is
+//!    durable; only then may the publish be acknowledged.
+//!
+//! Step 4 may run after the arbiter is released, so concurrent publishes
+//! wait on their directory syncs side by side instead of one after the
+//! other. That is safe because a directory fsync makes durable every
+//! name the directory holds when it runs, not only the caller's: a writer
+//! that saw our version under the arbiter (a conditional publish of the
+//! same key, which lives in the same directory) and was acknowledged has
+//! fsynced that directory after our rename, so what it built on survives
+//! whenever it does. Readers never took the arbiter, so they could always
+//! see a rename before its sync. New directories are different: the
+//! fsyncs of their parents stay under the arbiter, because a writer that
+//! finds a directory already there cannot tell whether its name is
+//! durable yet.
 //!
 //! A crash before the rename leaves a staging file, which recovery
 //! removes; a crash after the final fsync has published. In between the
@@ -25,7 +40,8 @@
 //! an I/O error) leaves nothing in `staging/`.
 //!
 //! fsyncs per publish: one for the file, one for the target directory,
-//! plus one per directory created on the way (a key's first publish).
+//! plus one per directory created on the way (a key's first publish);
+//! only the last kind is made under the arbiter.
 
 use custodian_base::detail::Detail;
 use std::fs::{File, OpenOptions};
@@ -62,6 +78,20 @@ pub(super) struct Staged(StagingFile);
 /// A staged file whose bytes are durable, waiting to be renamed in.
 #[derive(Debug)]
 pub(super) struct Sealed(StagingFile);
+
+/// A published name whose directory is not fsynced yet: visible, but
+/// not certain to survive a crash until [`Unsynced::sync`] returns.
+#[derive(Debug)]
+#[must_use = "a publish is durable only once `sync` has returned"]
+pub(super) struct Unsynced(PathBuf);
+
+impl Unsynced {
+    /// fsyncs the directory the name went into, with or without the
+    /// arbiter (see the module doc).
+    pub fn sync(self) -> Result<(), ObjectError> {
+        fsync_dir(&self.0)
+    }
+}
 
 /// Where a sealed file goes: `base/dirs.../name`.
 #[derive(Debug, Clone, Copy)]
@@ -121,20 +151,24 @@ impl Staged {
 }
 
 impl Sealed {
-    /// Renames the file to `target` and makes that durable. The arbiter
-    /// must be held (`_held`): whatever was checked before this call is
-    /// still true when the name appears.
-    pub fn publish(mut self, _held: &Held<'_>, target: Target<'_>) -> Result<(), ObjectError> {
+    /// Renames the file to `target`; the returned [`Unsynced`] makes that
+    /// durable. The arbiter must be held (`_held`): whatever was checked
+    /// before this call is still true when the name appears.
+    pub fn publish(
+        mut self,
+        _held: &Held<'_>,
+        target: Target<'_>,
+    ) -> Result<Unsynced, ObjectError> {
         let dir = create_dirs(target.base, target.dirs)?;
         let destination = dir.join(target.name);
         std::fs::rename(&self.0.path, &destination)
             .map_err(|e| io_error("publishing", &destination, e))?;
         // Published: from here on the file is not ours to delete. If the
-        // fsync below fails, the version is visible but may not survive a
-        // crash; the caller gets `Io` and must treat the outcome as
-        // unknown, as after a timed-out PUT to S3.
+        // directory's fsync fails, the version is visible but may not
+        // survive a crash; the caller gets `Io` and must treat the outcome
+        // as unknown, as after a timed-out PUT to S3.
         self.0.published = true;
-        fsync_dir(&dir)
+        Ok(Unsynced(dir))
     }
 }
 

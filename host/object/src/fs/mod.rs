@@ -45,9 +45,14 @@
 //! file), and the key's version directory (the rename itself must be
 //! durable before the publish is acknowledged). A key's first publish
 //! adds one per directory it creates (the parent of each new directory
-//! holds its name). Removing superseded versions on an unversioned store
-//! is not fsynced: undoing it in a crash is harmless (see above). The
-//! body is written from the caller's buffer as is: no copy.
+//! holds its name). Only those directory-creation syncs are made under
+//! the arbiter: the version file is synced before it is taken, and the
+//! version directory after it is released, so concurrent publishes wait
+//! on their syncs side by side (why that is safe: `durable`). A
+//! precondition refusal syncs the directory it was judged on first.
+//! Removing superseded versions on an unversioned store is not fsynced:
+//! undoing it in a crash is harmless (see above). The body is written
+//! from the caller's buffer as is: no copy.
 
 mod durable;
 mod ids;

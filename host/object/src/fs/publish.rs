@@ -9,7 +9,7 @@ use crate::{
     validate_metadata,
 };
 
-use super::durable::{Sealed, Staged, Target, fsync_dir};
+use super::durable::{Sealed, Staged, Target, Unsynced, fsync_dir};
 use super::ids::version_seq;
 use super::layout::KeyPath;
 use super::lock::Held;
@@ -89,12 +89,36 @@ impl FsStore {
             newest.as_ref().map(|(_, f)| f.header()),
             condition,
         )
+        .map_err(|refused| self.durable_refusal(key, refused))
+    }
+
+    /// `refused`, once what it was decided on is durable. A guard is
+    /// judged on the versions the key's directory shows, and one of them
+    /// may be a publish whose directory sync has not run yet (see
+    /// `durable`); a caller must never act on a 412 a crash could undo
+    /// (a create refused as "already there", after which nothing is).
+    /// Syncing the directory makes every version in it durable.
+    pub(super) fn durable_refusal(&self, key: &KeyPath, refused: ObjectError) -> ObjectError {
+        if !matches!(refused, ObjectError::PreconditionFailed(_)) {
+            return refused;
+        }
+        let dir = self.layout.versions_dir(key);
+        // No directory, no version the refusal could rest on.
+        if dir.exists()
+            && let Err(e) = fsync_dir(&dir)
+        {
+            return e;
+        }
+        refused
     }
 
     /// Publishes a sealed version file of `key` if `condition` holds; the
-    /// caller holds the arbiter. On an unversioned store the versions it
-    /// replaced are returned for the caller to remove once it has released
-    /// the arbiter.
+    /// caller holds the arbiter. The rename is made durable by the
+    /// returned [`Unsynced`], which the caller may sync after releasing
+    /// the arbiter (see `durable`). On an unversioned store the versions
+    /// it replaced are returned for the caller to remove once that sync
+    /// has returned: removed before, a crash could lose the old version
+    /// and the new one's name alike.
     pub(super) fn commit_locked(
         &self,
         held: &Held<'_>,
@@ -102,7 +126,7 @@ impl FsStore {
         header: &Header,
         sealed: Sealed,
         condition: &PutCondition,
-    ) -> Result<(ObjectMeta, Superseded), ObjectError> {
+    ) -> Result<(ObjectMeta, Superseded, Unsynced), ObjectError> {
         let dir = self.layout.versions_dir(key);
         let existing = version_ids(&dir)?;
         if *condition != PutCondition::Unconditional {
@@ -136,7 +160,7 @@ impl FsStore {
         };
         let version_id = self.ids.version_id(seq);
         let components = key.versions_components();
-        sealed.publish(
+        let unsynced = sealed.publish(
             held,
             Target {
                 base: &self.layout.objects,
@@ -152,6 +176,7 @@ impl FsStore {
         Ok((
             self.meta(key.key(), &version_id, header),
             Superseded(superseded),
+            unsynced,
         ))
     }
 
@@ -165,8 +190,12 @@ impl FsStore {
     ) -> Result<ObjectMeta, ObjectError> {
         let sealed = staged.seal()?;
         let held = self.arbiter.lock()?;
-        let (meta, superseded) = self.commit_locked(&held, key, header, sealed, condition)?;
+        let committed = self.commit_locked(&held, key, header, sealed, condition);
+        // Concurrent publishes sync their directories side by side.
         drop(held);
+        let (meta, superseded, unsynced) =
+            committed.map_err(|refused| self.durable_refusal(key, refused))?;
+        unsynced.sync()?;
         superseded.remove();
         Ok(meta)
     }

@@ -103,14 +103,17 @@ pub(super) fn prepare(layout: &Layout, versioned: bool) -> Result<(), ObjectErro
             let ids = super::ids::Ids::default();
             let mut staged = Staged::create(layout, &ids)?;
             staged.write(&serde_json::to_vec(&record).expect("a format record serializes"))?;
-            staged.seal()?.publish(
-                &held,
-                Target {
-                    base: root,
-                    dirs: &[],
-                    name: super::layout::FORMAT_FILE,
-                },
-            )
+            staged
+                .seal()?
+                .publish(
+                    &held,
+                    Target {
+                        base: root,
+                        dirs: &[],
+                        name: super::layout::FORMAT_FILE,
+                    },
+                )?
+                .sync()
         }
         Err(e) => Err(io_error("reading", &layout.format, e)),
     }

@@ -200,7 +200,7 @@ impl FsStore {
         staged.write(&serde_json::to_vec(&meta).expect("upload meta serializes"))?;
         let sealed = staged.seal()?;
         let held = self.arbiter.lock()?;
-        sealed.publish(
+        let unsynced = sealed.publish(
             &held,
             Target {
                 base: &self.layout.uploads,
@@ -208,6 +208,8 @@ impl FsStore {
                 name: META,
             },
         )?;
+        drop(held);
+        unsynced.sync()?;
         Ok(upload_id)
     }
 
@@ -222,14 +224,16 @@ impl FsStore {
         let sealed = staged.seal()?;
         let held = self.arbiter.lock()?;
         self.upload_dir(key, upload_id)?;
-        sealed.publish(
+        let unsynced = sealed.publish(
             &held,
             Target {
                 base: &self.layout.uploads,
                 dirs: &[upload_id],
                 name: &part_name(part),
             },
-        )
+        )?;
+        drop(held);
+        unsynced.sync()
     }
 
     /// `upload_part`.
@@ -384,8 +388,12 @@ impl FsStore {
         let held = self.arbiter.lock()?;
         // Aborted (or completed by someone else) meanwhile?
         let dir = self.upload_dir(key, upload_id)?;
-        let (meta, superseded) =
-            self.commit_locked(&held, &key_path, &header, sealed, condition)?;
+        let (meta, superseded, unsynced) = self
+            .commit_locked(&held, &key_path, &header, sealed, condition)
+            .map_err(|refused| self.durable_refusal(&key_path, refused))?;
+        // Synced before the upload goes, under the arbiter: removed first,
+        // a crash could lose the upload and the object it became alike.
+        unsynced.sync()?;
         remove_upload(&held, &dir);
         drop(held);
         superseded.remove();

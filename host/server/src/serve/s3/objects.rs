@@ -132,7 +132,13 @@ pub(super) async fn write_condition(
     store: &dyn ObjectStore,
     object: &ObjectKey,
 ) -> Result<PutCondition, S3Error> {
-    let asked = match (
+    etag::store_condition(store, object, asked_condition(call)?).await
+}
+
+/// The guard a write's headers ask for, as the client spelled it; checked
+/// before any body is read.
+fn asked_condition(call: &Call) -> Result<PutCondition, S3Error> {
+    match (
         call.header(IF_NONE_MATCH.as_str())?,
         call.header(IF_MATCH.as_str())?,
     ) {
@@ -148,8 +154,7 @@ pub(super) async fn write_condition(
         (None, Some(etag)) => Ok(PutCondition::IfMatch(entity_tag(&IF_MATCH, etag)?)),
         // S3's plain PutObject: last writer wins.
         (None, None) => Ok(PutCondition::Unconditional),
-    }?;
-    etag::store_condition(store, object, asked).await
+    }
 }
 
 /// The headers describing a written version.
@@ -180,12 +185,13 @@ pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
     let (store_name, store) = call.store()?;
     let key = call.key()?;
     let object = object_key_of(key)?;
+    let asked = asked_condition(call)?;
     let metadata = user_metadata(call)?;
     refuse_withheld(call, &store_name, key).await?;
     let received = body::read(call, body, call.host.limits.max_object_bytes, true).await?;
     // After the body: an `If-Match` is carried to the store's etag of the
     // object current now, not when the upload began.
-    let condition = write_condition(call, store.as_ref(), &object).await?;
+    let condition = etag::store_condition(store.as_ref(), &object, asked).await?;
     let options = PutOptions {
         condition: &condition,
         metadata: &metadata,

@@ -1,6 +1,7 @@
 //! `custodian:host/audit`: immediate appends to the host's audit log, and
 //! a batch committed with its entries.
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::HostView;
@@ -21,9 +22,23 @@ pub const MAX_ENTRIES: usize = 8;
 const ATTEMPTS: u32 = 4;
 
 /// Makes each `apply-with`'s audit keys differ from every other's in this
-/// process; across processes the keys' hash prefix keeps them apart, and
-/// a collision fails the guard, never overwrites (see [`audit::plan`]).
+/// process; [`SALT`] keeps them apart across processes, and a collision
+/// fails the guard, never overwrites (see [`audit::plan`]).
 static NONCE: AtomicU64 = AtomicU64::new(0);
+
+/// Random bytes and the process id, drawn once per process. Without them
+/// a process restarted on a fixed or simulated clock (`tick --now`, a
+/// host killed and started again within a millisecond) stamps the same
+/// milliseconds with the same nonces as the one before it, and each of
+/// its first calls finds all [`ATTEMPTS`] keys taken.
+static SALT: LazyLock<[u8; 20]> = LazyLock::new(|| {
+    let mut salt = [0u8; 20];
+    // Should the OS refuse randomness, the process id still separates
+    // two processes alive at once.
+    let _ = getrandom::fill(&mut salt[..16]);
+    salt[16..].copy_from_slice(&std::process::id().to_be_bytes());
+    salt
+});
 
 impl wit::Host for HostView<'_> {
     fn append(&mut self, entry: wit::Entry) -> Result<(), HostError> {
@@ -74,6 +89,7 @@ impl wit::Host for HostView<'_> {
             let nonce = NONCE.fetch_add(1, Ordering::Relaxed);
             let unique = [
                 &b"apply-with"[..],
+                &SALT[..],
                 &at_ms.to_be_bytes(),
                 &nonce.to_be_bytes(),
             ]

@@ -49,6 +49,9 @@ use futures::StreamExt as _;
 #[path = "support/server.rs"]
 mod server;
 use server::{Server, TOKEN};
+#[path = "support/wrk.rs"]
+mod wrk;
+use wrk::Figures;
 
 const BUCKET: &str = "serving";
 const OBJECT_BYTES: usize = 64 * 1024;
@@ -96,68 +99,6 @@ request = function()
   return wrk.format("GET", urls[i])
 end
 "#;
-
-/// Requests per second, p50 and p99 in ms, failures.
-#[derive(Debug, Clone, Copy)]
-struct Figures {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    failures: u64,
-}
-
-fn millis(text: &str) -> f64 {
-    let text = text.trim();
-    for (unit, factor) in [("us", 1e-3), ("ms", 1.0), ("s", 1e3)] {
-        if let Some(number) = text.strip_suffix(unit)
-            && let Ok(value) = number.parse::<f64>()
-        {
-            return value * factor;
-        }
-    }
-    panic!("not a wrk latency: {text:?}")
-}
-
-fn wrk(base: &str, seconds: u64, script: &Path) -> Figures {
-    let output = Command::new("wrk")
-        .args(["-t2", "-c16", "--latency", &format!("-d{seconds}s"), "-s"])
-        .arg(script)
-        .arg(base)
-        .output()
-        .expect("wrk runs (apt-get install wrk)");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let field = |prefix: &str| -> Option<String> {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(prefix))
-            .map(|l| l.trim_start()[prefix.len()..].trim().to_owned())
-    };
-    let rps = field("Requests/sec:")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no requests/sec in {text}"));
-    let p50_ms = millis(&field("50%").unwrap_or_else(|| panic!("no p50 in {text}")));
-    let p99_ms = millis(&field("99%").unwrap_or_else(|| panic!("no p99 in {text}")));
-    // Refused answers and broken connections both count.
-    let mut failures = field("Non-2xx or 3xx responses:")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    if let Some(socket) = field("Socket errors:") {
-        failures += socket
-            .split(',')
-            .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    Figures {
-        rps,
-        p50_ms,
-        p99_ms,
-        failures,
-    }
-}
 
 /// A free loopback port (free when asked; the server binds it soon after).
 fn free_port() -> u16 {
@@ -458,7 +399,7 @@ fn weed() -> PathBuf {
 fn print(label: &str, f: &Figures) {
     println!(
         "{label:<34} {:>8.0} req/s   p50 {:>7.2} ms   p99 {:>7.2} ms   failures {}",
-        f.rps, f.p50_ms, f.p99_ms, f.failures
+        f.rps, f.p50_ms, f.p99_ms, f.errors
     );
 }
 
@@ -544,11 +485,11 @@ fn main() {
                 &urls,
             ));
             let lua = script(&format!("{}-put-{round}.lua", peer.name), PUT_LUA, &urls);
-            let put = wrk(&peer.endpoint, seconds, &lua);
+            let put = wrk::run(&peer.endpoint, seconds, Some(&lua), "");
             print(&format!("round {round} PUT  {}", peer.name), &put);
             let urls = dir.path().join(format!("{}-get.txt", peer.name));
             let lua = script(&format!("{}-get.lua", peer.name), GET_LUA, &urls);
-            let get = wrk(&peer.endpoint, seconds, &lua);
+            let get = wrk::run(&peer.endpoint, seconds, Some(&lua), "");
             print(&format!("round {round} GET  {}", peer.name), &get);
             figures.push((peer.name, (put, get)));
         }

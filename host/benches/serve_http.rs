@@ -45,7 +45,10 @@ mod server;
 use server::{Server, TOKEN};
 #[path = "support/builds.rs"]
 mod builds;
+#[path = "support/wrk.rs"]
+mod wrk;
 use builds::takedown_builds;
+use wrk::Figures;
 
 /// wrk's script for PUTs: a distinct key per request per thread.
 const PUT_LUA: &str = r#"
@@ -94,67 +97,6 @@ const PLAIN_KEY: &str =
 /// A content key (`content/` + 64 lowercase hex, the run's number, the
 /// thread and the request): every read of it is checked for a takedown.
 const CONTENT_KEY: &str = r#""/v1/stores/serving/objects/content/" .. string.format("%02x%02x%060x", RUN_NO, id, counter)"#;
-
-/// Requests per second, p50 and p99 in ms, non-2xx answers.
-#[derive(Debug, Clone, Copy)]
-struct Figures {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    errors: u64,
-}
-
-fn millis(text: &str) -> f64 {
-    let text = text.trim();
-    for (unit, factor) in [("us", 1e-3), ("ms", 1.0), ("s", 1e3)] {
-        if let Some(number) = text.strip_suffix(unit)
-            && let Ok(value) = number.parse::<f64>()
-        {
-            return value * factor;
-        }
-    }
-    panic!("not a wrk latency: {text:?}")
-}
-
-fn wrk(base: &str, seconds: u64, script: Option<&Path>, path: &str) -> Figures {
-    let mut command = Command::new("wrk");
-    command.args(["-t2", "-c16", "--latency", &format!("-d{seconds}s")]);
-    if let Some(script) = script {
-        command.arg("-s").arg(script);
-    }
-    let output = command
-        .arg(format!("{base}{path}"))
-        .output()
-        .expect("wrk runs (apt-get install wrk)");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{text}");
-    let field = |prefix: &str| -> Option<String> {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(prefix))
-            .map(|l| l.trim_start()[prefix.len()..].trim().to_owned())
-    };
-    let rps: f64 = field("Requests/sec:")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no requests/sec in {text}"));
-    let p50 = millis(&field("50%").unwrap_or_else(|| panic!("no p50 in {text}")));
-    let p99 = millis(&field("99%").unwrap_or_else(|| panic!("no p99 in {text}")));
-    // Both refused answers and broken connections count as failures.
-    let mut errors = field("Non-2xx or 3xx responses:")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    if let Some(socket) = field("Socket errors:") {
-        errors += socket
-            .split(',')
-            .filter_map(|part| part.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    Figures {
-        rps,
-        p50_ms: p50,
-        p99_ms: p99,
-        errors,
-    }
-}
 
 /// Writes wrk script `name` from `template`, its requests naming `key`
 /// (a Lua expression) of run `run` (`run_no` in content keys), GETs
@@ -250,7 +192,7 @@ fn access(dir: &Path, seconds: u64) {
                     .unwrap()
                     .replace(TOKEN, token);
                 std::fs::write(&path, text).unwrap();
-                let figures = wrk(base, seconds, Some(&path), "/");
+                let figures = wrk::run(base, seconds, Some(&path), "/");
                 print(&format!("{method} {name}, round {round}"), &figures);
                 assert_eq!(figures.errors, 0, "requests failed");
                 let total = totals.entry((method, *name)).or_default();
@@ -303,7 +245,7 @@ fn main() {
     swap(&builds[0]);
 
     println!("custodian serve, 64 KiB objects, wrk -t2 -c16, {seconds} s per run");
-    let health = wrk(&base, seconds, None, "/healthz");
+    let health = wrk::run(&base, seconds, None, "/healthz");
     print("GET /healthz (reference)", &health);
 
     let put = script(
@@ -313,7 +255,7 @@ fn main() {
         ("steady", 0),
         0,
     );
-    let steady_put = wrk(&base, seconds, Some(&put), "/");
+    let steady_put = wrk::run(&base, seconds, Some(&put), "/");
     print("PUT 64 KiB", &steady_put);
     // GETs cycle through the first keys every thread wrote.
     let written = ((steady_put.rps * seconds as f64) / 2.0 / 2.0) as u64;
@@ -324,7 +266,7 @@ fn main() {
         ("steady", 0),
         written.clamp(1, 10_000),
     );
-    let steady_get = wrk(&base, seconds, Some(&get), "/");
+    let steady_get = wrk::run(&base, seconds, Some(&get), "/");
     print("GET 64 KiB", &steady_get);
 
     // The denial check: content keys, written as the plain ones were,
@@ -337,7 +279,7 @@ fn main() {
         ("content", 1),
         0,
     );
-    let content_put = wrk(&base, seconds, Some(&put_content), "/");
+    let content_put = wrk::run(&base, seconds, Some(&put_content), "/");
     print("PUT 64 KiB content keys", &content_put);
     let content_written = ((content_put.rps * seconds as f64) / 2.0 / 2.0) as u64;
     let get_content = script(
@@ -351,9 +293,9 @@ fn main() {
     );
     let (mut plain_rps, mut checked_rps, mut checked_errors) = (0.0, 0.0, 0);
     for round in 1..=2 {
-        let plain = wrk(&base, seconds, Some(&get), "/");
+        let plain = wrk::run(&base, seconds, Some(&get), "/");
         print(&format!("GET plain, round {round}"), &plain);
-        let checked = wrk(&base, seconds, Some(&get_content), "/");
+        let checked = wrk::run(&base, seconds, Some(&get_content), "/");
         print(&format!("GET content (checked), round {round}"), &checked);
         plain_rps += plain.rps;
         checked_rps += checked.rps;
@@ -379,7 +321,7 @@ fn main() {
                     i += 1;
                 }
             });
-            let figures = wrk(&base, seconds, Some(path), "/");
+            let figures = wrk::run(&base, seconds, Some(path), "/");
             stop.store(true, Ordering::Relaxed);
             swapper.join().unwrap();
             figures

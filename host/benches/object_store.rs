@@ -17,6 +17,15 @@
 //!   cross-process lock, the durable rename, header and block checksums).
 //!
 //! Ratios are throughput relative to `write+fsync` (higher is better).
+//!
+//! Then concurrent publishes of 64 KiB (word `concurrent`), WRITERS
+//! threads for a few seconds each, taking turns:
+//! - `durable rename`: each writer publishes new files into one shared
+//!   directory, the reference (what a store that keeps no per-key
+//!   directories pays);
+//! - `fs put, new keys`: `If-None-Match: *` to a fresh key each time (a
+//!   key's first publish also creates its directories);
+//! - `fs put, rewrites`: each writer rewrites its own few keys.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -55,6 +64,120 @@ fn durable_rename(dir: &Path, data: &[u8]) {
     file.sync_data().unwrap();
     std::fs::rename(&temp, dir.join("renamed")).unwrap();
     std::fs::File::open(dir).unwrap().sync_all().unwrap();
+}
+
+/// Concurrent writers in the `concurrent` rows.
+const WRITERS: usize = 16;
+/// How long each concurrent row runs.
+const CONCURRENT_SECONDS: f64 = 3.0;
+
+/// Runs `publish(writer, n)` on WRITERS threads for CONCURRENT_SECONDS
+/// and returns publishes per second.
+fn concurrently(publish: impl Fn(usize, u64) + Sync) -> f64 {
+    let stop = Instant::now() + std::time::Duration::from_secs_f64(CONCURRENT_SECONDS);
+    let started = Instant::now();
+    let done: u64 = std::thread::scope(|scope| {
+        let publish = &publish;
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|writer| {
+                scope.spawn(move || {
+                    let mut n = 0;
+                    while Instant::now() < stop {
+                        publish(writer, n);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum()
+    });
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The concurrent rows (see the module documentation).
+fn concurrent(scratch: &Path) {
+    let data: Vec<u8> = (0..64 << 10).map(|i: usize| (i * 7) as u8).collect();
+    let body = Bytes::from(data.clone());
+    let crc = crc64_nvme(&data);
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    println!("\n{WRITERS} concurrent writers, 64 KiB, {CONCURRENT_SECONDS} s a row, rows in turn");
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..2 {
+        let shared = tempfile::tempdir_in(scratch).unwrap();
+        rates[0].push(concurrently(|writer, n| {
+            let temp = shared.path().join(format!(".stage-{writer}"));
+            let mut file = std::fs::File::create(&temp).unwrap();
+            file.write_all(&data).unwrap();
+            file.sync_data().unwrap();
+            std::fs::rename(&temp, shared.path().join(format!("{writer}-{n}"))).unwrap();
+            std::fs::File::open(shared.path())
+                .unwrap()
+                .sync_all()
+                .unwrap();
+        }));
+        let store = Arc::new(
+            FsStore::open(
+                &scratch.join(format!("concurrent-{round}")),
+                Arc::new(SystemClock),
+                true,
+            )
+            .unwrap(),
+        );
+        rates[1].push(concurrently(|writer, n| {
+            let store = Arc::clone(&store);
+            let body = body.clone();
+            io.block_on(async move {
+                store
+                    .put_whole(
+                        &format!("bench/new-{writer}-{n}"),
+                        body,
+                        &PutCondition::IfNoneMatchAny,
+                        &Metadata::new(),
+                        crc,
+                    )
+                    .await
+                    .unwrap()
+            });
+        }));
+        rates[2].push(concurrently(|writer, n| {
+            let store = Arc::clone(&store);
+            let body = body.clone();
+            io.block_on(async move {
+                store
+                    .put_whole(
+                        &format!("bench/rewrite-{writer}-{}", n % 4),
+                        body,
+                        &PutCondition::Unconditional,
+                        &Metadata::new(),
+                        crc,
+                    )
+                    .await
+                    .unwrap()
+            });
+        }));
+    }
+    let reference = rates[0].iter().sum::<f64>() / 2.0;
+    for (name, rate) in [
+        "durable rename into one directory",
+        "fs put, new keys (If-None-Match: *)",
+        "fs put, rewrites",
+    ]
+    .iter()
+    .zip(&rates)
+    {
+        let mean = rate.iter().sum::<f64>() / 2.0;
+        println!(
+            "{name:<44} {:>9.0} /s   {:.2}x   (rounds: {:.0}, {:.0})",
+            mean,
+            mean / reference,
+            rate[0],
+            rate[1]
+        );
+    }
 }
 
 fn main() {
@@ -141,5 +264,8 @@ fn main() {
                 medians[0] / seconds
             );
         }
+    }
+    if wanted("concurrent") {
+        concurrent(scratch.path());
     }
 }

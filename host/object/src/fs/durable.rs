@@ -44,6 +44,7 @@
 //! only the last kind is made under the arbiter.
 
 use custodian_base::detail::Detail;
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -152,14 +153,27 @@ impl Staged {
 
 impl Sealed {
     /// Renames the file to `target`; the returned [`Unsynced`] makes that
-    /// durable. The arbiter must be held (`_held`): whatever was checked
-    /// before this call is still true when the name appears.
-    pub fn publish(
+    /// durable. The arbiter must be held (`held`): whatever was checked
+    /// before this call is still true when the name appears. Directories
+    /// created on the way are made durable before this returns.
+    pub fn publish(self, held: &Held<'_>, target: Target<'_>) -> Result<Unsynced, ObjectError> {
+        let mut created = NewDirs::default();
+        let unsynced = self.publish_recording(held, target, &mut created)?;
+        created.sync(held)?;
+        Ok(unsynced)
+    }
+
+    /// [`Sealed::publish`], except that the directories whose entries
+    /// the publish created are added to `created` for the caller to sync
+    /// with [`NewDirs::sync`] before it releases the arbiter (so that a
+    /// group of publishes syncs each such directory once; see `group`).
+    pub fn publish_recording(
         mut self,
         _held: &Held<'_>,
         target: Target<'_>,
+        created: &mut NewDirs,
     ) -> Result<Unsynced, ObjectError> {
-        let dir = create_dirs(target.base, target.dirs)?;
+        let dir = create_dirs(target.base, target.dirs, created)?;
         let destination = dir.join(target.name);
         std::fs::rename(&self.0.path, &destination)
             .map_err(|e| io_error("publishing", &destination, e))?;
@@ -172,26 +186,42 @@ impl Sealed {
     }
 }
 
+/// Directories that gained a new subdirectory under the arbiter and must
+/// be fsynced before it is released: a writer that finds a directory
+/// already there cannot tell whether its name is durable yet (see the
+/// module doc), so no directory may be seen by another writer before it
+/// is.
+#[derive(Debug, Default)]
+#[must_use = "new directories are durable only once `sync` has returned"]
+pub(super) struct NewDirs(BTreeSet<PathBuf>);
+
+impl NewDirs {
+    /// The directories to sync, each once, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = &Path> {
+        self.0.iter().map(PathBuf::as_path)
+    }
+
+    /// fsyncs every directory, while the arbiter is still held (`_held`).
+    pub fn sync(self, _held: &Held<'_>) -> Result<(), ObjectError> {
+        self.0.iter().try_for_each(|dir| fsync_dir(dir))
+    }
+}
+
 /// Creates `base/dirs...` as needed and returns it. Each new directory's
 /// name lives in its parent, so the parent of every created directory is
-/// fsynced; the innermost one is left to the caller, who fsyncs it after
-/// putting something in it.
-fn create_dirs(base: &Path, dirs: &[&str]) -> Result<PathBuf, ObjectError> {
+/// added to `created`; the innermost one is left to the caller, who
+/// fsyncs it after putting something in it.
+fn create_dirs(base: &Path, dirs: &[&str], created: &mut NewDirs) -> Result<PathBuf, ObjectError> {
     let mut path = base.to_path_buf();
-    let mut created: Vec<PathBuf> = Vec::new();
     for dir in dirs {
+        let parent = path.clone();
         path.push(dir);
         match std::fs::create_dir(&path) {
-            Ok(()) => created.push(path.clone()),
+            Ok(()) => {
+                created.0.insert(parent);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_error("creating directory", &path, e)),
-        }
-    }
-    if let Some(first) = created.first() {
-        let parent = first.parent().unwrap_or(base);
-        fsync_dir(parent)?;
-        for dir in &created[..created.len() - 1] {
-            fsync_dir(dir)?;
         }
     }
     Ok(path)

@@ -83,13 +83,38 @@ impl Arbiter {
 
     /// Waits for the arbiter.
     pub fn lock(&self) -> Result<Held<'_>, ObjectError> {
+        self.turn().lock()
+    }
+
+    /// Waits for this process's turn at the arbiter: its mutex, without
+    /// the flock yet (a group commit's follower needs only that; see
+    /// `group`).
+    pub fn turn(&self) -> Turn<'_> {
         // A thread that panicked while holding the mutex released the
         // flock on the way out (`Held` unlocks on drop), and nothing else
         // lives behind the mutex: poisoning carries no meaning here.
-        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        file.lock()
-            .map_err(|e| io_error("locking", &self.path, e))?;
-        Ok(Held { file })
+        Turn {
+            file: self.file.lock().unwrap_or_else(PoisonError::into_inner),
+            path: &self.path,
+        }
+    }
+}
+
+/// This thread's turn at the arbiter: no other thread of the process can
+/// take it, but other processes still can until [`Turn::lock`].
+#[derive(Debug)]
+pub(super) struct Turn<'a> {
+    file: MutexGuard<'a, File>,
+    path: &'a Path,
+}
+
+impl<'a> Turn<'a> {
+    /// Takes the flock too.
+    pub fn lock(self) -> Result<Held<'a>, ObjectError> {
+        self.file
+            .lock()
+            .map_err(|e| io_error("locking", self.path, e))?;
+        Ok(Held { file: self.file })
     }
 }
 

@@ -334,3 +334,134 @@ fn a_writer_killed_at_random_moments_never_leaves_a_torn_object() {
         );
     }
 }
+
+// ── a group of publishes killed midway ───────────────────────────────
+
+/// Threads publishing at once in the grouped-kill child: enough that
+/// publishes wait for the arbiter together and commit as groups.
+const GROUP_WRITERS: usize = 8;
+const GROUP_KILLS: usize = 12;
+
+/// The body of new key `key`: its own name, repeated, so a body of
+/// another key or a torn one never passes.
+fn group_body(key: &str) -> Bytes {
+    Bytes::from(key.repeat(1 + key.len() % 7 * 100))
+}
+
+/// The grouped-kill child: GROUP_WRITERS threads create new keys (each
+/// publish creates its key's directories, the syncs a group shares)
+/// until killed, appending each acknowledged key to `acked`.
+fn group_child(role: &str) {
+    let [root, ready, acked, round] = role.split('\t').collect::<Vec<_>>()[..] else {
+        panic!("bad role {role:?}")
+    };
+    let store = open(Path::new(root), true);
+    let acked = std::sync::Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(acked)
+            .unwrap(),
+    );
+    std::fs::write(ready, b"").unwrap();
+    std::thread::scope(|scope| {
+        for writer in 0..GROUP_WRITERS {
+            let (store, acked) = (&store, &acked);
+            scope.spawn(move || {
+                for n in 0.. {
+                    let key = format!("g/{round}-{writer}-{n}");
+                    let body = group_body(&key);
+                    let crc = crc64_nvme(&body);
+                    let condition = PutCondition::IfNoneMatchAny;
+                    block_on(store.put_whole(&key, body, &condition, &Metadata::new(), crc))
+                        .unwrap_or_else(|e| panic!("publishing {key}: {e}"));
+                    acked
+                        .lock()
+                        .unwrap()
+                        .write_all(format!("{key}\n").as_bytes())
+                        .unwrap();
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn writers_killed_in_the_middle_of_a_group_lose_no_acknowledged_publish() {
+    if let Some(role) = CHILDREN.role() {
+        group_child(&role);
+        return;
+    }
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let acked = dir.path().join("acked");
+    for kill in 0..GROUP_KILLS {
+        let ready = dir.path().join(format!("ready-{kill}"));
+        let role = format!(
+            "{}\t{}\t{}\t{kill}",
+            root.display(),
+            ready.display(),
+            acked.display()
+        );
+        let mut child = CHILDREN.spawn(
+            "writers_killed_in_the_middle_of_a_group_lose_no_acknowledged_publish",
+            &role,
+        );
+        wait_for(&ready, &mut child);
+        std::thread::sleep(Duration::from_micros(20_000 + rng.below(200_000)));
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the writers stopped by themselves ({status}): {}",
+                stderr_of(&mut child)
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let store = open(&root, true);
+        assert!(staging_is_empty(&root), "recovery leaves no staging file");
+        let acknowledged: Vec<String> = std::fs::read_to_string(&acked)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let mut listed = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = block_on(store.list("g/", cursor.as_deref(), MAX_LIST_PAGE)).unwrap();
+            listed.extend(page.items.into_iter().map(|item| item.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        // Every key there, acknowledged or not, reads back whole.
+        for key in &listed {
+            let (meta, body) = block_on(store.get_whole(key, None))
+                .unwrap_or_else(|e| panic!("reading {key} after kill {kill}: {e}"));
+            assert_eq!(body, group_body(key), "{key} is whole");
+            assert_eq!(meta.crc64, Some(crc64_nvme(&body)));
+        }
+        let listed: std::collections::BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+        for key in &acknowledged {
+            assert!(
+                listed.contains(key.as_str()),
+                "{key} was acknowledged before kill {kill} and is gone"
+            );
+        }
+        // At most one unacknowledged publish per writer was cut off
+        // after its rename.
+        assert!(
+            listed.len() <= acknowledged.len() + GROUP_WRITERS * (kill + 1),
+            "{} keys listed, {} acknowledged",
+            listed.len(),
+            acknowledged.len()
+        );
+    }
+    let published = std::fs::read_to_string(&acked).unwrap().lines().count();
+    eprintln!("{GROUP_KILLS} kills, {published} acknowledged publishes");
+    assert!(
+        published > GROUP_KILLS * GROUP_WRITERS,
+        "the writers barely published; the test proves little"
+    );
+}

@@ -9,7 +9,7 @@ use crate::{
     validate_metadata,
 };
 
-use super::durable::{Sealed, Staged, Target, Unsynced, fsync_dir};
+use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced, fsync_dir};
 use super::ids::version_seq;
 use super::layout::KeyPath;
 use super::lock::Held;
@@ -38,6 +38,7 @@ fn check_condition(
 /// touched, and a concurrent delete or publish removing the same files
 /// first is harmless. Not fsynced: a removal a crash undoes leaves an
 /// older version that reads ignore and the next publish or open removes.
+#[derive(Debug)]
 #[must_use = "superseded versions are removed by `remove`"]
 pub(super) struct Superseded(Vec<PathBuf>);
 
@@ -113,12 +114,14 @@ impl FsStore {
     }
 
     /// Publishes a sealed version file of `key` if `condition` holds; the
-    /// caller holds the arbiter. The rename is made durable by the
-    /// returned [`Unsynced`], which the caller may sync after releasing
-    /// the arbiter (see `durable`). On an unversioned store the versions
-    /// it replaced are returned for the caller to remove once that sync
-    /// has returned: removed before, a crash could lose the old version
-    /// and the new one's name alike.
+    /// caller holds the arbiter. Directories the publish creates are added
+    /// to `created`, which the caller syncs before it releases the
+    /// arbiter. The rename is made durable by the returned [`Unsynced`],
+    /// which the caller may sync after releasing the arbiter (see
+    /// `durable`). On an unversioned store the versions it replaced are
+    /// returned for the caller to remove once that sync has returned:
+    /// removed before, a crash could lose the old version and the new
+    /// one's name alike.
     pub(super) fn commit_locked(
         &self,
         held: &Held<'_>,
@@ -126,6 +129,7 @@ impl FsStore {
         header: &Header,
         sealed: Sealed,
         condition: &PutCondition,
+        created: &mut NewDirs,
     ) -> Result<(ObjectMeta, Superseded, Unsynced), ObjectError> {
         let dir = self.layout.versions_dir(key);
         let existing = version_ids(&dir)?;
@@ -160,13 +164,14 @@ impl FsStore {
         };
         let version_id = self.ids.version_id(seq);
         let components = key.versions_components();
-        let unsynced = sealed.publish(
+        let unsynced = sealed.publish_recording(
             held,
             Target {
                 base: &self.layout.objects,
                 dirs: &components,
                 name: &version_id,
             },
+            created,
         )?;
         let superseded = if self.versioned {
             Vec::new()
@@ -180,7 +185,8 @@ impl FsStore {
         ))
     }
 
-    /// Stages, seals and commits one version.
+    /// Seals and commits one version, in a group with concurrent
+    /// publishes (see `group`).
     fn publish_staged(
         &self,
         key: &KeyPath,
@@ -189,12 +195,10 @@ impl FsStore {
         condition: &PutCondition,
     ) -> Result<ObjectMeta, ObjectError> {
         let sealed = staged.seal()?;
-        let held = self.arbiter.lock()?;
-        let committed = self.commit_locked(&held, key, header, sealed, condition);
+        let (meta, superseded, unsynced) = self
+            .commit_grouped(key, header, sealed, condition)
+            .map_err(|refused| self.durable_refusal(key, refused))?;
         // Concurrent publishes sync their directories side by side.
-        drop(held);
-        let (meta, superseded, unsynced) =
-            committed.map_err(|refused| self.durable_refusal(key, refused))?;
         unsynced.sync()?;
         superseded.remove();
         Ok(meta)

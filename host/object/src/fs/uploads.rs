@@ -30,7 +30,7 @@ use crate::{
 };
 use custodian_base::checksum::{Crc64Nvme, crc64_nvme};
 
-use super::durable::{Staged, Target};
+use super::durable::{NewDirs, Staged, Target};
 use super::ids::is_upload_id;
 use super::layout::KeyPath;
 use super::lock::Held;
@@ -388,9 +388,12 @@ impl FsStore {
         let held = self.arbiter.lock()?;
         // Aborted (or completed by someone else) meanwhile?
         let dir = self.upload_dir(key, upload_id)?;
-        let (meta, superseded, unsynced) = self
-            .commit_locked(&held, &key_path, &header, sealed, condition)
-            .map_err(|refused| self.durable_refusal(&key_path, refused))?;
+        let mut created = NewDirs::default();
+        let committed =
+            self.commit_locked(&held, &key_path, &header, sealed, condition, &mut created);
+        created.sync(&held)?;
+        let (meta, superseded, unsynced) =
+            committed.map_err(|refused| self.durable_refusal(&key_path, refused))?;
         // Synced before the upload goes, under the arbiter: removed first,
         // a crash could lose the upload and the object it became alike.
         unsynced.sync()?;

@@ -119,45 +119,28 @@ fn concurrent(scratch: &Path) {
                 .sync_all()
                 .unwrap();
         }));
-        let store = Arc::new(
-            FsStore::open(
-                &scratch.join(format!("concurrent-{round}")),
-                Arc::new(SystemClock),
-                true,
-            )
-            .unwrap(),
-        );
+        let store = FsStore::open(
+            &scratch.join(format!("concurrent-{round}")),
+            Arc::new(SystemClock),
+            true,
+        )
+        .unwrap();
+        let publish = |key: String, condition: &PutCondition| {
+            let meta =
+                io.block_on(store.put_whole(&key, body.clone(), condition, &Metadata::new(), crc));
+            black_box(meta.unwrap());
+        };
         rates[1].push(concurrently(|writer, n| {
-            let store = Arc::clone(&store);
-            let body = body.clone();
-            io.block_on(async move {
-                store
-                    .put_whole(
-                        &format!("bench/new-{writer}-{n}"),
-                        body,
-                        &PutCondition::IfNoneMatchAny,
-                        &Metadata::new(),
-                        crc,
-                    )
-                    .await
-                    .unwrap()
-            });
+            publish(
+                format!("bench/new-{writer}-{n}"),
+                &PutCondition::IfNoneMatchAny,
+            );
         }));
         rates[2].push(concurrently(|writer, n| {
-            let store = Arc::clone(&store);
-            let body = body.clone();
-            io.block_on(async move {
-                store
-                    .put_whole(
-                        &format!("bench/rewrite-{writer}-{}", n % 4),
-                        body,
-                        &PutCondition::Unconditional,
-                        &Metadata::new(),
-                        crc,
-                    )
-                    .await
-                    .unwrap()
-            });
+            publish(
+                format!("bench/rewrite-{writer}-{}", n % 4),
+                &PutCondition::Unconditional,
+            );
         }));
     }
     let reference = rates[0].iter().sum::<f64>() / 2.0;

@@ -379,7 +379,7 @@ fn hostile_requests_get_clean_s3_errors_and_store_nothing() {
         &access,
         &secret,
         r#"
-import base64, datetime, re, time, urllib.error
+import base64, datetime, http.client, os, re, time, urllib.error, urllib.parse, zlib
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -444,6 +444,27 @@ out["wrong_md5"] = send("POST", "/serving?delete", ok, {"Content-MD5": md5(b"oth
 out["huge_header"] = send("GET", "/serving/kept", headers={"x-amz-meta-big": "v" * (1 << 20)})
 out["acl_put"] = send("PUT", "/serving/kept?acl", b"<AccessControlPolicy/>")
 out["bad_range"] = err(lambda: s3.get_object(Bucket="serving", Key="kept", Range="bytes=100-200"))
+# Bodies above 1 MiB are streamed into the store as they arrive: every
+# check still decides before anything is published.
+big = os.urandom(3 << 20)
+out["big_wrong_md5"] = send("PUT", "/serving/big-md5", big, {"Content-MD5": md5(b"other")})
+out["big_swapped"] = send("PUT", "/serving/big-swapped", big, payload=hashlib.sha256(b"y").hexdigest())
+crc32 = base64.b64encode((zlib.crc32(big) ^ 1).to_bytes(4, "big")).decode()
+out["big_wrong_crc32"] = send("PUT", "/serving/big-crc", big, {"x-amz-checksum-crc32": crc32})
+def cut_off(path, sent):
+    request = AWSRequest(method="PUT", url=endpoint + path, data=b"",
+                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(len(big))})
+    SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
+    host, port = urllib.parse.urlparse(endpoint).netloc.split(":")
+    connection = http.client.HTTPConnection(host, int(port))
+    connection.putrequest("PUT", path, skip_accept_encoding=True)
+    for name, value in request.prepare().headers.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    connection.send(big[:sent])
+    connection.sock.close()
+cut_off("/serving/big-cut", 2 << 20)
+time.sleep(0.5)
 out["keys"] = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="serving").get("Contents", []))
 out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode()
 "#,
@@ -485,11 +506,24 @@ out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode(
     let huge = out["huge_header"][0].as_u64().unwrap_or(0);
     assert!(huge == 0 || (400..500).contains(&huge), "{out}");
     assert_eq!(out["acl_put"], json!([501, "NotImplemented"]), "{out}");
+    assert_eq!(out["big_wrong_md5"], json!([400, "BadDigest"]), "{out}");
+    assert_eq!(
+        out["big_swapped"],
+        json!([400, "XAmzContentSHA256Mismatch"]),
+        "{out}"
+    );
+    assert_eq!(out["big_wrong_crc32"], json!([400, "BadDigest"]), "{out}");
     assert_eq!(out["bad_range"], json!(["InvalidRange", 416]), "{out}");
     // Nothing any refused request named was stored, and the kept object
     // is intact.
     assert_eq!(out["keys"], json!(["kept"]), "{out}");
     assert_eq!(out["kept"], "kept", "{out}");
+    // Nor did a refused or cut-off streamed body leave a file behind.
+    let staging = server.data.join("serving/staging");
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .unwrap_or_else(|e| panic!("{}: {e}", staging.display()))
+        .collect();
+    assert!(left.is_empty(), "left in staging: {left:?}");
 }
 
 #[test]

@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::{
-    CompleteOptions, EpochCells, GetOptions, ListPage, ListedObject, ListedVersion, MAX_LIST_PAGE,
-    MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, MAX_OBJECT_KEY_BYTES, Metadata, ObjectError,
-    ObjectKey, ObjectMeta, ObjectStore, ObjectStoreExt, PartData, PutCondition, UploadOptions,
+    BodySums, CompleteOptions, EpochCells, GetOptions, ListPage, ListedObject, ListedVersion,
+    MAX_LIST_PAGE, MAX_METADATA_BYTES, MAX_METADATA_ENTRIES, MAX_OBJECT_KEY_BYTES, Metadata,
+    ObjectError, ObjectKey, ObjectMeta, ObjectStore, ObjectStoreExt, PartData, PutCondition,
+    StreamedBody, UploadOptions,
 };
 use custodian_base::checksum::crc64_nvme;
 
@@ -164,7 +165,8 @@ macro_rules! object_conformance_tests {
     // - bootstrap: an operator-time call (`ObjectStore::admin`), never a
     //   plugin's;
     // - a content MD5: plugins publish with a CRC-64/NVME only (the MD5
-    //   is for the S3 endpoint's ETags).
+    //   is for the S3 endpoint's ETags);
+    // - streamed bodies: a plugin hands over whole bodies.
     (@backend_only $how:tt) => {
         $crate::object_conformance_tests!(@each $how;
             a_supplied_md5_is_reported_everywhere_as_given_or_nowhere,
@@ -182,6 +184,9 @@ macro_rules! object_conformance_tests {
             metadata_declared_when_an_upload_starts_is_published_when_it_completes,
             an_upload_missing_a_part_cannot_complete,
             a_part_with_a_wrong_crc_is_refused,
+            a_streamed_body_publishes_once_it_ends_with_its_crc,
+            a_streamed_body_that_fails_ends_early_or_mismatches_publishes_nothing,
+            a_streamed_part_completes_like_any_other_part,
             bootstrap_reports_a_usable_store,
         );
     };
@@ -2274,6 +2279,158 @@ pub async fn a_part_with_a_wrong_crc_is_refused(store: &impl ObjectStore) {
         InvalidArgument
     );
     store.abort_upload(&key("k"), &id).await.unwrap();
+}
+
+// ── streamed bodies ──────────────────────────────────────────────────
+
+/// A streamed body of `pieces`, sent by a task of its own through a
+/// channel narrower than the body (so the store must keep reading for the
+/// sender to finish), ending with `end` (`None`: the sender just stops).
+fn streamed(pieces: Vec<Bytes>, end: Option<Result<BodySums, ObjectError>>) -> StreamedBody {
+    let (sender, body) = StreamedBody::channel(2);
+    tokio::spawn(async move {
+        for piece in pieces {
+            if sender.data(piece).await.is_err() {
+                return;
+            }
+        }
+        match end {
+            Some(Ok(sums)) => {
+                let _ = sender.end(sums).await;
+            }
+            Some(Err(error)) => sender.fail(error).await,
+            None => drop(sender),
+        }
+    });
+    body
+}
+
+/// Many small pieces of a recognisable body, and the body.
+fn pieces_of(len: usize) -> (Vec<Bytes>, Bytes) {
+    let whole: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+    let pieces = whole.chunks(1000).map(Bytes::copy_from_slice).collect();
+    (pieces, Bytes::from(whole))
+}
+
+/// Conformance check: a body streamed in pieces is published whole once
+/// it ends with its CRC, under its condition, with the MD5 its sender
+/// computed (or none, as for a whole body).
+pub async fn a_streamed_body_publishes_once_it_ends_with_its_crc(store: &impl ObjectStore) {
+    let (pieces, whole) = pieces_of(70_000);
+    let sums = BodySums {
+        crc64: crc64_nvme(&whole),
+        content_md5: Some(*b"sixteen md5 byte"),
+    };
+    let options = super::PutOptions {
+        condition: &PutCondition::IfNoneMatchAny,
+        metadata: &metadata(&[("streamed", "yes")]),
+        crc64: 0,
+        content_md5: None,
+    };
+    let body = streamed(pieces.clone(), Some(Ok(sums)));
+    let meta = store
+        .put_stream(&key("s"), body, 1 << 20, options)
+        .await
+        .unwrap();
+    assert_eq!((meta.size, meta.crc64), (70_000, Some(sums.crc64)));
+    assert!(meta.content_md5.is_none() || meta.content_md5 == sums.content_md5);
+    let (read, body) = store.get_whole("s", None).await.unwrap();
+    assert_eq!(body, whole);
+    assert_eq!(read.etag, meta.etag);
+    assert_eq!(read.metadata, metadata(&[("streamed", "yes")]));
+    // The condition still holds the door: the key exists now.
+    let again = store
+        .put_stream(
+            &key("s"),
+            streamed(pieces, Some(Ok(sums))),
+            1 << 20,
+            options,
+        )
+        .await;
+    assert_err!(again, PreconditionFailed);
+    assert_eq!(store.head("s").await.unwrap().etag, meta.etag);
+}
+
+/// Conformance check: a streamed body that its sender fails, that stops
+/// before its end, whose CRC is not the bytes', or that runs past its
+/// limit publishes nothing.
+pub async fn a_streamed_body_that_fails_ends_early_or_mismatches_publishes_nothing(
+    store: &impl ObjectStore,
+) {
+    let (pieces, whole) = pieces_of(20_000);
+    let crc64 = crc64_nvme(&whole);
+    let sums = |crc64| {
+        Some(Ok(BodySums {
+            crc64,
+            content_md5: None,
+        }))
+    };
+    let options = super::PutOptions {
+        condition: &PutCondition::IfNoneMatchAny,
+        metadata: &no_metadata(),
+        crc64: 0,
+        content_md5: None,
+    };
+    let failed = Some(Err(ObjectError::Unavailable("the client went away".into())));
+    let body = streamed(pieces.clone(), failed);
+    let got = store.put_stream(&key("s"), body, 1 << 20, options).await;
+    assert_err!(got, Unavailable);
+    assert_err!(store.head("s").await, NotFound);
+    let body = streamed(pieces.clone(), None);
+    let got = store.put_stream(&key("s"), body, 1 << 20, options).await;
+    assert_err!(got, InvalidArgument);
+    assert_err!(store.head("s").await, NotFound);
+    let body = streamed(pieces.clone(), sums(crc64 ^ 1));
+    let got = store.put_stream(&key("s"), body, 1 << 20, options).await;
+    assert_err!(got, ChecksumMismatch);
+    assert_err!(store.head("s").await, NotFound);
+    let body = streamed(pieces.clone(), sums(crc64));
+    let got = store.put_stream(&key("s"), body, 19_999, options).await;
+    assert_err!(got, InvalidArgument);
+    assert_err!(store.head("s").await, NotFound);
+    // The same body, whole and ending well, goes through.
+    let body = streamed(pieces, sums(crc64));
+    store
+        .put_stream(&key("s"), body, 1 << 20, options)
+        .await
+        .unwrap();
+}
+
+/// Conformance check: a streamed part is stored like a part given whole:
+/// its CRC is checked, and the upload completes with it.
+pub async fn a_streamed_part_completes_like_any_other_part(store: &impl ObjectStore) {
+    let (pieces, first) = pieces_of(store.min_part_size().max(10_000) as usize);
+    let id = create_upload(store, "k", &no_metadata()).await;
+    let wrong = Some(Ok(BodySums {
+        crc64: crc64_nvme(&first) ^ 1,
+        content_md5: None,
+    }));
+    let got = store
+        .upload_part_stream(&key("k"), &id, 1, streamed(pieces.clone(), wrong), u64::MAX)
+        .await;
+    assert_err!(got, ChecksumMismatch);
+    let right = Some(Ok(BodySums {
+        crc64: crc64_nvme(&first),
+        content_md5: None,
+    }));
+    let crc = store
+        .upload_part_stream(&key("k"), &id, 1, streamed(pieces, right), u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(crc, crc64_nvme(&first));
+    upload_part(store, "k", &id, 2, b"the last part").await;
+    let whole = [&first[..], b"the last part"].concat();
+    let options = CompleteOptions {
+        parts: 2,
+        condition: &PutCondition::IfNoneMatchAny,
+        crc64: crc64_nvme(&whole),
+    };
+    store
+        .complete_upload(&key("k"), &id, options)
+        .await
+        .unwrap();
+    assert_eq!(store.get_whole("k", None).await.unwrap().1, whole);
+    no_uploads(store).await;
 }
 
 // ── epoch leases ─────────────────────────────────────────────────────

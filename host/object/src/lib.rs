@@ -54,6 +54,7 @@ mod options;
 /// The S3 backend (AWS and S3-compatible servers).
 pub mod s3;
 pub mod stamps;
+mod streamed;
 
 /// The conformance suite every backend runs (`cargo test` of a third
 /// party's backend can run it too, with the `conformance` feature).
@@ -76,6 +77,7 @@ pub use options::{
     CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult, HeadOptions, PartData,
     PutOptions, UploadOptions,
 };
+pub use streamed::{BodySender, BodySums, Piece, StreamedBody};
 
 /// Longest object key, most user-metadata bytes and entries on one object
 /// (S3's limits, and why, are written once in the contract crate, which
@@ -413,6 +415,16 @@ pub trait ObjectStore: Send + Sync {
     /// Most parts in one multipart assembly.
     fn max_parts(&self) -> u32;
 
+    /// Whether [`ObjectStore::put_stream`] and
+    /// [`ObjectStore::upload_part_stream`] write the body as it arrives,
+    /// holding a bounded buffer, rather than collecting it first (the
+    /// provided methods). A server streams request bodies only into a
+    /// store that does; for the others it reads them whole, within its
+    /// body budget.
+    fn streams_bodies(&self) -> bool {
+        false
+    }
+
     /// Publishes `body` whole if the condition holds and the CRC is the
     /// body's (checked before the condition; nothing is written on any
     /// failure). An `Io` or `Unavailable` error means the outcome is
@@ -424,6 +436,33 @@ pub trait ObjectStore: Send + Sync {
         body: Bytes,
         options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError>;
+
+    /// [`ObjectStore::put_opts`] of a body that is still arriving (see
+    /// [`StreamedBody`]): `options.crc64` and `options.content_md5` are
+    /// ignored, the body's [`Piece::End`] carries them. The condition is
+    /// checked before any byte is read and again at publish; nothing is
+    /// published unless the body ends with `End` and its CRC-64/NVME
+    /// matches. At most `limit` bytes (`InvalidArgument` beyond).
+    ///
+    /// The provided method collects the body and calls `put_opts`, so
+    /// it holds the whole body; a backend that can write as the body
+    /// arrives overrides it and says so in
+    /// [`ObjectStore::streams_bodies`] (the filesystem store does).
+    async fn put_stream(
+        &self,
+        key: &ObjectKey,
+        body: StreamedBody,
+        limit: u64,
+        options: PutOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let (bytes, sums) = body.collect(limit).await?;
+        let options = PutOptions {
+            crc64: sums.crc64,
+            content_md5: sums.content_md5,
+            ..options
+        };
+        self.put_opts(key, bytes, options).await
+    }
 
     /// Server-side copy of the current object at `source` to
     /// `destination`: the source's bytes and CRC, a new etag, and exactly
@@ -520,6 +559,28 @@ pub trait ObjectStore: Send + Sync {
         part: u32,
         data: PartData<'_>,
     ) -> Result<u64, ObjectError>;
+
+    /// [`ObjectStore::upload_part`] of bytes that are still arriving
+    /// (see [`StreamedBody`]); at most `limit` bytes. Returns the part's
+    /// CRC-64/NVME.
+    ///
+    /// The provided method collects the body and calls `upload_part`; a
+    /// backend that can write as the body arrives overrides it.
+    async fn upload_part_stream(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+        part: u32,
+        body: StreamedBody,
+        limit: u64,
+    ) -> Result<u64, ObjectError> {
+        let (body, sums) = body.collect(limit).await?;
+        let data = PartData::Bytes {
+            body,
+            crc64: sums.crc64,
+        };
+        self.upload_part(key, upload_id, part, data).await
+    }
 
     /// Publishes the parts as one object if the condition holds and the
     /// whole has the given CRC. On failure the upload stays pending (the

@@ -25,13 +25,13 @@ use bytes::Bytes;
 use super::{
     CompleteOptions, ComposeSpec, CopyOptions, DeleteOptions, GetOptions, GetResult, HeadOptions,
     ListPage, ListedObject, ListedVersion, ObjectAdmin, ObjectError, ObjectKey, ObjectMeta,
-    ObjectStore, PartData, PendingUpload, PutOptions, UploadOptions,
+    ObjectStore, PartData, PendingUpload, PutOptions, StreamedBody, UploadOptions,
 };
 
 /// One [`ObjectStore`] primitive call, with what it is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call<'a> {
-    /// [`ObjectStore::put_opts`].
+    /// [`ObjectStore::put_opts`] or [`ObjectStore::put_stream`].
     Put {
         /// The key published.
         key: &'a str,
@@ -266,6 +266,10 @@ impl ObjectStore for Observed {
         self.inner.max_parts()
     }
 
+    fn streams_bodies(&self) -> bool {
+        self.inner.streams_bodies()
+    }
+
     async fn put_opts(
         &self,
         key: &ObjectKey,
@@ -273,6 +277,17 @@ impl ObjectStore for Observed {
         options: PutOptions<'_>,
     ) -> Result<ObjectMeta, ObjectError> {
         let run = self.inner.put_opts(key, body, options);
+        self.observe(Call::Put { key }, run).await
+    }
+
+    async fn put_stream(
+        &self,
+        key: &ObjectKey,
+        body: StreamedBody,
+        limit: u64,
+        options: PutOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let run = self.inner.put_stream(key, body, limit, options);
         self.observe(Call::Put { key }, run).await
     }
 
@@ -386,6 +401,25 @@ impl ObjectStore for Observed {
         };
         let call = Call::UploadPart { key, part, source };
         let run = self.inner.upload_part(key, upload_id, part, data);
+        self.observe(call, run).await
+    }
+
+    async fn upload_part_stream(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+        part: u32,
+        body: StreamedBody,
+        limit: u64,
+    ) -> Result<u64, ObjectError> {
+        let call = Call::UploadPart {
+            key,
+            part,
+            source: None,
+        };
+        let run = self
+            .inner
+            .upload_part_stream(key, upload_id, part, body, limit);
         self.observe(call, run).await
     }
 

@@ -52,7 +52,7 @@ use custodian_kv::Kv;
 use custodian_object::{
     CompleteOptions, ComposeSpec, CopyOptions, DeleteOptions, GetOptions, GetResult, HeadOptions,
     ListPage, ListedObject, ListedVersion, ObjectAdmin, ObjectError, ObjectKey, ObjectMeta,
-    ObjectStore, PartData, PendingUpload, PutCondition, PutOptions, UploadOptions,
+    ObjectStore, PartData, PendingUpload, PutCondition, PutOptions, StreamedBody, UploadOptions,
 };
 
 use super::gate::Gate;
@@ -146,6 +146,10 @@ impl ObjectStore for LockedStore {
         self.inner.max_parts()
     }
 
+    fn streams_bodies(&self) -> bool {
+        self.inner.streams_bodies()
+    }
+
     async fn put_opts(
         &self,
         key: &ObjectKey,
@@ -165,6 +169,39 @@ impl ObjectStore for LockedStore {
             if !Self::again(&exact, &result, &mut attempt) {
                 return result;
             }
+        }
+    }
+
+    /// Checked like `put_opts`, but tried once: a streamed body cannot
+    /// be sent twice. If the gate made the write exact and the object
+    /// moved while the body arrived, nothing is stored and the caller is
+    /// told to try again (`Conflict`) instead.
+    async fn put_stream(
+        &self,
+        key: &ObjectKey,
+        body: StreamedBody,
+        limit: u64,
+        options: PutOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let inner = self.inner.as_ref();
+        let exact = self.gate.write(inner, key, Some(options.condition)).await?;
+        let condition = exact.as_ref().unwrap_or(options.condition);
+        let options = PutOptions {
+            condition,
+            ..options
+        };
+        match inner.put_stream(key, body, limit, options).await {
+            Err(ObjectError::PreconditionFailed(_)) if exact.is_some() => {
+                Err(ObjectError::Conflict(
+                    format!(
+                        "another writer published {:?} while this body was arriving; nothing \
+                         was stored, send it again",
+                        key.as_str()
+                    )
+                    .into(),
+                ))
+            }
+            outcome => outcome,
         }
     }
 
@@ -266,6 +303,21 @@ impl ObjectStore for LockedStore {
         let inner = self.inner.as_ref();
         self.gate.write(inner, key, None).await?;
         inner.upload_part(key, upload_id, part, data).await
+    }
+
+    async fn upload_part_stream(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+        part: u32,
+        body: StreamedBody,
+        limit: u64,
+    ) -> Result<u64, ObjectError> {
+        let inner = self.inner.as_ref();
+        self.gate.write(inner, key, None).await?;
+        inner
+            .upload_part_stream(key, upload_id, part, body, limit)
+            .await
     }
 
     async fn complete_upload(

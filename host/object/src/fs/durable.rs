@@ -46,7 +46,8 @@
 use custodian_base::detail::Detail;
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::ObjectError;
@@ -138,6 +139,27 @@ impl Staged {
         self.0
             .file
             .write_all(bytes)
+            .map_err(|e| io_error("writing", &self.0.path, e))
+    }
+
+    /// Leaves the next `len` bytes as a hole for [`Staged::write_at`] to
+    /// fill before sealing (a header whose fields are known only after
+    /// the body that follows it).
+    pub fn skip(&mut self, len: u64) -> Result<(), ObjectError> {
+        let len = i64::try_from(len)
+            .map_err(|_| ObjectError::InvalidArgument(format!("a hole of {len} bytes").into()))?;
+        self.0
+            .file
+            .seek(SeekFrom::Current(len))
+            .map(drop)
+            .map_err(|e| io_error("seeking in", &self.0.path, e))
+    }
+
+    /// Writes `bytes` at `offset`, leaving the append position alone.
+    pub fn write_at(&mut self, bytes: &[u8], offset: u64) -> Result<(), ObjectError> {
+        self.0
+            .file
+            .write_all_at(bytes, offset)
             .map_err(|e| io_error("writing", &self.0.path, e))
     }
 

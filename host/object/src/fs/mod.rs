@@ -92,8 +92,8 @@ use bytes::Bytes;
 use super::{
     BootstrapReport, CompleteOptions, CopyOptions, DeleteOptions, GetOptions, GetResult,
     HeadOptions, ListPage, ListedObject, ListedVersion, MAX_PART_NUMBER, ObjectAdmin, ObjectError,
-    ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload, PutOptions, UploadOptions,
-    validate_range,
+    ObjectKey, ObjectMeta, ObjectStore, PartData, PendingUpload, PutOptions, StreamedBody,
+    UploadOptions, validate_range,
 };
 use custodian_base::clock::Clock;
 
@@ -266,6 +266,10 @@ impl ObjectStore for FsStore {
         MAX_PART_NUMBER
     }
 
+    fn streams_bodies(&self) -> bool {
+        true
+    }
+
     async fn put_opts(
         &self,
         key: &ObjectKey,
@@ -285,6 +289,32 @@ impl ObjectStore for FsStore {
             store.put_bytes(&key, &body, options)
         })
         .await
+    }
+
+    async fn put_stream(
+        &self,
+        key: &ObjectKey,
+        body: StreamedBody,
+        limit: u64,
+        options: PutOptions<'_>,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let key = key.clone();
+        let (condition, metadata) = (options.condition.clone(), options.metadata.clone());
+        self.blocking(move |store| store.put_streamed(&key, body, limit, &condition, &metadata))
+            .await
+    }
+
+    async fn upload_part_stream(
+        &self,
+        key: &ObjectKey,
+        upload_id: &str,
+        part: u32,
+        body: StreamedBody,
+        limit: u64,
+    ) -> Result<u64, ObjectError> {
+        let (key, upload_id) = (key.clone(), upload_id.to_owned());
+        self.blocking(move |store| store.store_part_streamed(&key, &upload_id, part, body, limit))
+            .await
     }
 
     async fn copy_opts(

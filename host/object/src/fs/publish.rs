@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     CopyOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PutCondition, PutOptions,
-    validate_metadata,
+    StreamedBody, validate_metadata,
 };
 
 use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced, fsync_dir};
@@ -238,6 +238,52 @@ impl FsStore {
         staged.write(&header.encode())?;
         staged.write(body)?;
         staged.write(&sums.trailer)?;
+        self.publish_staged(&key, &header, staged, condition)
+    }
+
+    /// `put_stream`: the body is written to the staging file as it
+    /// arrives, after a hole the header fills once the size and
+    /// checksums are known, so nothing but the piece in hand is held.
+    pub(super) fn put_streamed(
+        &self,
+        key: &ObjectKey,
+        body: StreamedBody,
+        limit: u64,
+        condition: &PutCondition,
+        metadata: &Metadata,
+    ) -> Result<ObjectMeta, ObjectError> {
+        let key = KeyPath::new(key);
+        validate_metadata(metadata)?;
+        self.precheck(&key, condition)?;
+        let mut header = self.new_header(&key, (0, 0, None), metadata);
+        let reserved = header.encoded_len_at_most();
+        let mut staged = Staged::create(&self.layout, &self.ids)?;
+        staged.skip(reserved as u64)?;
+        let mut crcs = BlockCrcs::default();
+        let sent = body.blocking_drain(limit, |piece| {
+            crcs.update(piece);
+            staged.write(piece)
+        })?;
+        let sums = crcs.finish();
+        if sums.whole != sent.crc64 {
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "{:?}: the streamed body's CRC-64/NVME is {:016x}, its sender computed \
+                     {:016x}",
+                    key.key(),
+                    sums.whole,
+                    sent.crc64
+                )
+                .into(),
+            ));
+        }
+        header.size = sums.len;
+        header.crc64 = sums.whole;
+        header.content_md5 = sent.content_md5;
+        // When the body was complete, as S3 dates an upload.
+        header.last_modified_ms = self.clock.now_ms();
+        staged.write(&sums.trailer)?;
+        staged.write_at(&header.encode_padded(reserved), 0)?;
         self.publish_staged(&key, &header, staged, condition)
     }
 

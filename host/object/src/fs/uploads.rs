@@ -36,7 +36,7 @@ use super::layout::KeyPath;
 use super::lock::Held;
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header};
 use super::{FsStore, MIN_PART_SIZE, io_error};
-use crate::{MAX_PART_NUMBER, validate_part_number, validate_range};
+use crate::{MAX_PART_NUMBER, StreamedBody, validate_part_number, validate_range};
 
 /// The upload's record.
 pub(super) const META: &str = "meta";
@@ -258,6 +258,42 @@ impl FsStore {
         staged.write(body)?;
         staged.write(&footer(crc64, body.len() as u64))?;
         self.commit_part(key, upload_id, part, staged)
+    }
+
+    /// `upload_part_stream`: the part is written to its staging file as
+    /// it arrives and checked against its sender's CRC at the end.
+    pub(super) fn store_part_streamed(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: StreamedBody,
+        limit: u64,
+    ) -> Result<u64, ObjectError> {
+        validate_part_number(part)?;
+        // Fail before reading anything for an upload that is gone.
+        self.upload_dir(key, upload_id)?;
+        let mut staged = Staged::create(&self.layout, &self.ids)?;
+        let (mut crc, mut len) = (Crc64Nvme::new(), 0u64);
+        let sent = body.blocking_drain(limit, |piece| {
+            crc.update(piece);
+            len += piece.len() as u64;
+            staged.write(piece)
+        })?;
+        let actual = crc.finalize();
+        if actual != sent.crc64 {
+            return Err(ObjectError::ChecksumMismatch(
+                format!(
+                    "part {part} of {key:?}: the streamed body's CRC-64/NVME is {actual:016x}, \
+                     its sender computed {:016x}",
+                    sent.crc64
+                )
+                .into(),
+            ));
+        }
+        staged.write(&footer(actual, len))?;
+        self.commit_part(key, upload_id, part, staged)?;
+        Ok(actual)
     }
 
     /// `upload_part_copy`: a range of the source's current version, which

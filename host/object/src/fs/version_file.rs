@@ -111,21 +111,49 @@ mod md5_hex {
 impl Header {
     /// Everything in the file before the body.
     pub fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_vec(self).expect("a header serializes");
-        let mut out = Vec::with_capacity(PREFIX_LEN + json.len() + 8);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT.to_le_bytes());
-        // Bounded by the validated key and metadata, far below u32::MAX.
-        out.extend_from_slice(&u32::try_from(json.len()).unwrap_or(u32::MAX).to_le_bytes());
-        out.extend_from_slice(&json);
-        let crc = crc64_nvme(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        encode_json(&serde_json::to_vec(self).expect("a header serializes"))
+    }
+
+    /// The longest [`Header::encode`] this header can have once its size,
+    /// CRC, MD5 and time are known: what a writer reserves before a body
+    /// whose length it does not know yet.
+    pub fn encoded_len_at_most(&self) -> usize {
+        let widest = Header {
+            size: u64::MAX,
+            crc64: u64::MAX,
+            last_modified_ms: u64::MAX,
+            content_md5: Some([u8::MAX; 16]),
+            ..self.clone()
+        };
+        widest.encode().len()
+    }
+
+    /// [`Header::encode`], exactly `len` bytes long (at least its own
+    /// length): the JSON is followed by spaces, which JSON allows and
+    /// the recorded header length covers, so readers need no change.
+    pub fn encode_padded(&self, len: usize) -> Vec<u8> {
+        let mut json = serde_json::to_vec(self).expect("a header serializes");
+        let framing = PREFIX_LEN + 8;
+        json.resize(len.saturating_sub(framing).max(json.len()), b' ');
+        encode_json(&json)
     }
 
     fn blocks(&self) -> u64 {
         self.size.div_ceil(self.block_size)
     }
+}
+
+/// Frames a header's JSON: magic, format, length, the JSON, its CRC.
+fn encode_json(json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(PREFIX_LEN + json.len() + 8);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT.to_le_bytes());
+    // Bounded by the validated key and metadata, far below u32::MAX.
+    out.extend_from_slice(&u32::try_from(json.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(json);
+    let crc = crc64_nvme(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
 }
 
 /// The checksums of a body: its full-object CRC and its block CRCs, as

@@ -111,23 +111,29 @@ pub(super) async fn upload_part(call: &Call, body: Body) -> Result<Response, S3E
     let object = object_key_of(call.key()?)?;
     let id = upload_id(call)?.to_owned();
     let number = part_number(call)?;
-    let received = body::read(call, body, call.host.limits.max_object_bytes, false).await?;
-    let len = received.bytes.len() as u64;
-    let crc = store
-        .upload_part(
-            &object,
-            &id,
-            number,
-            PartData::Bytes {
-                body: received.bytes.clone(),
-                crc64: received.crc64,
-            },
-        )
-        .await
-        .map_err(|e| errors::of_store(e, false))?;
+    let limit = call.host.limits.max_object_bytes;
+    let (crc, len, claims) = if body::should_stream(call, store.as_ref())? {
+        let incoming = body::Incoming::new(call, body, limit, false)?;
+        let (finished, crc) = body::stream_into(incoming, |streamed| {
+            store.upload_part_stream(&object, &id, number, streamed, limit)
+        })
+        .await?;
+        (crc, finished.len, finished.claims)
+    } else {
+        let received = body::read(call, body, limit, false).await?;
+        let data = PartData::Bytes {
+            body: received.bytes.clone(),
+            crc64: received.crc64,
+        };
+        let crc = store
+            .upload_part(&object, &id, number, data)
+            .await
+            .map_err(|e| errors::of_store(e, false))?;
+        (crc, received.bytes.len() as u64, received.claims)
+    };
     let mut headers = HeaderMap::new();
     headers.insert("etag", value(&part_etag(crc, len))?);
-    for claim in &received.claims {
+    for claim in &claims {
         headers.insert(claim.algorithm.header(), value(&claim.value)?);
     }
     Ok((StatusCode::OK, headers).into_response())

@@ -39,6 +39,7 @@ use custodian_object::{
     CopyOptions, DeleteOptions, GetOptions, HeadOptions, Metadata, ObjectError, ObjectKey,
     ObjectMeta, ObjectStore, PutCondition, PutOptions,
 };
+use custodian_s3_wire::checksum::Claim;
 use custodian_s3_wire::date;
 use custodian_s3_wire::error::{Code, S3Error};
 use custodian_s3_wire::xml::Writer;
@@ -180,7 +181,9 @@ pub(super) fn value(text: &str) -> Result<HeaderValue, S3Error> {
     })
 }
 
-/// PutObject.
+/// PutObject. A body longer than [`body::STREAM_ABOVE`] (or of unknown
+/// length) is streamed into the store as it arrives; a shorter one is
+/// read whole first.
 pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
     let (store_name, store) = call.store()?;
     let key = call.key()?;
@@ -188,7 +191,25 @@ pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
     let asked = asked_condition(call)?;
     let metadata = user_metadata(call)?;
     refuse_withheld(call, &store_name, key).await?;
-    let received = body::read(call, body, call.host.limits.max_object_bytes, true).await?;
+    let limit = call.host.limits.max_object_bytes;
+    if body::should_stream(call, store.as_ref())? {
+        let incoming = body::Incoming::new(call, body, limit, true)?;
+        // Before the body, unlike below: a streamed publish is guarded on
+        // the object current when it began (a publish meanwhile is 412).
+        let condition = etag::store_condition(store.as_ref(), &object, asked).await?;
+        let options = PutOptions {
+            condition: &condition,
+            metadata: &metadata,
+            crc64: 0,
+            content_md5: None,
+        };
+        let (finished, meta) = body::stream_into(incoming, |streamed| {
+            store.put_stream(&object, streamed, limit, options)
+        })
+        .await?;
+        return put_answer(meta, finished.crc64, &finished.claims);
+    }
+    let received = body::read(call, body, limit, true).await?;
     // After the body: an `If-Match` is carried to the store's etag of the
     // object current now, not when the upload began.
     let condition = etag::store_condition(store.as_ref(), &object, asked).await?;
@@ -198,13 +219,18 @@ pub(super) async fn put(call: &Call, body: Body) -> Result<Response, S3Error> {
         crc64: received.crc64,
         content_md5: received.md5,
     };
-    let mut meta = store
+    let meta = store
         .put_opts(&object, received.bytes.clone(), options)
         .await
         .map_err(|e| errors::of_store(e, false))?;
-    meta.crc64.get_or_insert(received.crc64);
+    put_answer(meta, received.crc64, &received.claims)
+}
+
+/// A PutObject's answer: the written headers and the claims echoed.
+fn put_answer(mut meta: ObjectMeta, crc64: u64, claims: &[Claim]) -> Result<Response, S3Error> {
+    meta.crc64.get_or_insert(crc64);
     let mut headers = written_headers(&meta)?;
-    for claim in &received.claims {
+    for claim in claims {
         headers.insert(claim.algorithm.header(), value(&claim.value)?);
     }
     Ok((StatusCode::OK, headers).into_response())

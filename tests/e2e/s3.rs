@@ -444,6 +444,11 @@ out["wrong_md5"] = send("POST", "/serving?delete", ok, {"Content-MD5": md5(b"oth
 out["huge_header"] = send("GET", "/serving/kept", headers={"x-amz-meta-big": "v" * (1 << 20)})
 out["acl_put"] = send("PUT", "/serving/kept?acl", b"<AccessControlPolicy/>")
 out["bad_range"] = err(lambda: s3.get_object(Bucket="serving", Key="kept", Range="bytes=100-200"))
+# The host's own publish stamps cannot be forged as user metadata.
+out["forged_put"] = err(lambda: s3.put_object(Bucket="serving", Key="forged", Body=b"x", Metadata={"custodian-gen": "7"}))
+out["forged_copy"] = err(lambda: s3.copy_object(Bucket="serving", Key="forged-copy", CopySource={"Bucket": "serving", "Key": "kept"}, MetadataDirective="REPLACE", Metadata={"custodian-epoch": "1"}))
+out["forged_upload"] = err(lambda: s3.create_multipart_upload(Bucket="serving", Key="forged-mp", Metadata={"custodian-flush": "f"}))
+out["uploads"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="serving").get("Uploads", [])]
 # Bodies above 1 MiB are streamed into the store as they arrive: every
 # check still decides before anything is published.
 big = os.urandom(3 << 20)
@@ -506,6 +511,10 @@ out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode(
     let huge = out["huge_header"][0].as_u64().unwrap_or(0);
     assert!(huge == 0 || (400..500).contains(&huge), "{out}");
     assert_eq!(out["acl_put"], json!([501, "NotImplemented"]), "{out}");
+    for case in ["forged_put", "forged_copy", "forged_upload"] {
+        assert_eq!(out[case], json!(["InvalidArgument", 400]), "{case}: {out}");
+    }
+    assert_eq!(out["uploads"], json!([]), "{out}");
     assert_eq!(out["big_wrong_md5"], json!([400, "BadDigest"]), "{out}");
     assert_eq!(
         out["big_swapped"],

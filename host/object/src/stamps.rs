@@ -9,6 +9,10 @@
 
 use super::Metadata;
 
+/// The prefix of every stamp's name: metadata the host writes itself,
+/// which the front ends refuse from callers.
+pub const RESERVED_PREFIX: &str = "custodian-";
+
 const GENERATION: &str = "custodian-gen";
 const EPOCH: &str = "custodian-epoch";
 const FLUSH: &str = "custodian-flush";

@@ -26,6 +26,7 @@ pub mod probation;
 pub mod s3;
 #[cfg(test)]
 mod test_host;
+pub(crate) mod user_metadata;
 pub mod workers;
 
 use std::collections::BTreeMap;

@@ -47,15 +47,13 @@ use percent_encoding::percent_decode_str;
 
 use super::{Call, body, errors, etag, xml as xml_response};
 use crate::serve::http::byte_range::{ByteRange, parse_range};
+use crate::serve::user_metadata;
 use custodian_s3_wire::date::{http_date, parse_http_date};
 
 /// Bytes read from the store at once when streaming an object: a read
 /// holds at most this much (and the client's socket buffer), whatever
 /// the object's size.
 pub(super) const WINDOW_BYTES: u64 = 8 << 20;
-
-/// S3's prefix of user-metadata headers.
-const META_PREFIX: &str = "x-amz-meta-";
 
 /// The store's key for `key`.
 pub(super) fn object_key_of(key: &str) -> Result<ObjectKey, S3Error> {
@@ -86,28 +84,11 @@ pub(super) async fn refuse_withheld(call: &Call, store: &str, key: &str) -> Resu
     }
 }
 
-/// The `x-amz-meta-*` headers as user metadata (names lower case, as
-/// HTTP delivers them); the store checks names, values and sizes.
+/// The `x-amz-meta-*` headers as user metadata (see
+/// [`user_metadata::from_headers`]).
 pub(super) fn user_metadata(call: &Call) -> Result<Metadata, S3Error> {
-    let mut metadata = Metadata::new();
-    for (name, value) in &call.parts.headers {
-        let Some(key) = name.as_str().strip_prefix(META_PREFIX) else {
-            continue;
-        };
-        let value = value.to_str().map_err(|_| {
-            S3Error::new(
-                Code::InvalidArgument,
-                format!("the {name} header is not visible ASCII"),
-            )
-        })?;
-        if metadata.insert(key.to_owned(), value.to_owned()).is_some() {
-            return Err(S3Error::new(
-                Code::InvalidArgument,
-                format!("the {name} header is repeated"),
-            ));
-        }
-    }
-    Ok(metadata)
+    user_metadata::from_headers(&call.parts.headers)
+        .map_err(|why| S3Error::new(Code::InvalidArgument, why))
 }
 
 /// One strong entity-tag from a condition header, quoted as the stores
@@ -297,12 +278,14 @@ fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
         headers.insert("x-amz-storage-class", value(class)?);
     }
     for (key, text) in &meta.metadata {
-        let name = HeaderName::try_from(format!("{META_PREFIX}{key}")).map_err(|_| {
-            S3Error::new(
-                Code::InternalError,
-                format!("metadata {key:?} is not a header name"),
-            )
-        })?;
+        let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX)).map_err(
+            |_| {
+                S3Error::new(
+                    Code::InternalError,
+                    format!("metadata {key:?} is not a header name"),
+                )
+            },
+        )?;
         headers.insert(name, value(text)?);
     }
     Ok(headers)

@@ -7,6 +7,7 @@ use axum::http::header::{ACCEPT_RANGES, CONTENT_TYPE, ETAG, LAST_MODIFIED};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::serve::http::ApiError;
+use crate::serve::user_metadata;
 use custodian_base::checksum;
 use custodian_object::{Metadata, ObjectMeta};
 
@@ -15,9 +16,6 @@ pub(in crate::serve::http) const CHECKSUM: HeaderName =
     HeaderName::from_static("x-amz-checksum-crc64nvme");
 /// S3's header for the version a response describes.
 pub(super) const VERSION_ID: HeaderName = HeaderName::from_static("x-amz-version-id");
-/// The prefix of user-metadata headers (S3's).
-const META_PREFIX: &str = "x-amz-meta-";
-
 /// A header's value as text, if present.
 pub(in crate::serve::http) fn header_text<'h>(
     headers: &'h HeaderMap,
@@ -43,24 +41,10 @@ pub(super) fn claimed_crc(headers: &HeaderMap) -> Result<Option<u64>, ApiError> 
         .transpose()
 }
 
-/// The `x-amz-meta-*` headers as user metadata; the store checks names,
-/// values and sizes with its own rules.
+/// The `x-amz-meta-*` headers as user metadata (see
+/// [`user_metadata::from_headers`]).
 pub(super) fn user_metadata(headers: &HeaderMap) -> Result<Metadata, ApiError> {
-    let mut metadata = Metadata::new();
-    for (name, value) in headers {
-        let Some(key) = name.as_str().strip_prefix(META_PREFIX) else {
-            continue;
-        };
-        let value = value
-            .to_str()
-            .map_err(|_| ApiError::invalid(format!("the {name} header is not visible ASCII")))?;
-        // A repeated header would have to be joined or dropped; either
-        // stores something the caller did not write once.
-        if metadata.insert(key.to_owned(), value.to_owned()).is_some() {
-            return Err(ApiError::invalid(format!("the {name} header is repeated")));
-        }
-    }
-    Ok(metadata)
+    user_metadata::from_headers(headers).map_err(ApiError::invalid)
 }
 
 /// A header value from text the server made.
@@ -96,7 +80,7 @@ pub(super) fn read_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, 
         headers.insert(LAST_MODIFIED, value(&http_date(ms / 1000))?);
     }
     for (key, text) in &meta.metadata {
-        let name = HeaderName::try_from(format!("{META_PREFIX}{key}"))
+        let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX))
             .map_err(|_| ApiError::internal(format!("metadata {key:?} is not a header name")))?;
         headers.insert(name, value(text)?);
     }
@@ -138,6 +122,20 @@ mod tests {
         assert_eq!(read.header("x-amz-meta-purpose"), "test run");
         assert!(read.header(LAST_MODIFIED).ends_with(" GMT"));
         assert!(!read.header(&VERSION_ID).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_put_naming_a_publish_stamp_is_refused_and_stores_nothing() {
+        let app = app().await;
+        for name in ["x-amz-meta-custodian-gen", "x-amz-meta-custodian-epoch"] {
+            let headers = [("if-none-match", "*"), (name, "7")];
+            let reply = put(&app, "forged", &headers, b"bytes").await;
+            let body = String::from_utf8_lossy(&reply.body);
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body}");
+            assert!(body.contains("reserved"), "{body}");
+        }
+        let read = get(&app, "/v1/stores/serving/objects/forged", &[]).await;
+        assert_eq!(read.status, StatusCode::NOT_FOUND);
     }
 
     #[tokio::test]

@@ -145,6 +145,19 @@ s3.copy_object(Bucket="serving", Key="docs/copy", CopySource={"Bucket": "serving
 out["copy"] = s3.get_object(Bucket="serving", Key="docs/copy")["Body"].read().decode()
 s3.delete_object(Bucket="serving", Key="docs/copy")
 out["deleted"] = err(lambda: s3.get_object(Bucket="serving", Key="docs/copy"))
+# The Content-Type a write sends is kept and read back (not as user
+# metadata), carried by a copy, and replaced with the metadata.
+s3.put_object(Bucket="serving", Key="docs/table.csv", Body=b"a,b", ContentType="text/csv", Metadata={"m": "1"})
+typed = s3.head_object(Bucket="serving", Key="docs/table.csv")
+s3.copy_object(Bucket="serving", Key="docs/table-copy.csv", CopySource={"Bucket": "serving", "Key": "docs/table.csv"})
+copied = s3.get_object(Bucket="serving", Key="docs/table-copy.csv")
+s3.copy_object(Bucket="serving", Key="docs/table.txt", CopySource={"Bucket": "serving", "Key": "docs/table.csv"},
+               MetadataDirective="REPLACE", ContentType="text/plain")
+replaced = s3.head_object(Bucket="serving", Key="docs/table.txt")
+out["content_types"] = [typed["ContentType"], typed["Metadata"], copied["ContentType"], replaced["ContentType"], replaced["Metadata"]]
+out["untyped"] = s3.head_object(Bucket="serving", Key=key)["ContentType"]
+for k in ["docs/table.csv", "docs/table-copy.csv", "docs/table.txt"]:
+    s3.delete_object(Bucket="serving", Key=k)
 batch = s3.delete_objects(Bucket="serving", Delete={"Objects": [{"Key": "docs/sub0/f0"}, {"Key": "docs/sub1/f1"}]})
 out["batch"] = sorted(d["Key"] for d in batch.get("Deleted", []))
 out["batch_errors"] = batch.get("Errors", [])
@@ -209,6 +222,12 @@ out["big"] = hashlib.sha256(s3.get_object(Bucket="serving", Key="big")["Body"].r
     assert_eq!(out["paged"], all, "{out}");
     assert_eq!(out["paged_v1"], all, "{out}");
     assert_eq!(out["copy"], "HELLO", "{out}");
+    assert_eq!(
+        out["content_types"],
+        json!(["text/csv", {"m": "1"}, "text/csv", "text/plain", {}]),
+        "{out}"
+    );
+    assert_eq!(out["untyped"], "binary/octet-stream", "{out}");
     assert_eq!(out["deleted"], json!(["NoSuchKey", 404]), "{out}");
     assert_eq!(
         out["batch"],

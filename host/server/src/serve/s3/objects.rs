@@ -85,10 +85,15 @@ pub(super) async fn refuse_withheld(call: &Call, store: &str, key: &str) -> Resu
 }
 
 /// The `x-amz-meta-*` headers as user metadata (see
-/// [`user_metadata::from_headers`]).
+/// [`user_metadata::from_headers`]), and the `Content-Type` to keep with
+/// the object.
 pub(super) fn user_metadata(call: &Call) -> Result<Metadata, S3Error> {
-    user_metadata::from_headers(&call.parts.headers)
-        .map_err(|why| S3Error::new(Code::InvalidArgument, why))
+    let headers = &call.parts.headers;
+    let mut metadata = user_metadata::from_headers(headers)
+        .map_err(|why| S3Error::new(Code::InvalidArgument, why))?;
+    user_metadata::keep_content_type(headers, &mut metadata)
+        .map_err(|why| S3Error::new(Code::InvalidArgument, why))?;
+    Ok(metadata)
 }
 
 /// One strong entity-tag from a condition header, quoted as the stores
@@ -266,10 +271,8 @@ fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     if let Some(version) = &meta.version_id {
         headers.insert("x-amz-version-id", value(version)?);
     }
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("binary/octet-stream"),
-    );
+    let kept = user_metadata::content_type(&meta.metadata, "binary/octet-stream");
+    headers.insert(CONTENT_TYPE, value(kept)?);
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Some(ms) = meta.last_modified_ms {
         headers.insert(LAST_MODIFIED, value(&http_date(ms / 1000))?);
@@ -277,7 +280,7 @@ fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     if let Some(class) = &meta.storage_class {
         headers.insert("x-amz-storage-class", value(class)?);
     }
-    for (key, text) in &meta.metadata {
+    for (key, text) in user_metadata::user_entries(&meta.metadata) {
         let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX)).map_err(
             |_| {
                 S3Error::new(

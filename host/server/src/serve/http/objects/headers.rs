@@ -71,15 +71,13 @@ pub(super) fn meta_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, 
 /// client of bytes expects, and the user metadata.
 pub(super) fn read_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, ApiError> {
     let mut headers = meta_headers(meta, whole)?;
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
+    let kept = user_metadata::content_type(&meta.metadata, "application/octet-stream");
+    headers.insert(CONTENT_TYPE, value(kept)?);
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Some(ms) = meta.last_modified_ms {
         headers.insert(LAST_MODIFIED, value(&http_date(ms / 1000))?);
     }
-    for (key, text) in &meta.metadata {
+    for (key, text) in user_metadata::user_entries(&meta.metadata) {
         let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX))
             .map_err(|_| ApiError::internal(format!("metadata {key:?} is not a header name")))?;
         headers.insert(name, value(text)?);

@@ -107,7 +107,7 @@ const MIN_PART_SIZE: u64 = 1;
 
 /// An object store in one local directory. See the module documentation.
 ///
-/// What a call needs is shared behind `Arc`s so that [`FsStore::share`]
+/// What a call needs is shared behind `Arc`s so that `FsStore::share`
 /// can hand the store to a blocking-pool task for the price of a few
 /// reference counts.
 pub struct FsStore {

@@ -122,6 +122,9 @@ out["etag_matches"] = got["ETag"] == out["put"]
 out["range"] = s3.get_object(Bucket="serving", Key=key, Range="bytes=6-")["Body"].read().decode()
 out["head"] = s3.head_object(Bucket="serving", Key=key)["ContentLength"]
 out["create_again"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfNoneMatch="*"))
+# A body large enough to be streamed is refused by its condition as
+# cleanly, before the store reads it.
+out["create_again_big"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x" * (3 << 20), IfNoneMatch="*"))
 out["stale_match"] = err(lambda: s3.put_object(Bucket="serving", Key=key, Body=b"x", IfMatch='"0123"'))
 out["replace"] = s3.put_object(Bucket="serving", Key=key, Body=b"HELLO", IfMatch=out["put"])["ETag"] != out["put"]
 # A single-part object's ETag is its MD5, in every answer that names it.
@@ -221,6 +224,11 @@ out["big"] = hashlib.sha256(s3.get_object(Bucket="serving", Key="big")["Body"].r
     ]);
     assert_eq!(out["paged"], all, "{out}");
     assert_eq!(out["paged_v1"], all, "{out}");
+    assert_eq!(
+        out["create_again_big"],
+        json!(["PreconditionFailed", 412]),
+        "{out}"
+    );
     assert_eq!(out["copy"], "HELLO", "{out}");
     assert_eq!(
         out["content_types"],

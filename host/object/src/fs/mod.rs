@@ -291,6 +291,9 @@ impl ObjectStore for FsStore {
         .await
     }
 
+    /// Written from the blocking pool as the pieces arrive. Outside a
+    /// runtime it runs inline, so the body must already be complete
+    /// there (its sender cannot run while the store waits for it).
     async fn put_stream(
         &self,
         key: &ObjectKey,

@@ -40,10 +40,12 @@ impl BodyLimit {
     }
 }
 
-/// How the server reads request bodies, across all requests: every body
-/// is held in memory until its handler is done with it (an object's is
-/// checked against its CRC before anything is published), so the bytes
-/// held at once are bounded here, not only per request. Without this
+/// How the server reads request bodies, across all requests: a body read
+/// whole is held in memory until its handler is done with it (an
+/// object's is checked against its CRC before anything is published), and
+/// an S3 body streamed into the store holds a fixed reservation while it
+/// arrives, so the bytes held at once are bounded here, not only per
+/// request. Without this
 /// bound, 16 connections each holding an unfinished 60 MiB upload took a
 /// server from 81 MB to over 1 GB of memory.
 pub struct Bodies {

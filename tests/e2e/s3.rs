@@ -563,6 +563,67 @@ out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode(
 }
 
 #[test]
+fn a_streamed_body_that_stalls_is_refused_on_time_and_leaves_nothing_behind() {
+    let Some(clients) = clients() else { return };
+    let config = "[server]\nbody_timeout_ms = 300\n";
+    let (server, access, secret) = serve_with_key(config, &["writer:store/serving"]);
+    let endpoint = server.s3.clone().unwrap();
+    let out = boto3(
+        &clients,
+        &endpoint,
+        &access,
+        &secret,
+        r#"
+import http.client, re, time, urllib.parse
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+big = b"s" * (3 << 20)
+request = AWSRequest(method="PUT", url=endpoint + "/serving/stalled", data=b"",
+                     headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(len(big))})
+SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
+host, port = urllib.parse.urlparse(endpoint).netloc.split(":")
+connection = http.client.HTTPConnection(host, int(port), timeout=10)
+connection.putrequest("PUT", "/serving/stalled", skip_accept_encoding=True)
+for name, value in request.prepare().headers.items():
+    connection.putheader(name, value)
+connection.endheaders()
+connection.send(big[:2 << 20])
+started = time.time()
+time.sleep(1.5)
+try:
+    connection.send(big[2 << 20:])
+except OSError:
+    pass
+try:
+    response = connection.getresponse()
+    text = response.read().decode(errors="replace")
+    code = re.search("<Code>(.*?)</Code>", text)
+    out["stalled"] = [response.status, code.group(1) if code else text[:200]]
+except OSError as e:
+    out["stalled"] = [0, type(e).__name__]
+out["waited"] = time.time() - started
+out["keys"] = [o["Key"] for o in s3.list_objects_v2(Bucket="serving").get("Contents", [])]
+s3.put_object(Bucket="serving", Key="after", Body=b"a" * (2 << 20))
+out["after"] = s3.head_object(Bucket="serving", Key="after")["ContentLength"]
+"#,
+    );
+    // Refused (400 `RequestTimeout`, as S3 answers it) or, if the server
+    // closed first, cut off; either way nothing was published and the
+    // server goes on serving.
+    let status = out["stalled"][0].as_u64().unwrap_or(0);
+    assert!(
+        out["stalled"] == json!([400, "RequestTimeout"]) || status == 0,
+        "{out}"
+    );
+    assert_eq!(out["keys"], json!([]), "{out}");
+    assert_eq!(out["after"], 2 << 20, "{out}");
+    let staging = server.data.join("serving/staging");
+    let left: Vec<_> = std::fs::read_dir(&staging).unwrap().collect();
+    assert!(left.is_empty(), "left in staging: {left:?}");
+}
+
+#[test]
 fn boto3s_transfer_manager_moves_100_mib_in_parts_and_a_bad_completion_publishes_nothing() {
     let Some(clients) = clients() else { return };
     let (server, access, secret) = serve_with_key("", &["writer:store/serving"]);

@@ -142,7 +142,8 @@ impl FsStore {
     fn lead(&self, turn: Turn<'_>, jobs: Vec<Job>) {
         let held = match turn.lock() {
             Ok(held) => held,
-            Err(error) => {
+            Err((_turn, error)) => {
+                // Answered before `_turn` goes, as below.
                 for job in jobs {
                     job.slot.put(Err(error.clone()));
                 }

@@ -83,7 +83,7 @@ impl Arbiter {
 
     /// Waits for the arbiter.
     pub fn lock(&self) -> Result<Held<'_>, ObjectError> {
-        self.turn().lock()
+        self.turn().lock().map_err(|(_, error)| error)
     }
 
     /// Waits for this process's turn at the arbiter: its mutex, without
@@ -109,12 +109,17 @@ pub(super) struct Turn<'a> {
 }
 
 impl<'a> Turn<'a> {
-    /// Takes the flock too.
-    pub fn lock(self) -> Result<Held<'a>, ObjectError> {
-        self.file
-            .lock()
-            .map_err(|e| io_error("locking", self.path, e))?;
-        Ok(Held { file: self.file })
+    /// Takes the flock too; if that fails, the turn comes back with the
+    /// error (a group's leader answers its publishes before it lets the
+    /// turn go; see `group`).
+    pub fn lock(self) -> Result<Held<'a>, (Self, ObjectError)> {
+        match self.file.lock() {
+            Ok(()) => Ok(Held { file: self.file }),
+            Err(e) => {
+                let error = io_error("locking", self.path, e);
+                Err((self, error))
+            }
+        }
     }
 }
 

@@ -209,7 +209,14 @@ fn sync_each(_held: &Held<'_>, dirs: &NewDirs) -> BTreeMap<PathBuf, ObjectError>
     let helpers = dirs.len().min(PARALLEL_SYNCS).saturating_sub(1);
     std::thread::scope(|scope| {
         for _ in 0..helpers {
-            scope.spawn(work);
+            // A thread the system will not give is not needed: whatever
+            // the helpers leave, the leader's own loop syncs.
+            if std::thread::Builder::new()
+                .spawn_scoped(scope, work)
+                .is_err()
+            {
+                break;
+            }
         }
         work();
     });

@@ -26,6 +26,8 @@
 //! - `fs put, new keys`: `If-None-Match: *` to a fresh key each time (a
 //!   key's first publish also creates its directories);
 //! - `fs put, rewrites`: each writer rewrites its own few keys.
+//!
+//! Each concurrent row also prints its p99 and slowest publish.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -71,28 +73,48 @@ const WRITERS: usize = 16;
 /// How long each concurrent row runs.
 const CONCURRENT_SECONDS: f64 = 3.0;
 
+/// What one concurrent row measured.
+struct Rate {
+    per_second: f64,
+    /// 99th percentile of one publish, in ms.
+    p99_ms: f64,
+    /// The slowest publish, in ms.
+    max_ms: f64,
+}
+
 /// Runs `publish(writer, n)` on WRITERS threads for CONCURRENT_SECONDS
-/// and returns publishes per second.
-fn concurrently(publish: impl Fn(usize, u64) + Sync) -> f64 {
+/// and returns publishes per second and the tail of their latency.
+fn concurrently(publish: impl Fn(usize, u64) + Sync) -> Rate {
     let stop = Instant::now() + std::time::Duration::from_secs_f64(CONCURRENT_SECONDS);
     let started = Instant::now();
-    let done: u64 = std::thread::scope(|scope| {
+    let mut took: Vec<f64> = std::thread::scope(|scope| {
         let publish = &publish;
         let threads: Vec<_> = (0..WRITERS)
             .map(|writer| {
                 scope.spawn(move || {
+                    let mut took = Vec::new();
                     let mut n = 0;
                     while Instant::now() < stop {
+                        let one = Instant::now();
                         publish(writer, n);
+                        took.push(one.elapsed().as_secs_f64() * 1e3);
                         n += 1;
                     }
-                    n
+                    took
                 })
             })
             .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).sum()
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
     });
-    done as f64 / started.elapsed().as_secs_f64()
+    took.sort_by(f64::total_cmp);
+    Rate {
+        per_second: took.len() as f64 / started.elapsed().as_secs_f64(),
+        p99_ms: took[took.len() * 99 / 100],
+        max_ms: took[took.len() - 1],
+    }
 }
 
 /// The concurrent rows (see the module documentation).
@@ -143,7 +165,7 @@ fn concurrent(scratch: &Path) {
             );
         }));
     }
-    let reference = rates[0].iter().sum::<f64>() / 2.0;
+    let reference = rates[0].iter().map(|r| r.per_second).sum::<f64>() / 2.0;
     for (name, rate) in [
         "durable rename into one directory",
         "fs put, new keys (If-None-Match: *)",
@@ -152,13 +174,16 @@ fn concurrent(scratch: &Path) {
     .iter()
     .zip(&rates)
     {
-        let mean = rate.iter().sum::<f64>() / 2.0;
+        let mean = rate.iter().map(|r| r.per_second).sum::<f64>() / 2.0;
         println!(
-            "{name:<44} {:>9.0} /s   {:.2}x   (rounds: {:.0}, {:.0})",
-            mean,
+            "{name:<44} {mean:>9.0} /s   {:.2}x   (rounds: {:.0}, {:.0}; p99 {:.1}, {:.1} ms; max {:.1}, {:.1} ms)",
             mean / reference,
-            rate[0],
-            rate[1]
+            rate[0].per_second,
+            rate[1].per_second,
+            rate[0].p99_ms,
+            rate[1].p99_ms,
+            rate[0].max_ms,
+            rate[1].max_ms
         );
     }
 }

@@ -86,6 +86,23 @@ def err(f):
         return None
     except botocore.exceptions.ClientError as e:
         return [e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]]
+def open_put(path, length):
+    """A signed PUT of `length` bytes (UNSIGNED-PAYLOAD) with its headers
+    sent and no body yet: the script sends the body, or part of it."""
+    import http.client, urllib.parse
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    request = AWSRequest(method="PUT", url=endpoint + path, data=b"",
+                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(length)})
+    SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
+    host, port = urllib.parse.urlparse(endpoint).netloc.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.putrequest("PUT", path, skip_accept_encoding=True)
+    for name, value in request.prepare().headers.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    return connection
 out = {}
 "#;
     let program = format!("{prelude}\n{script}\nprint(json.dumps(out))\n");
@@ -406,7 +423,7 @@ fn hostile_requests_get_clean_s3_errors_and_store_nothing() {
         &access,
         &secret,
         r#"
-import base64, datetime, http.client, os, re, time, urllib.error, urllib.parse, zlib
+import base64, datetime, os, re, time, urllib.error, zlib
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -483,19 +500,9 @@ out["big_wrong_md5"] = send("PUT", "/serving/big-md5", big, {"Content-MD5": md5(
 out["big_swapped"] = send("PUT", "/serving/big-swapped", big, payload=hashlib.sha256(b"y").hexdigest())
 crc32 = base64.b64encode((zlib.crc32(big) ^ 1).to_bytes(4, "big")).decode()
 out["big_wrong_crc32"] = send("PUT", "/serving/big-crc", big, {"x-amz-checksum-crc32": crc32})
-def cut_off(path, sent):
-    request = AWSRequest(method="PUT", url=endpoint + path, data=b"",
-                         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(len(big))})
-    SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
-    host, port = urllib.parse.urlparse(endpoint).netloc.split(":")
-    connection = http.client.HTTPConnection(host, int(port))
-    connection.putrequest("PUT", path, skip_accept_encoding=True)
-    for name, value in request.prepare().headers.items():
-        connection.putheader(name, value)
-    connection.endheaders()
-    connection.send(big[:sent])
-    connection.sock.close()
-cut_off("/serving/big-cut", 2 << 20)
+cut = open_put("/serving/big-cut", len(big))
+cut.send(big[:2 << 20])
+cut.sock.close()
 time.sleep(0.5)
 out["keys"] = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="serving").get("Contents", []))
 out["kept"] = s3.get_object(Bucket="serving", Key="kept")["Body"].read().decode()
@@ -574,20 +581,9 @@ fn a_streamed_body_that_stalls_is_refused_on_time_and_leaves_nothing_behind() {
         &access,
         &secret,
         r#"
-import http.client, re, time, urllib.parse
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+import re, time
 big = b"s" * (3 << 20)
-request = AWSRequest(method="PUT", url=endpoint + "/serving/stalled", data=b"",
-                     headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "Content-Length": str(len(big))})
-SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
-host, port = urllib.parse.urlparse(endpoint).netloc.split(":")
-connection = http.client.HTTPConnection(host, int(port), timeout=10)
-connection.putrequest("PUT", "/serving/stalled", skip_accept_encoding=True)
-for name, value in request.prepare().headers.items():
-    connection.putheader(name, value)
-connection.endheaders()
+connection = open_put("/serving/stalled", len(big))
 connection.send(big[:2 << 20])
 started = time.time()
 time.sleep(1.5)

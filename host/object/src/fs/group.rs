@@ -110,14 +110,14 @@ impl FsStore {
     pub(super) fn commit_grouped(
         &self,
         key: &KeyPath,
-        header: &Header,
+        header: Header,
         sealed: Sealed,
         condition: &PutCondition,
     ) -> Result<Committed, ObjectError> {
         let slot = Arc::new(Slot::default());
         lock(&self.queue.waiting).push(Job {
             key: key.clone(),
-            header: header.clone(),
+            header,
             sealed,
             condition: condition.clone(),
             slot: Arc::clone(&slot),

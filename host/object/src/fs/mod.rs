@@ -107,9 +107,10 @@ const MIN_PART_SIZE: u64 = 1;
 
 /// An object store in one local directory. See the module documentation.
 ///
-/// What a call needs is shared behind `Arc`s so that `FsStore::share`
-/// can hand the store to a blocking-pool task for the price of a few
-/// reference counts.
+/// A clone is the same store (one lock, one id source, one group-commit
+/// queue): what a call needs is shared behind `Arc`s, so handing the
+/// store to a blocking-pool task costs a few reference counts.
+#[derive(Clone)]
 pub struct FsStore {
     layout: Arc<Layout>,
     clock: Arc<dyn Clock>,
@@ -197,22 +198,6 @@ impl FsStore {
         store
     }
 
-    /// The same store, for a task that outlives the borrow of `self`:
-    /// one lock, one id source, one layout.
-    fn share(&self) -> Self {
-        Self {
-            layout: Arc::clone(&self.layout),
-            clock: Arc::clone(&self.clock),
-            versioned: self.versioned,
-            arbiter: Arc::clone(&self.arbiter),
-            queue: Arc::clone(&self.queue),
-            ids: Arc::clone(&self.ids),
-            recovered: Arc::clone(&self.recovered),
-            #[cfg(test)]
-            _temp: self._temp.clone(),
-        }
-    }
-
     /// Runs `work`, which may fsync and wait for the arbiter, on tokio's
     /// blocking pool so that it holds no runtime worker meanwhile (see the
     /// module documentation); inline outside a runtime. A panic in `work`
@@ -223,7 +208,7 @@ impl FsStore {
         &self,
         work: impl FnOnce(Self) -> Result<T, ObjectError> + Send + 'static,
     ) -> Result<T, ObjectError> {
-        let store = self.share();
+        let store = self.clone();
         if tokio::runtime::Handle::try_current().is_err() {
             return work(store);
         }

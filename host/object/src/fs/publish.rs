@@ -190,7 +190,7 @@ impl FsStore {
     fn publish_staged(
         &self,
         key: &KeyPath,
-        header: &Header,
+        header: Header,
         staged: Staged,
         condition: &PutCondition,
     ) -> Result<ObjectMeta, ObjectError> {
@@ -238,7 +238,7 @@ impl FsStore {
         staged.write(&header.encode())?;
         staged.write(body)?;
         staged.write(&sums.trailer)?;
-        self.publish_staged(&key, &header, staged, condition)
+        self.publish_staged(&key, header, staged, condition)
     }
 
     /// `put_stream`: the body is written to the staging file as it
@@ -284,7 +284,7 @@ impl FsStore {
         header.last_modified_ms = self.clock.now_ms();
         staged.write(&sums.trailer)?;
         staged.write_at(&header.encode_padded(reserved), 0)?;
-        self.publish_staged(&key, &header, staged, condition)
+        self.publish_staged(&key, header, staged, condition)
     }
 
     /// `copy_opts`: the source's bytes (checked block by block as they
@@ -335,7 +335,7 @@ impl FsStore {
             ));
         }
         staged.write(&sums.trailer)?;
-        self.publish_staged(&destination, &header, staged, condition)
+        self.publish_staged(&destination, header, staged, condition)
     }
 
     /// `delete_opts` of the current object: a delete marker on a versioned store (always, as on S3,
@@ -356,7 +356,7 @@ impl FsStore {
             };
             let mut staged = Staged::create(&self.layout, &self.ids)?;
             staged.write(&header.encode())?;
-            self.publish_staged(&key, &header, staged, &PutCondition::Unconditional)?;
+            self.publish_staged(&key, header, staged, &PutCondition::Unconditional)?;
             return Ok(());
         }
         let dir = self.layout.versions_dir(&key);

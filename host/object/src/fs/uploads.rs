@@ -236,7 +236,7 @@ impl FsStore {
         unsynced.sync()
     }
 
-    /// `upload_part`.
+    /// `upload_part`: the CRC is checked before anything is written.
     pub(super) fn store_part(
         &self,
         key: &str,
@@ -245,6 +245,8 @@ impl FsStore {
         body: &[u8],
         crc64: u64,
     ) -> Result<(), ObjectError> {
+        // The number first, as before any byte is looked at (`stage_part`
+        // checks it again, for the streamed path).
         validate_part_number(part)?;
         let actual = crc64_nvme(body);
         if actual != crc64 {
@@ -252,12 +254,11 @@ impl FsStore {
                 "part {part} of {key:?}: the body's CRC-64/NVME is {actual:016x}, not {crc64:016x}"
             ).into()));
         }
-        // Fail before writing anything for an upload that is gone.
-        self.upload_dir(key, upload_id)?;
-        let mut staged = Staged::create(&self.layout, &self.ids)?;
-        staged.write(body)?;
-        staged.write(&footer(crc64, body.len() as u64))?;
-        self.commit_part(key, upload_id, part, staged)
+        self.stage_part(key, upload_id, part, |staged| {
+            staged.write(body)?;
+            Ok((crc64, body.len() as u64))
+        })
+        .map(drop)
     }
 
     /// `upload_part_stream`: the part is written to its staging file as
@@ -270,30 +271,46 @@ impl FsStore {
         body: StreamedBody,
         limit: u64,
     ) -> Result<u64, ObjectError> {
+        self.stage_part(key, upload_id, part, |staged| {
+            let (mut crc, mut len) = (Crc64Nvme::new(), 0u64);
+            let sent = body.blocking_drain(limit, |piece| {
+                crc.update(piece);
+                len += piece.len() as u64;
+                staged.write(piece)
+            })?;
+            let actual = crc.finalize();
+            if actual != sent.crc64 {
+                return Err(ObjectError::ChecksumMismatch(
+                    format!(
+                        "part {part} of {key:?}: the streamed body's CRC-64/NVME is \
+                         {actual:016x}, its sender computed {:016x}",
+                        sent.crc64
+                    )
+                    .into(),
+                ));
+            }
+            Ok((actual, len))
+        })
+    }
+
+    /// Stages part `part` of an upload: `fill` writes its body and
+    /// answers its CRC and length, which the footer records; then it is
+    /// committed. Returns the CRC.
+    fn stage_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        fill: impl FnOnce(&mut Staged) -> Result<(u64, u64), ObjectError>,
+    ) -> Result<u64, ObjectError> {
         validate_part_number(part)?;
-        // Fail before reading anything for an upload that is gone.
+        // Fail before writing anything for an upload that is gone.
         self.upload_dir(key, upload_id)?;
         let mut staged = Staged::create(&self.layout, &self.ids)?;
-        let (mut crc, mut len) = (Crc64Nvme::new(), 0u64);
-        let sent = body.blocking_drain(limit, |piece| {
-            crc.update(piece);
-            len += piece.len() as u64;
-            staged.write(piece)
-        })?;
-        let actual = crc.finalize();
-        if actual != sent.crc64 {
-            return Err(ObjectError::ChecksumMismatch(
-                format!(
-                    "part {part} of {key:?}: the streamed body's CRC-64/NVME is {actual:016x}, \
-                     its sender computed {:016x}",
-                    sent.crc64
-                )
-                .into(),
-            ));
-        }
-        staged.write(&footer(actual, len))?;
+        let (crc64, len) = fill(&mut staged)?;
+        staged.write(&footer(crc64, len))?;
         self.commit_part(key, upload_id, part, staged)?;
-        Ok(actual)
+        Ok(crc64)
     }
 
     /// `upload_part_copy`: a range of the source's current version, which

@@ -3,8 +3,8 @@
 //! rules live here once; the store checks names, values and sizes with
 //! its own.
 
-use axum::http::HeaderMap;
 use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use custodian_object::Metadata;
 use custodian_object::stamps::RESERVED_PREFIX;
 
@@ -29,22 +29,6 @@ pub(crate) fn keep_content_type(
         metadata.insert(CONTENT_TYPE_ENTRY.to_owned(), value.trim().to_owned());
     }
     Ok(())
-}
-
-/// The content type a read of an object with `metadata` answers with:
-/// the one kept at its write, else `default`.
-pub(crate) fn content_type<'m>(metadata: &'m Metadata, default: &'m str) -> &'m str {
-    metadata
-        .get(CONTENT_TYPE_ENTRY)
-        .map_or(default, String::as_str)
-}
-
-/// The entries a read answers as `x-amz-meta-*` headers: all but the
-/// kept content type, which is answered as `Content-Type`.
-pub(crate) fn user_entries(metadata: &Metadata) -> impl Iterator<Item = (&String, &String)> {
-    metadata
-        .iter()
-        .filter(|(name, _)| name.as_str() != CONTENT_TYPE_ENTRY)
 }
 
 /// The request's user metadata, or why it is refused: a value that is
@@ -75,11 +59,42 @@ pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Metadata, String> {
     Ok(metadata)
 }
 
+/// Adds to `headers` what a read of an object with `metadata` answers
+/// about it: `Content-Type` (the one kept at its write, else `default`)
+/// and every other entry as `x-amz-meta-<name>`.
+///
+/// # Errors
+/// An entry that is not a header name or value (the store holds only
+/// what a request could carry, so this is a fault).
+pub(crate) fn answer(
+    metadata: &Metadata,
+    default: &'static str,
+    headers: &mut HeaderMap,
+) -> Result<(), String> {
+    let kept = metadata
+        .get(CONTENT_TYPE_ENTRY)
+        .map_or(default, String::as_str);
+    let header = |text: &str| {
+        HeaderValue::from_str(text)
+            .map_err(|_| format!("{text:?} cannot be sent as a header value"))
+    };
+    headers.insert(CONTENT_TYPE, header(kept)?);
+    for (name, text) in metadata
+        .iter()
+        .filter(|(name, _)| name.as_str() != CONTENT_TYPE_ENTRY)
+    {
+        let header_name = HeaderName::try_from(format!("{HEADER_PREFIX}{name}"))
+            .map_err(|_| format!("metadata {name:?} is not a header name"))?;
+        headers.insert(header_name, header(text)?);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::{HeaderMap, HeaderValue};
 
-    use super::{content_type, from_headers, keep_content_type, user_entries};
+    use super::{answer, from_headers, keep_content_type};
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -123,14 +138,15 @@ mod tests {
         let request = headers(&[("content-type", "text/csv"), ("x-amz-meta-a", "1")]);
         let mut metadata = from_headers(&request).unwrap();
         keep_content_type(&request, &mut metadata).unwrap();
-        assert_eq!(content_type(&metadata, "binary/octet-stream"), "text/csv");
-        let entries: Vec<_> = user_entries(&metadata).collect();
-        assert_eq!(entries, [(&"a".to_owned(), &"1".to_owned())]);
+        let mut read = HeaderMap::new();
+        answer(&metadata, "binary/octet-stream", &mut read).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read["content-type"], "text/csv");
+        assert_eq!(read["x-amz-meta-a"], "1");
         let mut plain = from_headers(&headers(&[])).unwrap();
         keep_content_type(&headers(&[]), &mut plain).unwrap();
-        assert_eq!(
-            content_type(&plain, "binary/octet-stream"),
-            "binary/octet-stream"
-        );
+        let mut read = HeaderMap::new();
+        answer(&plain, "binary/octet-stream", &mut read).unwrap();
+        assert_eq!(read["content-type"], "binary/octet-stream");
     }
 }

@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::header::{
-    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_MATCH, IF_MODIFIED_SINCE,
-    IF_NONE_MATCH, IF_UNMODIFIED_SINCE, LAST_MODIFIED, RANGE,
+    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, ETAG, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH,
+    IF_UNMODIFIED_SINCE, LAST_MODIFIED, RANGE,
 };
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -271,8 +271,6 @@ fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     if let Some(version) = &meta.version_id {
         headers.insert("x-amz-version-id", value(version)?);
     }
-    let kept = user_metadata::content_type(&meta.metadata, "binary/octet-stream");
-    headers.insert(CONTENT_TYPE, value(kept)?);
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Some(ms) = meta.last_modified_ms {
         headers.insert(LAST_MODIFIED, value(&http_date(ms / 1000))?);
@@ -280,17 +278,8 @@ fn read_headers(meta: &ObjectMeta) -> Result<HeaderMap, S3Error> {
     if let Some(class) = &meta.storage_class {
         headers.insert("x-amz-storage-class", value(class)?);
     }
-    for (key, text) in user_metadata::user_entries(&meta.metadata) {
-        let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX)).map_err(
-            |_| {
-                S3Error::new(
-                    Code::InternalError,
-                    format!("metadata {key:?} is not a header name"),
-                )
-            },
-        )?;
-        headers.insert(name, value(text)?);
-    }
+    user_metadata::answer(&meta.metadata, "binary/octet-stream", &mut headers)
+        .map_err(|why| S3Error::new(Code::InternalError, why))?;
     Ok(headers)
 }
 

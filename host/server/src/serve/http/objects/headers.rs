@@ -3,7 +3,7 @@
 //! `ETag`, `x-amz-version-id`, `x-amz-checksum-crc64nvme`, user metadata
 //! and `Last-Modified` (an HTTP date).
 
-use axum::http::header::{ACCEPT_RANGES, CONTENT_TYPE, ETAG, LAST_MODIFIED};
+use axum::http::header::{ACCEPT_RANGES, ETAG, LAST_MODIFIED};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::serve::http::ApiError;
@@ -71,17 +71,12 @@ pub(super) fn meta_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, 
 /// client of bytes expects, and the user metadata.
 pub(super) fn read_headers(meta: &ObjectMeta, whole: bool) -> Result<HeaderMap, ApiError> {
     let mut headers = meta_headers(meta, whole)?;
-    let kept = user_metadata::content_type(&meta.metadata, "application/octet-stream");
-    headers.insert(CONTENT_TYPE, value(kept)?);
     headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     if let Some(ms) = meta.last_modified_ms {
         headers.insert(LAST_MODIFIED, value(&http_date(ms / 1000))?);
     }
-    for (key, text) in user_metadata::user_entries(&meta.metadata) {
-        let name = HeaderName::try_from(format!("{}{key}", user_metadata::HEADER_PREFIX))
-            .map_err(|_| ApiError::internal(format!("metadata {key:?} is not a header name")))?;
-        headers.insert(name, value(text)?);
-    }
+    user_metadata::answer(&meta.metadata, "application/octet-stream", &mut headers)
+        .map_err(ApiError::internal)?;
     Ok(headers)
 }
 

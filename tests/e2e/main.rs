@@ -8,6 +8,7 @@ mod cli;
 mod contract;
 mod crc64;
 mod denial;
+mod dvc_history;
 mod invalidation;
 mod limits;
 mod loading;

@@ -2,6 +2,7 @@
 //! purge and retention plugins deciding.
 
 use custodian::object::ObjectMeta;
+use custodian::object::ObjectStoreExt;
 use serde_json::{Value, json};
 
 use crate::support::{StoreFixture, outcome, run};
@@ -32,17 +33,25 @@ impl Fixture {
             .collect()
     }
 
-    /// A copied registry of `source` → `archive/task` mapping `moved`,
-    /// published; returns its coordination proof.
+    /// A copied registry of `source` → `archive/task` mapping `moved`
+    /// (each copy really made, so that its history holds), published;
+    /// returns its coordination proof.
     fn publish(&self, source: &str, moved: &[&ObjectMeta]) -> Value {
         let rows: Vec<Value> = moved
             .iter()
             .map(|meta| {
                 let suffix = meta.key.strip_prefix(&format!("{source}/")).unwrap();
+                let version = meta.version_id.as_deref().unwrap();
+                let (_, bytes) = self
+                    .io
+                    .block_on(self.store.get_version(&meta.key, version))
+                    .unwrap();
+                let copy = self.put(&format!("archive/task/{suffix}"), &bytes);
                 json!({"source_object": meta.key, "source_version_id": meta.version_id,
                        "source_etag": meta.etag,
-                       "destination_object": format!("archive/task/{suffix}"),
-                       "destination_version_id": "w1", "destination_etag": "f1",
+                       "destination_object": copy.key,
+                       "destination_version_id": copy.version_id,
+                       "destination_etag": copy.etag,
                        "size": meta.size, "delete_marker": false})
             })
             .collect();

@@ -14,7 +14,7 @@ use crate::server::{Server, agent, answer, bearer, json_body};
 
 /// The directory holding the clients' `python` and `aws`, or `None`
 /// (after saying why) when this is not CI and they are missing.
-fn clients() -> Option<PathBuf> {
+pub fn clients() -> Option<PathBuf> {
     let dir = std::env::var_os("CUSTODIAN_S3_CLIENTS").map(PathBuf::from);
     let found = dir.as_ref().filter(|dir| {
         Command::new(dir.join("python"))
@@ -69,7 +69,7 @@ fn s3_key(server: &Server, name: &str, roles: &[&str]) -> (String, String) {
 /// Runs boto3 `script` (Python; `s3` is a client of the endpoint with the
 /// key, `err(f)` answers `[code, status]` of a `ClientError` or `None`,
 /// and the script fills the dict `out`), returning `out`.
-fn boto3(clients: &Path, endpoint: &str, access: &str, secret: &str, script: &str) -> Value {
+pub fn boto3(clients: &Path, endpoint: &str, access: &str, secret: &str, script: &str) -> Value {
     let prelude = r#"
 import json, sys, urllib.request, hashlib, io
 import boto3, botocore

@@ -13,7 +13,7 @@ use crate::support::custodian;
 
 /// The `dvc` executable, or `None` (after saying why) when this is not CI
 /// and it is missing.
-fn dvc() -> Option<PathBuf> {
+pub fn dvc() -> Option<PathBuf> {
     let found = std::env::var_os("CUSTODIAN_DVC")
         .map(PathBuf::from)
         .filter(|dvc| {
@@ -37,7 +37,7 @@ fn dvc() -> Option<PathBuf> {
 
 /// A command in the project `dir` with the S3 key in the standard AWS
 /// variables, as a DVC user (or Custodian's S3 backend) reads them.
-fn in_project(program: &Path, dir: &Path, (access, secret): (&str, &str)) -> Command {
+pub fn in_project(program: &Path, dir: &Path, (access, secret): (&str, &str)) -> Command {
     let mut command = Command::new(program);
     command
         .current_dir(dir)
@@ -57,7 +57,7 @@ fn in_project(program: &Path, dir: &Path, (access, secret): (&str, &str)) -> Com
 }
 
 /// Runs `command`, which must succeed; its output.
-fn ok(command: &mut Command) -> Output {
+pub fn ok(command: &mut Command) -> Output {
     let output = command.output().expect("the command runs");
     assert!(
         output.status.success(),
@@ -66,6 +66,20 @@ fn ok(command: &mut Command) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// Makes `dir` a git repository and a DVC project whose default remote
+/// `cust` is version-aware at `s3://serving/dvcstore` on `endpoint`.
+pub fn start_project(dvc: &Path, dir: &Path, key: (&str, &str), endpoint: &str) {
+    let run = |program: &Path, args: &[&str]| ok(in_project(program, dir, key).args(args));
+    run(Path::new("git"), &["init", "-q"]);
+    run(dvc, &["init", "-q"]);
+    run(
+        dvc,
+        &["remote", "add", "-d", "cust", "s3://serving/dvcstore"],
+    );
+    run(dvc, &["remote", "modify", "cust", "endpointurl", endpoint]);
+    run(dvc, &["remote", "modify", "cust", "version_aware", "true"]);
 }
 
 #[test]
@@ -79,11 +93,7 @@ fn dvc_pushes_and_pulls_two_revisions_through_the_s3_endpoint_and_custodian_veri
     let dir = project.path();
     let git = |args: &[&str]| ok(in_project(Path::new("git"), dir, key).args(args));
     let dvc_run = |args: &[&str]| ok(in_project(&dvc, dir, key).args(args));
-    git(&["init", "-q"]);
-    dvc_run(&["init", "-q"]);
-    dvc_run(&["remote", "add", "-d", "cust", "s3://serving/dvcstore"]);
-    dvc_run(&["remote", "modify", "cust", "endpointurl", &endpoint]);
-    dvc_run(&["remote", "modify", "cust", "version_aware", "true"]);
+    start_project(&dvc, dir, key, &endpoint);
 
     // Revision one: two single-file outputs.
     let model_v1: Vec<u8> = (0..(3u32 << 20))

@@ -7,6 +7,7 @@ mod assembly;
 mod audit;
 mod crc64;
 mod invalidations;
+mod manifests;
 mod object;
 mod options;
 mod plugin;

@@ -14,9 +14,10 @@ use custodian::purge::plan::{self, Plan};
 use custodian::purge::run::purge;
 use custodian::purge::{PurgeError, PurgeFailure};
 use custodian::runtime::Limits;
-use custodian::versions::pins::ManifestOptions;
+use custodian::versions::history::short;
 use serde_json::{Value, json};
 
+use super::manifests::{ManifestArgs, Read};
 use super::options::{Global, RetentionArgs, StoreArgs};
 use super::{Failure, Outcome, io_runtime};
 
@@ -26,25 +27,25 @@ pub enum PurgeCommand {
     /// Print the history candidates of pin manifests: every pinned exact
     /// version, with the manifest that pinned it.
     ///
-    /// Output: one line per pin, `MANIFEST KEY@VERSION`; --json prints
-    ///   [{"pointer": "<manifest>", "object": "<key>", "version_id": "…"}]
+    /// With --revision, --revisions or --all-revisions the pointer files
+    /// are read from git history (every `*.dvc` file of each commit unless
+    /// --pins names some), and each candidate names the newest commit
+    /// read that pinned it; a version pinned by many commits is listed
+    /// once. Outputs on content-addressed remotes (no `cloud:` entry) are
+    /// shared hash objects, never candidates: a notice on stderr names
+    /// each.
+    ///
+    /// Output: one line per pin, `MANIFEST KEY@VERSION` (`COMMIT:MANIFEST
+    /// KEY@VERSION` from history); --json prints
+    ///   [{"pointer": "<manifest>", "object": "<key>", "version_id": "…",
+    ///     "revision": "<commit>"}]
     /// which `purge delete --plan` accepts as a plan of generic candidates.
     ///
-    /// Exit 0; 2 for an unreadable or invalid manifest.
+    /// Exit 0; 2 for an unreadable or invalid manifest or a bad revision.
     #[command(verbatim_doc_comment)]
     List {
-        /// Pin manifests (repeatable): Custodian's JSON pins or DVC
-        /// `.dvc` files, as `custodian versions verify --pins` reads them.
-        #[arg(long = "pins", required = true, num_args = 1.., value_name = "FILE")]
-        manifests: Vec<PathBuf>,
-        /// The directory DVC keys are relative to [default: each `.dvc`
-        /// file's own directory].
-        #[arg(long, value_name = "DIR")]
-        root: Option<PathBuf>,
-        /// The DVC remote whose `cloud:` entry to use, when rows name
-        /// several.
-        #[arg(long, value_name = "NAME")]
-        dvc_remote: Option<String>,
+        #[command(flatten)]
+        manifests: ManifestArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -85,12 +86,22 @@ pub enum PurgeCommand {
     /// and --noncurrent-retention-ms): a version it retains is reported,
     /// never deleted.
     ///
+    /// History: before a registry licenses any deletion, every row's
+    /// destination copy is read by exact version (HEAD) and must have the
+    /// recorded size and etag (and `destination_crc64nvme`, where the row
+    /// records one); each mapped version's row is checked again right
+    /// before its deletion. A registry row pointing at nothing refuses the
+    /// plan ("the history of … does not hold"), naming the row.
+    ///
     /// Output: one line per item (deleted, absent, unmapped, retained,
     /// cleaned); --json prints
-    ///   {"ok": bool, "deleted": [{"pointer", "object", "version_id",
-    ///    "deleted_version_ids"}], "already_absent": [...],
-    ///    "retained_unmapped": [...], "retained": [{"candidate",
-    ///    "reason"}], "cleaned_prefixes": [...], "error": "…"}
+    ///   {"ok": bool, "mode": "permanent-version-deletion", "remote":
+    ///    "<the --store value>", "deleted": [{"pointer", "object",
+    ///    "version_id", "deleted_version_ids"}], "already_absent": [...],
+    ///    "retained_unmapped": [...], "retained_mapped": [<mapped
+    ///    versions a policy kept; also in "retained">], "retained":
+    ///    [{"candidate", "reason"}], "cleaned_prefixes": [...],
+    ///    "error": "…", "kind": "…"}
     /// After a failure, what was deleted before it is still printed.
     ///
     /// Exit 0 when the plan was carried out; 1 when it was refused or
@@ -120,23 +131,35 @@ pub enum PurgeCommand {
 
 pub(super) fn run(global: &Global, command: PurgeCommand) -> Outcome {
     match command {
-        PurgeCommand::List {
-            manifests,
-            root,
-            dvc_remote,
-            json,
-        } => {
-            let options = ManifestOptions {
-                root,
-                remote: dvc_remote,
+        PurgeCommand::List { manifests, json } => {
+            let (candidates, skipped) = match manifests.read()? {
+                Read::WorkingTree(files) => plan::list(
+                    files
+                        .into_iter()
+                        .map(|(path, pointers)| (path.display().to_string(), pointers))
+                        .collect(),
+                ),
+                Read::History(read) => plan::list_history(read),
             };
-            let paths: Vec<&std::path::Path> = manifests.iter().map(PathBuf::as_path).collect();
-            let candidates = plan::list(&paths, &options).map_err(|e| Failure::Usage(e.into()))?;
+            for output in &skipped {
+                eprintln!(
+                    "notice: {output} is on a content-addressed remote (no cloud entry): \
+                     its bytes are shared hash objects, never history candidates"
+                );
+            }
             if json {
                 println!("{}", json!(candidates));
             } else {
                 for candidate in &candidates {
-                    println!("{} {}", candidate.pointer, candidate.name());
+                    match &candidate.revision {
+                        Some(revision) => println!(
+                            "{}:{} {}",
+                            short(revision),
+                            candidate.pointer,
+                            candidate.name()
+                        ),
+                        None => println!("{} {}", candidate.pointer, candidate.name()),
+                    }
                 }
             }
             Ok(())
@@ -156,7 +179,7 @@ pub(super) fn run(global: &Global, command: PurgeCommand) -> Outcome {
             let now_ms = now.unwrap_or_else(|| SystemClock.now_ms());
             io.block_on(async {
                 let opened = super::object::open(config.as_ref(), &store).await?;
-                let outcome = purge(
+                let mut outcome = purge(
                     opened.as_ref(),
                     &plan,
                     &policies.judge,
@@ -164,6 +187,10 @@ pub(super) fn run(global: &Global, command: PurgeCommand) -> Outcome {
                     now_ms,
                 )
                 .await;
+                match &mut outcome {
+                    Ok(report) => report.remote.clone_from(&store.url),
+                    Err(failure) => failure.partial.remote.clone_from(&store.url),
+                }
                 print(&outcome, json);
                 match outcome {
                     Ok(_) => Ok(()),

@@ -11,13 +11,15 @@ use custodian::config::Config;
 use custodian::object::ObjectStore;
 use custodian::policy::archive::ArchivePolicy;
 use custodian::runtime::Limits;
+use custodian::versions::addressed;
 use custodian::versions::aliases::Aliases;
+use custodian::versions::dvc::Pointers;
 use custodian::versions::hops::HopPolicy;
-use custodian::versions::pins::{ManifestOptions, Pin, read_manifest};
 use custodian::versions::verify::{Problem, require_versioned};
 use custodian::versions::{VersionsError, fetch, verify};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::manifests::ManifestArgs;
 use super::options::{Global, StoreArgs};
 use super::{Failure, Outcome, io_runtime};
 
@@ -68,22 +70,32 @@ pub enum VersionsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Download pinned versions into a content-addressed cache.
+    /// Download pinned versions into a content-addressed cache, all or
+    /// nothing.
     ///
     /// The cache is laid out as DVC's: the bytes with digest D live at
-    /// CACHE/D[0..2]/D[2..]. A pin already there (size and digest match)
-    /// downloads nothing, but is still verified against the store as
-    /// `verify` does. Every other pin is read by exact version (following
-    /// pending aliases and archive hops as `verify` does; 16 at a time;
-    /// retried twice when the store is unavailable), checked (version,
-    /// size, etag and content digest: a mismatch fails naming the object)
-    /// and installed atomically: written to a temporary file in CACHE,
-    /// fsynced, renamed into place.
+    /// CACHE/D[0..2]/D[2..], a directory's listing at
+    /// CACHE/D[0..2]/D[2..].dir (point --cache at a project's
+    /// .dvc/cache/files/md5 and `dvc checkout` uses what was fetched). A
+    /// pin already there (size and digest match) downloads nothing, but is
+    /// still verified against the store as `verify` does. Every other pin
+    /// is read by exact version (following pending aliases and archive
+    /// hops as `verify` does; 16 at a time; retried twice when the store
+    /// is unavailable) and checked (version, size, etag and content
+    /// digest: a mismatch fails naming the object).
     ///
-    /// Output: a summary, `downloaded N (B bytes), cached M (B bytes)`,
-    /// and a `FAIL KEY@VERSION: why` line per failing pin; --json prints
-    ///   {"ok": bool, "downloaded": N, "downloaded_bytes": B, "cached": M,
-    ///    "cached_bytes": B, "fetched": [...], "problems": [...]}
+    /// All or nothing: downloads go to a scratch directory inside CACHE
+    /// (.custodian-fetch-*), fsynced; only when every pin passed is each
+    /// file renamed into place (its directory fsynced). Any failing pin
+    /// installs nothing. A fetch killed before installing leaves only its
+    /// scratch directory, which the next fetch removes.
+    ///
+    /// Output: a summary, `downloaded N (B bytes), cached M (B bytes), L
+    /// directory listings` (or `installed nothing`), and a `FAIL
+    /// KEY@VERSION: why` line per failing pin; --json prints
+    ///   {"ok": bool, "installed": bool, "downloaded": N,
+    ///    "downloaded_bytes": B, "cached": M, "cached_bytes": B,
+    ///    "listings": L, "fetched": [...], "problems": [...]}
     /// A progress bar shows on stderr when it is a terminal.
     ///
     /// Exit codes as for `verify`.
@@ -105,27 +117,8 @@ pub enum VersionsCommand {
 /// Where the pins come from, and how missing versions are followed.
 #[derive(Debug, Args)]
 pub struct PinArgs {
-    /// Pin manifests (repeatable). `*.dvc` files are DVC pointer files:
-    /// each `outs:` row pins its `path` at the version-aware remote's
-    /// `cloud: {REMOTE: {version_id, etag}}`, with its `md5` and `size`
-    /// (`hash: md5`; rows without `hash` are DVC 2's md5-dos2unix, and
-    /// `.dir` outputs are refused). Other files are Custodian's JSON:
-    ///   {"pins": [{"key": "data/a.csv", "version_id": "…", "etag": "…",
-    ///     "size": 3, "md5": "<32 hex>", "hash": "md5"},
-    ///    {"key": "…", "version_id": "…", "crc64nvme": "<16 hex>"}]}
-    /// with `hash` one of md5, md5-dos2unix (MD5 after CRLF→LF for text
-    /// files, as DVC 2 hashes) or crc64nvme; etag and size optional. A pin
-    /// without an exact version id (missing, "" or "null") is an error.
-    #[arg(long = "pins", required = true, num_args = 1.., value_name = "FILE", verbatim_doc_comment)]
-    pub manifests: Vec<PathBuf>,
-    /// The directory DVC keys are relative to: a `.dvc` file's outputs get
-    /// keys `DIR-OF-THE-DVC-FILE-RELATIVE-TO-ROOT/PATH` [default: each
-    /// `.dvc` file's own directory, so the key is the `path` alone].
-    #[arg(long, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-    /// The DVC remote whose `cloud:` entry to use, when rows name several.
-    #[arg(long, value_name = "NAME")]
-    pub dvc_remote: Option<String>,
+    #[command(flatten)]
+    pub manifests: ManifestArgs,
     /// Receipts of archive tasks (a JSON array): pins on the destination
     /// of a `planned` task are checked at its source. Each receipt has
     /// {"schema_version": 1, "status": "planned"|"copied", "store":
@@ -145,13 +138,18 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
     let io = io_runtime()?;
     match command {
         VersionsCommand::Verify { store, pins, json } => {
-            let (pins_read, aliases) = inputs(&pins, &store)?;
+            let (pointers, aliases) = inputs(&pins, &store)?;
             let policy = archive_policy(global, &pins.archive_plugin, &io)?;
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
-                let report = verify::verify(opened.as_ref(), &pins_read, &aliases, policy.as_ref())
-                    .await
-                    .map_err(|e| Failure::Failed(e.into()))?;
+                let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
+                let mut pins_read = pointers.pins;
+                pins_read.extend(resolved.pins);
+                let mut report =
+                    verify::verify(opened.as_ref(), &pins_read, &aliases, policy.as_ref())
+                        .await
+                        .map_err(|e| Failure::Failed(e.into()))?;
+                report.problems.extend(resolved.problems);
                 if json {
                     println!("{}", report.to_json());
                 } else {
@@ -176,10 +174,15 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
             cache,
             json,
         } => {
-            let (pins_read, aliases) = inputs(&pins, &store)?;
+            let (pointers, aliases) = inputs(&pins, &store)?;
             let policy = archive_policy(global, &pins.archive_plugin, &io)?;
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
+                let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
+                let mut pins_read = pointers.pins;
+                pins_read.extend(resolved.pins);
+                let mut listings = pointers.listings;
+                listings.extend(resolved.listings);
                 let bar = std::io::stderr().is_terminal().then(|| {
                     let bar = ProgressBar::new(0);
                     if let Ok(style) = ProgressStyle::with_template(
@@ -189,29 +192,42 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                     }
                     bar
                 });
-                let report = fetch::fetch(
-                    opened.as_ref(),
-                    &pins_read,
-                    &aliases,
-                    policy.as_ref(),
-                    &cache,
-                    bar.as_ref(),
-                )
-                .await
-                .map_err(|e| Failure::Failed(e.into()))?;
+                let mut report = if resolved.problems.is_empty() {
+                    fetch::fetch(
+                        opened.as_ref(),
+                        &pins_read,
+                        &listings,
+                        &aliases,
+                        policy.as_ref(),
+                        &cache,
+                        bar.as_ref(),
+                    )
+                    .await
+                    .map_err(|e| Failure::Failed(e.into()))?
+                } else {
+                    // An output that cannot be resolved fails the whole
+                    // fetch before anything is downloaded.
+                    fetch::FetchReport::default()
+                };
+                report.problems.extend(resolved.problems);
                 if let Some(bar) = bar {
                     bar.finish_and_clear();
                 }
                 if json {
                     println!("{}", report.to_json());
                 } else {
-                    println!(
-                        "downloaded {} ({} bytes), cached {} ({} bytes)",
-                        report.downloaded.len(),
-                        report.downloaded_bytes,
-                        report.cached.len(),
-                        report.cached_bytes
-                    );
+                    if report.installed {
+                        println!(
+                            "downloaded {} ({} bytes), cached {} ({} bytes), {} directory listings",
+                            report.downloaded.len(),
+                            report.downloaded_bytes,
+                            report.cached.len(),
+                            report.cached_bytes,
+                            report.listings
+                        );
+                    } else {
+                        println!("installed nothing: every pin must pass first");
+                    }
                     print_problems(&report.problems);
                 }
                 conclude(report.problems.len(), pins_read.len())
@@ -234,22 +250,15 @@ fn conclude(failed: usize, total: usize) -> Outcome {
     }
 }
 
-/// The pins of every manifest and the aliases of the receipts; bad input
+/// What every manifest names and the aliases of the receipts; bad input
 /// is a usage error (exit 2).
-fn inputs(args: &PinArgs, store: &StoreArgs) -> Result<(Vec<Pin>, Aliases), Failure> {
-    let options = ManifestOptions {
-        root: args.root.clone(),
-        remote: args.dvc_remote.clone(),
-    };
-    let mut pins = Vec::new();
-    for manifest in &args.manifests {
-        pins.extend(read_manifest(manifest, &options).map_err(|e| Failure::Usage(e.into()))?);
-    }
+fn inputs(args: &PinArgs, store: &StoreArgs) -> Result<(Pointers, Aliases), Failure> {
+    let pointers = args.manifests.read()?.pointers();
     let aliases = match &args.receipts {
         Some(path) => Aliases::read(path, &store.url).map_err(|e| Failure::Usage(e.into()))?,
         None => Aliases::none(),
     };
-    Ok((pins, aliases))
+    Ok((pointers, aliases))
 }
 
 /// The hop policy: the archive plugin `spec` (a `.wasm` path or

@@ -59,6 +59,18 @@ pub enum PurgeError {
         /// The versions still listed.
         versions: Vec<String>,
     },
+    /// A registry row's destination copy is not what the registry
+    /// recorded (missing, or another size, etag or CRC): the source
+    /// version it maps would be lost for good, so it is not deleted.
+    #[error("refused: the history of {registry} does not hold: {row}: {reason}")]
+    History {
+        /// The registry object.
+        registry: String,
+        /// The row, `SOURCE@VERSION -> DESTINATION@VERSION`.
+        row: String,
+        /// What is wrong with the destination.
+        reason: String,
+    },
     /// Too many versions under one prefix or key to hold in memory.
     #[error("{prefix:?} lists more than {limit} versions: split the plan")]
     TooManyVersions {
@@ -82,6 +94,7 @@ impl PurgeError {
             Self::Judge { .. } => "purge-policy",
             Self::Retention { .. } => "retention-policy",
             Self::StillPresent { .. } => "still-present",
+            Self::History { .. } => "history",
             Self::TooManyVersions { .. } => "too-many-versions",
         }
     }

@@ -25,14 +25,15 @@
 //! those and its content equals the receipt (and the `prefixes` entry of
 //! the same source, if any).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::error::PurgeError;
-use crate::versions::pins::{ManifestOptions, read_manifest};
+use crate::versions::dvc::Pointers;
+use crate::versions::history::AtRevision;
 use crate::versions::prefixes;
 use crate::versions::registry::REGISTRY_NAME;
 
@@ -52,6 +53,10 @@ pub struct CandidateRef {
     pub object: String,
     /// The exact version.
     pub version_id: String,
+    /// The commit whose pointer file pinned it, when read from git
+    /// history (the newest such commit read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 impl CandidateRef {
@@ -248,24 +253,60 @@ impl Plan {
     }
 }
 
-/// The history candidates of pin manifests: one per pin, its manifest as
-/// the pointer (pins always carry an exact version).
-///
-/// # Errors
-/// [`PurgeError::Manifest`] for an unreadable or invalid manifest.
-pub fn list(
-    manifests: &[&Path],
-    options: &ManifestOptions,
-) -> Result<Vec<CandidateRef>, PurgeError> {
+/// The history candidates of pin manifests (each read, with its path):
+/// one per exact pin, its manifest as the pointer (pins always carry an
+/// exact version). Content-addressed DVC outputs name shared hash objects,
+/// not versions of managed keys, so they are never candidates (as in the
+/// seed); `MANIFEST: PATH` of each is returned so callers can say so.
+pub fn list(read: Vec<(String, Pointers)>) -> (Vec<CandidateRef>, Vec<String>) {
     let mut candidates = Vec::new();
-    for manifest in manifests {
-        for pin in read_manifest(manifest, options).map_err(PurgeError::Manifest)? {
-            candidates.push(CandidateRef {
-                pointer: pin.manifest,
-                object: pin.key,
-                version_id: pin.version_id,
-            });
-        }
+    let mut skipped = Vec::new();
+    for (pointer, pointers) in read {
+        collect(&pointer, None, pointers, &mut candidates, &mut skipped);
     }
-    Ok(candidates)
+    (candidates, skipped)
+}
+
+/// The history candidates of pointer files read from git history: one
+/// per distinct `(pointer, object, version)`, naming the first commit of
+/// `read` (newest first, as git lists them) that pinned it.
+pub fn list_history(read: Vec<AtRevision>) -> (Vec<CandidateRef>, Vec<String>) {
+    let mut candidates = Vec::new();
+    let mut skipped = Vec::new();
+    for at in read {
+        collect(
+            &at.path,
+            Some(&at.commit),
+            at.pointers,
+            &mut candidates,
+            &mut skipped,
+        );
+    }
+    let mut seen = BTreeSet::new();
+    candidates.retain(|c: &CandidateRef| {
+        seen.insert((c.pointer.clone(), c.object.clone(), c.version_id.clone()))
+    });
+    skipped.sort();
+    skipped.dedup();
+    (candidates, skipped)
+}
+
+fn collect(
+    pointer: &str,
+    revision: Option<&str>,
+    pointers: Pointers,
+    candidates: &mut Vec<CandidateRef>,
+    skipped: &mut Vec<String>,
+) {
+    for pin in pointers.pins {
+        candidates.push(CandidateRef {
+            pointer: pointer.to_owned(),
+            object: pin.key,
+            version_id: pin.version_id,
+            revision: revision.map(str::to_owned),
+        });
+    }
+    for output in pointers.addressed {
+        skipped.push(format!("{}: {}", output.manifest, output.path));
+    }
 }

@@ -7,17 +7,27 @@
 //! (and `prefixes` entry). Every later check, before each deletion, is a
 //! HEAD comparing the current version id and etag: a version's bytes
 //! never change, so the same version is the same content.
+//!
+//! The first check also verifies the registry's *history*: every row's
+//! destination copy must exist as an exact version with the recorded size
+//! and etag (and CRC-64/NVME, where recorded). A registry row pointing at
+//! nothing would license deleting the only copy of a version, so a plan
+//! relying on such a registry is refused before anything is deleted, and
+//! each mapped version's row is checked again right before its deletion.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use serde_json::Value;
 
 use super::error::PurgeError;
 use super::plan::{Plan, registry_key};
 use crate::decisions::purge::Mapping;
 use crate::versions::VersionsError;
-use crate::versions::registry::{MAX_REGISTRY_BYTES, parse};
+use crate::versions::registry::{MAX_REGISTRY_BYTES, destination_crc64, parse};
+use crate::versions::target::{Target, names_version};
+use crate::versions::verify::WORKERS;
 use custodian_object::ObjectStoreExt;
 use custodian_object::{ObjectError, ObjectStore};
 
@@ -32,11 +42,15 @@ pub struct Published {
     pub version_id: String,
     /// That version's etag.
     pub etag: String,
+    /// The MD5 the store recorded for that version, if any.
+    pub content_md5: Option<[u8; 16]>,
     /// Its content.
     pub document: Value,
     /// `copied` (a `planned` registry maps nothing).
     pub copied: bool,
     mappings: HashMap<(String, String), Mapping>,
+    /// The destination CRC-64/NVME of the rows that record one, by source.
+    crc64s: HashMap<(String, String), u64>,
 }
 
 impl Published {
@@ -44,6 +58,132 @@ impl Published {
     /// has one (delete markers included, with no destination version).
     pub fn mapping(&self, key: &str, version_id: &str) -> Option<&Mapping> {
         self.mappings.get(&(key.to_owned(), version_id.to_owned()))
+    }
+
+    /// Checks that `mapping`'s destination copy exists as this registry
+    /// recorded it: a HEAD of the exact destination version, whose size
+    /// and etag (and CRC-64/NVME, where the row records one) must match.
+    /// Rows of delete markers move no bytes and pass.
+    ///
+    /// # Errors
+    /// [`PurgeError::History`] naming the row; [`PurgeError::Store`] when
+    /// the store cannot answer.
+    pub async fn check_destination(
+        &self,
+        store: &dyn ObjectStore,
+        mapping: &Mapping,
+    ) -> Result<(), PurgeError> {
+        if mapping.destination_version_id.is_empty() {
+            return Ok(());
+        }
+        let destination = format!(
+            "{}@{}",
+            mapping.destination_key, mapping.destination_version_id
+        );
+        let refuse = |reason: String| PurgeError::History {
+            registry: self.key.clone(),
+            row: format!(
+                "{}@{} -> {destination}",
+                mapping.source_key, mapping.source_version_id
+            ),
+            reason,
+        };
+        let meta = match store
+            .head_version(&mapping.destination_key, &mapping.destination_version_id)
+            .await
+        {
+            Ok(meta) => meta,
+            Err(ObjectError::NotFound(_)) => {
+                return Err(refuse("the destination version does not exist".into()));
+            }
+            Err(ObjectError::PreconditionFailed(_)) => {
+                return Err(refuse("the destination version is a delete marker".into()));
+            }
+            Err(e) => return Err(PurgeError::store(destination, e)),
+        };
+        let recorded = Target {
+            key: mapping.destination_key.clone(),
+            version_id: mapping.destination_version_id.clone(),
+            etag: Some(mapping.destination_etag.clone()),
+            size: Some(mapping.size),
+        };
+        let mut wrong: Vec<String> = recorded
+            .mismatches(
+                meta.version_id.as_deref(),
+                meta.size,
+                (&meta.etag, meta.content_md5),
+            )
+            .into_iter()
+            .map(|field| match field {
+                "size" => format!("size is {}, recorded {}", meta.size, mapping.size),
+                "etag" => format!(
+                    "etag is {}, recorded {}",
+                    meta.etag, mapping.destination_etag
+                ),
+                other => format!("{other} differs"),
+            })
+            .collect();
+        let key = (
+            mapping.source_key.clone(),
+            mapping.source_version_id.clone(),
+        );
+        if let Some(want) = self.crc64s.get(&key) {
+            match meta.crc64 {
+                Some(crc) if crc == *want => {}
+                Some(crc) => wrong.push(format!("crc64nvme is {crc:016x}, recorded {want:016x}")),
+                None => wrong.push(format!(
+                    "the store recorded no crc64nvme, the registry {want:016x}"
+                )),
+            }
+        }
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(refuse(wrong.join("; ")))
+        }
+    }
+
+    /// Checks every row's destination ([`Self::check_destination`]),
+    /// [`WORKERS`] at a time, as the seed's `verify_history` does before
+    /// a registry may license any deletion.
+    ///
+    /// # Errors
+    /// The first failing row in registry order (with how many others
+    /// failed); [`PurgeError::Store`].
+    pub async fn check_history(&self, store: &dyn ObjectStore) -> Result<(), PurgeError> {
+        let mut rows: Vec<&Mapping> = self.mappings.values().collect();
+        rows.sort_by(|a, b| {
+            (&a.source_key, &a.source_version_id).cmp(&(&b.source_key, &b.source_version_id))
+        });
+        let rows = &rows;
+        let mut failures: Vec<(usize, PurgeError)> = futures::stream::iter(0..rows.len())
+            // Indices, not borrowed rows: a closure taking references
+            // is generic over their lifetimes, and rustc then cannot
+            // prove the purge's future `Send` for a caller that
+            // spawns it.
+            .map(|index| async move { (index, self.check_destination(store, rows[index]).await) })
+            .buffer_unordered(WORKERS)
+            .filter_map(|(index, outcome)| async move { outcome.err().map(|e| (index, e)) })
+            .collect()
+            .await;
+        failures.sort_by_key(|(index, _)| *index);
+        let others = failures.len().saturating_sub(1);
+        match failures.into_iter().next() {
+            None => Ok(()),
+            Some((
+                _,
+                PurgeError::History {
+                    registry,
+                    row,
+                    reason,
+                },
+            )) if others > 0 => Err(PurgeError::History {
+                registry,
+                row,
+                reason: format!("{reason} (and {others} more rows fail)"),
+            }),
+            Some((_, error)) => Err(error),
+        }
     }
 }
 
@@ -89,6 +229,7 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
     let document: Value =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
     let mut mappings = HashMap::new();
+    let mut crc64s = HashMap::new();
     if registry.copied {
         // `parse` checked every row's fields; markers keep no destination.
         for row in document["versions"].as_array().into_iter().flatten() {
@@ -101,13 +242,15 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
                 destination_etag: text(row, "destination_etag"),
                 size: row["size"].as_u64().unwrap_or(0),
             };
-            mappings.insert(
-                (
-                    mapping.source_key.clone(),
-                    mapping.source_version_id.clone(),
-                ),
-                mapping,
+            let id = (
+                mapping.source_key.clone(),
+                mapping.source_version_id.clone(),
             );
+            // `parse` refused a malformed CRC.
+            if let Ok(Some(crc)) = destination_crc64(row) {
+                crc64s.insert(id.clone(), crc);
+            }
+            mappings.insert(id, mapping);
         }
     }
     Ok(Some(Published {
@@ -115,9 +258,11 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
         key,
         version_id,
         etag: meta.etag,
+        content_md5: meta.content_md5,
         document,
         copied: registry.copied,
         mappings,
+        crc64s,
     }))
 }
 
@@ -221,7 +366,14 @@ impl<'a> Coordination<'a> {
                 ),
             ));
         }
-        if proof.registry_etag != published.etag {
+        // The proof records the etag its publisher was given: S3's own
+        // (which the S3 backend reports suffixed with the version), or an
+        // MD5 the embedded store recorded for this version.
+        if !names_version(
+            &proof.registry_etag,
+            (&published.etag, published.content_md5),
+            &published.version_id,
+        ) {
             return Err(differs(
                 source,
                 &format!(
@@ -233,6 +385,7 @@ impl<'a> Coordination<'a> {
         if proof.receipt != published.document {
             return Err(differs(source, "its content is not the receipt"));
         }
+        published.check_history(self.store).await?;
         self.verified
             .lock()
             .expect("verified")

@@ -24,9 +24,16 @@ pub struct Retained {
     pub reason: String,
 }
 
+/// What a purge is, in its report: exact versions deleted for good (the
+/// seed's mode name).
+pub const MODE: &str = "permanent-version-deletion";
+
 /// What [`super::run::purge`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PurgeReport {
+    /// The store purged, as its caller named it (a URL or a configured
+    /// store's name); set by the caller, which alone knows the name.
+    pub remote: String,
     /// Keys whose versions were deleted (and verified gone).
     pub deleted: Vec<Deleted>,
     /// Candidates whose version was not in the store.
@@ -35,6 +42,11 @@ pub struct PurgeReport {
     /// nothing proves their bytes live elsewhere (`pointer` is the
     /// registry's key). Sorted.
     pub retained_unmapped: Vec<CandidateRef>,
+    /// Mapped versions (their bytes proven to live at the registry's
+    /// destination) that the purge or retention policy kept; each is also
+    /// in `retained`, with the reason (`pointer` is the registry's key).
+    /// Sorted.
+    pub retained_mapped: Vec<CandidateRef>,
     /// Versions the purge policy or the retention policy kept.
     pub retained: Vec<Retained>,
     /// Archive source prefixes left with no version but their registry.
@@ -42,9 +54,13 @@ pub struct PurgeReport {
 }
 
 impl PurgeReport {
-    /// The report as JSON (the fields above).
+    /// The report as JSON: the fields above and `"mode":` [`MODE`].
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
+        let mut document = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(fields) = &mut document {
+            fields.insert("mode".into(), Value::from(MODE));
+        }
+        document
     }
 
     /// One line per item: `deleted`, `absent`, `unmapped`, `retained`,
@@ -82,6 +98,7 @@ impl PurgeReport {
         self.deleted.extend(other.deleted);
         self.already_absent.extend(other.already_absent);
         self.retained_unmapped.extend(other.retained_unmapped);
+        self.retained_mapped.extend(other.retained_mapped);
         self.retained.extend(other.retained);
         self.cleaned_prefixes.extend(other.cleaned_prefixes);
     }

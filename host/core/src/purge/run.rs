@@ -31,6 +31,14 @@
 //! `Unarchived` and deleted, and the key is verified to have none left
 //! but those a policy kept.
 //!
+//! **History.** A registry licenses deletions only once its history
+//! holds: when it is first checked against its proof (before anything is
+//! deleted), every row's destination copy is read by exact version (HEAD)
+//! and must have the recorded size and etag (and CRC-64/NVME where
+//! recorded); right before a mapped version is deleted its own row is
+//! checked again. A failing row refuses the run, naming it
+//! ([`PurgeError::History`]).
+//!
 //! Every deletion first asks retention with the version's write time as
 //! `created_ms` (0 if unknown), the next newer version's write time as
 //! `noncurrent_since_ms` (if this one is not current), no hold and stage
@@ -254,8 +262,12 @@ impl Runner<'_> {
                             candidate.name()
                         ))
                     })?;
-                if let Some(reason) = self.decide(found, &Governance::Mapped(mapping)).await? {
+                if let Some(reason) = self
+                    .decide(found, &Governance::Mapped(mapping.clone()))
+                    .await?
+                {
                     kept.insert(id);
+                    report.retained_mapped.push(candidate.clone());
                     report.retained.push(Retained {
                         candidate: candidate.clone(),
                         reason,
@@ -263,6 +275,10 @@ impl Runner<'_> {
                     continue;
                 }
                 self.coordination.recheck(&prepared.published).await?;
+                prepared
+                    .published
+                    .check_destination(self.store, &mapping)
+                    .await?;
                 self.delete(object, &candidate.version_id).await?;
                 wanted.insert(id);
                 deleted.push(candidate.version_id.clone());
@@ -300,6 +316,7 @@ impl Runner<'_> {
                     pointer: registry_key(source),
                     object: f.version.key.clone(),
                     version_id: f.version.version_id.clone(),
+                    revision: None,
                 });
             }
         }
@@ -328,6 +345,7 @@ impl Runner<'_> {
             pointer: candidates[0].pointer.clone(),
             object: object.to_owned(),
             version_id: version_id.to_owned(),
+            revision: None,
         };
         let mut deleted = Vec::new();
         let mut kept = BTreeSet::new();
@@ -354,10 +372,17 @@ impl Runner<'_> {
                     let version_id = &found.version.version_id;
                     match (mapped(found), &verified) {
                         (Some(mapping), Some(verified)) => {
-                            if let Some(reason) =
-                                self.decide(found, &Governance::Mapped(mapping)).await?
+                            if let Some(reason) = self
+                                .decide(found, &Governance::Mapped(mapping.clone()))
+                                .await?
                             {
                                 kept.insert(version_id.clone());
+                                report.retained_mapped.push(CandidateRef {
+                                    pointer: published.key.clone(),
+                                    object: object.to_owned(),
+                                    version_id: version_id.clone(),
+                                    revision: None,
+                                });
                                 report.retained.push(Retained {
                                     candidate: reference(version_id),
                                     reason,
@@ -365,6 +390,7 @@ impl Runner<'_> {
                                 continue;
                             }
                             self.coordination.recheck(verified).await?;
+                            verified.check_destination(self.store, &mapping).await?;
                             self.delete(object, version_id).await?;
                             deleted.push(version_id.clone());
                         }
@@ -382,6 +408,7 @@ impl Runner<'_> {
                                 pointer: published.key.clone(),
                                 object: object.to_owned(),
                                 version_id: version_id.clone(),
+                                revision: None,
                             });
                         }
                     }
@@ -563,6 +590,7 @@ pub async fn purge_observed(
         report.extend(item);
     }
     report.retained_unmapped.sort();
+    report.retained_mapped.sort();
     match error {
         Some(error) => Err(PurgeFailure {
             error,

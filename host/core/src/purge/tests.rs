@@ -101,20 +101,27 @@ fn version(meta: &ObjectMeta) -> String {
     meta.version_id.clone().unwrap()
 }
 
-/// A copied registry of `source` → `archive/LEAF` mapping `moved`.
-fn registry(source: &str, moved: &[&ObjectMeta]) -> Value {
+/// A copied registry of `source` → `archive/LEAF` mapping `moved`, whose
+/// destination copies are really made (with their CRC-64/NVME recorded),
+/// so that its history holds.
+async fn registry(store: &dyn ObjectStore, source: &str, moved: &[&ObjectMeta]) -> Value {
     let leaf = source.rsplit('/').next().unwrap();
-    let rows: Vec<Value> = moved
-        .iter()
-        .map(|meta| {
-            let suffix = meta.key.strip_prefix(&format!("{source}/")).unwrap();
-            json!({"source_object": meta.key, "source_version_id": version(meta),
-                   "source_etag": meta.etag,
-                   "destination_object": format!("archive/{leaf}/{suffix}"),
-                   "destination_version_id": "w", "destination_etag": "f",
-                   "size": meta.size, "delete_marker": false})
-        })
-        .collect();
+    let mut rows = Vec::new();
+    for meta in moved {
+        let suffix = meta.key.strip_prefix(&format!("{source}/")).unwrap();
+        let destination = format!("archive/{leaf}/{suffix}");
+        let (_, bytes) = store.get_version(&meta.key, &version(meta)).await.unwrap();
+        let copy = put(store, &destination, &bytes).await;
+        let mut row = json!({"source_object": meta.key, "source_version_id": version(meta),
+               "source_etag": meta.etag,
+               "destination_object": destination,
+               "destination_version_id": version(&copy), "destination_etag": copy.etag,
+               "size": meta.size, "delete_marker": false});
+        if let Some(crc) = copy.crc64 {
+            row["destination_crc64nvme"] = json!(format!("{crc:016x}"));
+        }
+        rows.push(row);
+    }
     json!({"schema_version": 1, "status": "copied", "source": source,
            "destination": format!("archive/{leaf}"), "versions": rows})
 }
@@ -131,11 +138,31 @@ async fn publish(store: &dyn ObjectStore, source: &str, document: &Value) -> Val
            "coordination": {"registry_version_id": version(&meta), "registry_etag": meta.etag}})
 }
 
+/// `old/task/x` and `old/task/y`, archived by a published registry, and
+/// the plan retiring both with its proof.
+async fn two_archived(store: &dyn ObjectStore) -> (ObjectMeta, ObjectMeta, Value, Plan) {
+    let x = put(store, "old/task/x", b"x").await;
+    let y = put(store, "old/task/y", b"y").await;
+    let document = registry(store, "old/task", &[&x, &y]).await;
+    let proof = publish(store, "old/task", &document).await;
+    let plan = Plan::new(
+        vec![
+            archived("old/task", "old/task/x", &version(&x)),
+            archived("old/task", "old/task/y", &version(&y)),
+        ],
+        vec![],
+        vec![proof],
+    )
+    .unwrap();
+    (x, y, document, plan)
+}
+
 fn archived(source: &str, object: &str, version_id: &str) -> CandidateRef {
     CandidateRef {
         pointer: registry_key(source),
         object: object.into(),
         version_id: version_id.into(),
+        revision: None,
     }
 }
 
@@ -144,6 +171,7 @@ fn generic(object: &str, version_id: &str) -> CandidateRef {
         pointer: "pins.json".into(),
         object: object.into(),
         version_id: version_id.into(),
+        revision: None,
     }
 }
 
@@ -171,7 +199,7 @@ async fn exactly_the_mapped_versions_are_deleted_unmapped_retained_and_absent_re
         let x2 = put(store, "old/task/x", b"x two").await;
         let y = put(store, "old/task/d/y", b"y").await;
         put(store, "old/taskmate/z", b"a neighbour").await;
-        let document = registry("old/task", &[&x1, &y]);
+        let document = registry(store, "old/task", &[&x1, &y]).await;
         let proof = publish(store, "old/task", &document).await;
         let plan = Plan::new(
             vec![
@@ -219,7 +247,7 @@ async fn a_prefix_with_nothing_left_but_its_registry_is_cleaned_and_the_registry
     for (store, _dir) in stores() {
         let store = store.as_ref();
         let x = put(store, "t/src/x", b"x").await;
-        let document = registry("t/src", &[&x]);
+        let document = registry(store, "t/src", &[&x]).await;
         let proof = publish(store, "t/src", &document).await;
         let plan = Plan::new(
             vec![archived("t/src", "t/src/x", &version(&x))],
@@ -245,7 +273,7 @@ async fn a_registry_differing_from_the_coordinated_receipt_is_refused_before_del
         let store = store.as_ref();
         let x = put(store, "old/task/x", b"x").await;
         let loose = put(store, "loose/key", b"unarchived").await;
-        let document = registry("old/task", &[&x]);
+        let document = registry(store, "old/task", &[&x]).await;
         let proof = publish(store, "old/task", &document).await;
         let candidates = vec![
             generic("loose/key", &version(&loose)),
@@ -317,19 +345,7 @@ impl PurgeJudge for RepublishingJudge {
 #[tokio::test]
 async fn a_registry_republished_mid_run_stops_it_before_the_next_deletion() {
     for (store, _dir) in stores() {
-        let x = put(store.as_ref(), "old/task/x", b"x").await;
-        let y = put(store.as_ref(), "old/task/y", b"y").await;
-        let document = registry("old/task", &[&x, &y]);
-        let proof = publish(store.as_ref(), "old/task", &document).await;
-        let plan = Plan::new(
-            vec![
-                archived("old/task", "old/task/x", &version(&x)),
-                archived("old/task", "old/task/y", &version(&y)),
-            ],
-            vec![],
-            vec![proof],
-        )
-        .unwrap();
+        let (_, _, document, plan) = two_archived(store.as_ref()).await;
         let judge = RepublishingJudge {
             store: store.clone(),
             source: "old/task".into(),
@@ -356,7 +372,12 @@ async fn a_present_archive_candidate_the_registry_does_not_map_refuses_the_run()
         let store = store.as_ref();
         let x1 = put(store, "old/task/x", b"one").await;
         let x2 = put(store, "old/task/x", b"two").await;
-        let proof = publish(store, "old/task", &registry("old/task", &[&x1])).await;
+        let proof = publish(
+            store,
+            "old/task",
+            &registry(store, "old/task", &[&x1]).await,
+        )
+        .await;
         let plan = Plan::new(
             vec![
                 archived("old/task", "old/task/x", &version(&x1)),
@@ -444,7 +465,12 @@ async fn a_generic_key_under_a_registry_loses_its_mapped_versions_only_with_a_pr
         let store = store.as_ref();
         let mapped = put(store, "proj/set/k", b"moved").await;
         let unmapped = put(store, "proj/set/k", b"written after the copy").await;
-        let proof = publish(store, "proj/set", &registry("proj/set", &[&mapped])).await;
+        let proof = publish(
+            store,
+            "proj/set",
+            &registry(store, "proj/set", &[&mapped]).await,
+        )
+        .await;
         let candidates = vec![generic("proj/set/k", &version(&mapped))];
         let plan = Plan::new(candidates.clone(), vec![], vec![]).unwrap();
         let failure = run(store, &plan, &ALLOW).await.unwrap_err();
@@ -464,6 +490,7 @@ async fn a_generic_key_under_a_registry_loses_its_mapped_versions_only_with_a_pr
                 pointer: registry_key("proj/set"),
                 object: "proj/set/k".into(),
                 version_id: version(&unmapped),
+                revision: None,
             }]
         );
         assert_eq!(
@@ -478,10 +505,15 @@ async fn a_generic_keys_missing_proof_refuses_the_plan_before_any_prefix_is_reti
     for (store, _dir) in stores() {
         let store = store.as_ref();
         let x = put(store, "old/task/x", b"x bytes").await;
-        let document = registry("old/task", &[&x]);
+        let document = registry(store, "old/task", &[&x]).await;
         let archive_proof = publish(store, "old/task", &document).await;
         let mapped = put(store, "proj/set/k", b"moved").await;
-        publish(store, "proj/set", &registry("proj/set", &[&mapped])).await;
+        publish(
+            store,
+            "proj/set",
+            &registry(store, "proj/set", &[&mapped]).await,
+        )
+        .await;
         let plan = Plan::new(
             vec![
                 archived("old/task", "old/task/x", &version(&x)),
@@ -617,7 +649,7 @@ mod s3 {
         let x = put(&store, "old/task/x", b"x").await;
         let y = put(&store, "old/task/d/y", b"y").await;
         let loose = put(&store, "loose/key", b"z").await;
-        let document = registry("old/task", &[&x, &y]);
+        let document = registry(&store, "old/task", &[&x, &y]).await;
         let proof = publish(&store, "old/task", &document).await;
         let plan = Plan::new(
             vec![
@@ -636,7 +668,161 @@ mod s3 {
             .await
             .into_iter()
             .map(|(k, _)| k)
+            .filter(|k| !k.starts_with("archive/"))
             .collect();
         assert_eq!(left, [registry_key("old/task")]);
+    }
+}
+
+/// Deletes the destination copy of the version it is asked about second,
+/// as an operator cleaning the archive out of band might mid-run.
+struct SabotagingJudge<'a> {
+    store: &'a dyn ObjectStore,
+    asked: AtomicUsize,
+}
+
+#[async_trait]
+impl PurgeJudge for SabotagingJudge<'_> {
+    async fn judge(
+        &self,
+        _candidate: &Candidate,
+        governance: &Governance,
+        _now_ms: u64,
+    ) -> Result<Verdict, PolicyError> {
+        if let Governance::Mapped(mapping) = governance
+            && self.asked.fetch_add(1, Ordering::SeqCst) == 1
+        {
+            self.store
+                .delete_version(&mapping.destination_key, &mapping.destination_version_id)
+                .await
+                .unwrap();
+        }
+        Ok(Verdict::Delete)
+    }
+}
+
+#[tokio::test]
+async fn a_registry_whose_destination_copy_is_gone_or_altered_refuses_the_plan_before_any_deletion()
+{
+    for (store, _dir) in stores() {
+        let store = store.as_ref();
+        let x = put(store, "old/task/x", b"x").await;
+        let y = put(store, "old/task/d/y", b"y").await;
+        let loose = put(store, "loose/key", b"unarchived").await;
+        let document = registry(store, "old/task", &[&x, &y]).await;
+        let rows = document["versions"].as_array().unwrap().clone();
+        let y_copy = (
+            rows[1]["destination_object"].as_str().unwrap().to_owned(),
+            rows[1]["destination_version_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        let candidates = vec![
+            generic("loose/key", &version(&loose)),
+            archived("old/task", "old/task/x", &version(&x)),
+            archived("old/task", "old/task/d/y", &version(&y)),
+        ];
+
+        // A row recording another size, etag or CRC than its copy has.
+        let altered = [
+            ("size", json!(99), "size is 1, recorded 99"),
+            ("destination_etag", json!("\"nope\""), "etag is"),
+            (
+                "destination_crc64nvme",
+                json!("0000000000000000"),
+                "crc64nvme is",
+            ),
+        ];
+        for (field, value, want) in altered {
+            let mut forged = document.clone();
+            forged["versions"][1][field] = value;
+            let proof = publish(store, "old/task", &forged).await;
+            let before = versions_of(store, "").await;
+            let plan = Plan::new(candidates.clone(), vec![], vec![proof]).unwrap();
+            let failure = run(store, &plan, &ALLOW).await.unwrap_err();
+            let message = failure.error.to_string();
+            assert_eq!(failure.error.kind(), "history", "{message}");
+            assert!(message.contains(want), "{field}: {message}");
+            assert!(
+                message.contains(&format!("old/task/d/y@{}", version(&y))),
+                "the row is named: {message}"
+            );
+            assert_eq!(failure.partial, PurgeReport::default());
+            assert_eq!(versions_of(store, "").await, before, "nothing deleted");
+        }
+
+        // The copy deleted out of band.
+        let proof = publish(store, "old/task", &document).await;
+        store.delete_version(&y_copy.0, &y_copy.1).await.unwrap();
+        let before = versions_of(store, "").await;
+        let plan = Plan::new(candidates.clone(), vec![], vec![proof]).unwrap();
+        let failure = run(store, &plan, &ALLOW).await.unwrap_err();
+        assert!(
+            failure
+                .error
+                .to_string()
+                .contains("the destination version does not exist"),
+            "{}",
+            failure.error
+        );
+        assert_eq!(versions_of(store, "").await, before, "nothing deleted");
+    }
+}
+
+#[tokio::test]
+async fn a_destination_copy_deleted_mid_run_stops_the_deletion_of_its_source() {
+    for (store, _dir) in stores() {
+        let store = store.as_ref();
+        let (x, y, _, plan) = two_archived(store).await;
+        let judge = SabotagingJudge {
+            store,
+            asked: AtomicUsize::new(0),
+        };
+        let failure = purge(store, &plan, &judge, &ALLOW, 1_000)
+            .await
+            .unwrap_err();
+        assert_eq!(failure.error.kind(), "history", "{}", failure.error);
+        assert!(
+            failure
+                .error
+                .to_string()
+                .contains(&format!("old/task/y@{}", version(&y))),
+            "{}",
+            failure.error
+        );
+        // The first version went; the one whose copy vanished did not.
+        let left = versions_of(store, "old/task/").await;
+        assert!(!left.contains(&("old/task/x".into(), version(&x))));
+        assert!(left.contains(&("old/task/y".into(), version(&y))));
+        assert_eq!(failure.partial.deleted.len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn the_report_names_its_mode_and_remote_and_lists_mapped_versions_a_policy_kept() {
+    for (store, _dir) in stores() {
+        let store = store.as_ref();
+        let x = put(store, "old/task/x", b"x").await;
+        let document = registry(store, "old/task", &[&x]).await;
+        let proof = publish(store, "old/task", &document).await;
+        let plan = Plan::new(
+            vec![archived("old/task", "old/task/x", &version(&x))],
+            vec![],
+            vec![proof],
+        )
+        .unwrap();
+        let keep = Oracle { keep_current: true };
+        let mut report = run(store, &plan, &keep).await.unwrap();
+        assert_eq!(
+            report.retained_mapped,
+            [archived("old/task", "old/task/x", &version(&x))]
+        );
+        assert_eq!(report.retained.len(), 1);
+        report.remote = "s3://bucket/prefix".into();
+        let document = report.to_json();
+        assert_eq!(document["mode"], "permanent-version-deletion");
+        assert_eq!(document["remote"], "s3://bucket/prefix");
+        assert_eq!(document["retained_mapped"][0]["object"], "old/task/x");
     }
 }

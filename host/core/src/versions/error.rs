@@ -110,6 +110,15 @@ pub enum VersionsError {
         /// The policy's error.
         source: PolicyError,
     },
+    /// Reading pin manifests from git history failed: a bad revision, a
+    /// path that is not a regular file there, or git itself.
+    #[error("git: {what}: {reason}")]
+    Git {
+        /// What was being read (a revision, `REV:PATH`, the repository).
+        what: String,
+        /// Why it failed (git's message, or the bound crossed).
+        reason: String,
+    },
     /// A local file (manifest, receipt, cache) cannot be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -138,6 +147,7 @@ impl VersionsError {
             Self::DigestMismatch { .. } => "digest-mismatch",
             Self::Policy { .. } => "policy",
             Self::Io { .. } => "io",
+            Self::Git { .. } => "git",
         }
     }
 

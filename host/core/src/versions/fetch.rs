@@ -1,18 +1,29 @@
-//! Fetching pinned versions into a content-addressed cache.
+//! Fetching pinned versions into a content-addressed cache, all or
+//! nothing.
 //!
 //! The cache is laid out as DVC's: the object with digest `d` lives at
-//! `CACHE/d[..2]/d[2..]`. A pin whose file is already there with the
+//! `CACHE/d[..2]/d[2..]`, and a directory's listing at
+//! `CACHE/d[..2]/d[2..].dir`. A pin whose file is already there with the
 //! pinned size and digest is a hit: nothing is downloaded, but the pin is
 //! still verified against the store ([`super::verify`]), so a cache never
 //! vouches for a version the store no longer has. A miss is read with
 //! `get_version` ([`WORKERS`] at a time; retried twice when the store is
 //! unavailable or fails locally; pins larger than [`WHOLE_READ_MAX`] are
-//! read in ranges after a `head_version`), following pending aliases and archive
-//! hops as verify does; the version, size, etag and digest of what was
-//! read are checked (a mismatch fails naming the object, and installs
-//! nothing), and the bytes are written to a temporary file in the cache
-//! directory, fsynced and renamed into place, so a cache file is always
-//! whole.
+//! read in ranges after a `head_version`), following pending aliases and
+//! archive hops as verify does; the version, size, etag and digest of
+//! what was read are checked.
+//!
+//! **All or nothing**, as the seed fetches: every miss is downloaded into
+//! a scratch directory inside the cache (`CACHE/.custodian-fetch-*`, so
+//! installing is a rename on the same filesystem), checked and fsynced.
+//! Only when every pin passed (hits verified, misses downloaded and
+//! checked) is anything installed: each file renamed into place and its
+//! directory fsynced, so a cache file is always whole. Any failure
+//! installs nothing and removes the scratch directory. A fetch killed
+//! before installing leaves only its scratch directory, which the next
+//! fetch into the cache removes (its lock, an `flock` on `.lock` inside
+//! it, is free once its owner is gone); one killed while installing
+//! leaves some files installed, each whole and verified.
 
 use std::future::Future;
 use std::io::{Read, Write};
@@ -24,6 +35,7 @@ use serde_json::{Value, json};
 
 use super::aliases::Aliases;
 use super::digest::{Digest, Hasher};
+use super::dvc::Listing;
 use super::error::VersionsError;
 use super::hops::HopPolicy;
 use super::pins::Pin;
@@ -65,6 +77,10 @@ pub struct FetchReport {
     pub cached_bytes: u64,
     /// Pins that failed, in manifest order.
     pub problems: Vec<Problem>,
+    /// Directory listings installed (or already in the cache).
+    pub listings: usize,
+    /// Whether the downloads were installed: only when no pin failed.
+    pub installed: bool,
 }
 
 impl FetchReport {
@@ -82,20 +98,24 @@ impl FetchReport {
             "cached": self.cached.len(),
             "cached_bytes": self.cached_bytes,
             "fetched": self.downloaded,
+            "listings": self.listings,
+            "installed": self.installed,
             "problems": self.problems.iter().map(Problem::to_json).collect::<Vec<_>>(),
         })
     }
 }
 
-/// Brings every pin's bytes into `cache` (see the module doc); `progress`
-/// counts finished downloads.
+/// Brings every pin's bytes, and every listing, into `cache`, all or
+/// nothing (see the module doc); `progress` counts finished downloads.
 ///
 /// # Errors
 /// [`VersionsError::Unversioned`], or [`VersionsError::Io`] when the cache
-/// directory cannot be created; each pin's own failure is a [`Problem`].
+/// or its scratch directory cannot be made or installing fails; each
+/// pin's own failure is a [`Problem`] (and then nothing is installed).
 pub async fn fetch(
     store: &dyn ObjectStore,
     pins: &[Pin],
+    listings: &[Listing],
     aliases: &Aliases,
     hops: &dyn HopPolicy,
     cache: &Path,
@@ -103,6 +123,10 @@ pub async fn fetch(
 ) -> Result<FetchReport, VersionsError> {
     super::verify::require_versioned(store, "being read")?;
     std::fs::create_dir_all(cache).map_err(|e| VersionsError::io(cache, e))?;
+    let owned = cache.to_owned();
+    tokio::task::spawn_blocking(move || Scratch::remove_stale(&owned))
+        .await
+        .map_err(|e| VersionsError::io(cache, std::io::Error::other(e)))?;
     let mut hits = Vec::new();
     let mut misses = Vec::new();
     let mut probes = futures::stream::iter(pins.iter().enumerate())
@@ -139,15 +163,17 @@ pub async fn fetch(
     if let Some(bar) = progress {
         bar.set_length(misses.len() as u64);
     }
+    let scratch = Scratch::new(cache)?;
     let registries = Registries::new(store);
     let mut downloads = futures::stream::iter(misses)
         .map(|index| {
             let pin = &pins[index];
             let registries = &registries;
+            let scratch = &scratch;
             async move {
                 (
                     index,
-                    download(store, registries, hops, pin, aliases, cache).await,
+                    download(store, registries, hops, pin, aliases, scratch).await,
                 )
             }
         })
@@ -161,16 +187,114 @@ pub async fn fetch(
     }
     drop(downloads);
     outcomes.sort_by_key(|(index, _)| *index);
+    let mut ready = Vec::new();
     for (index, outcome) in outcomes {
         match outcome {
-            Ok((checked, size)) => {
+            Ok((checked, size, file)) => {
                 report.downloaded.push(checked);
                 report.downloaded_bytes += size;
+                ready.push((cache_path(cache, &pins[index].digest), file));
             }
             Err(error) => report.problems.push(Problem::new(&pins[index], error)),
         }
     }
+    if !report.ok() {
+        // Dropping the scratch directory removes every download.
+        return Ok(report);
+    }
+    for listing in listings {
+        let path = listing_path(cache, listing);
+        if std::fs::read(&path).is_ok_and(|bytes| bytes == listing.bytes) {
+            continue;
+        }
+        let mut staged = Staged::new(scratch.path(), &listing.digest)?;
+        staged.write(&listing.bytes)?;
+        ready.push((path, staged.finish(&listing.path)?));
+    }
+    report.listings = listings.len();
+    tokio::task::spawn_blocking(move || {
+        let _scratch = scratch;
+        for (path, file) in ready {
+            file.install(&path)?;
+        }
+        Ok::<_, VersionsError>(())
+    })
+    .await
+    .map_err(|e| VersionsError::io(cache, std::io::Error::other(e)))??;
+    report.installed = true;
     Ok(report)
+}
+
+/// Where `listing` lives in the cache at `cache`: beside its files, as
+/// `d[..2]/d[2..].dir`.
+pub fn listing_path(cache: &Path, listing: &Listing) -> PathBuf {
+    let mut path = cache_path(cache, &listing.digest).into_os_string();
+    path.push(".dir");
+    PathBuf::from(path)
+}
+
+/// A fetch's scratch directory in the cache, locked while it lives and
+/// removed when dropped.
+struct Scratch {
+    dir: tempfile::TempDir,
+    _lock: std::fs::File,
+}
+
+/// The scratch directories' name prefix: hidden, and no two hex digits,
+/// so DVC never takes one for a cache directory.
+const SCRATCH_PREFIX: &str = ".custodian-fetch-";
+
+/// A scratch directory without its lock file is left alone this long:
+/// its owner may be between creating it and locking it.
+const UNLOCKED_GRACE: Duration = Duration::from_secs(60);
+
+impl Scratch {
+    fn new(cache: &Path) -> Result<Self, VersionsError> {
+        let dir = tempfile::Builder::new()
+            .prefix(SCRATCH_PREFIX)
+            .tempdir_in(cache)
+            .map_err(|e| VersionsError::io(cache, e))?;
+        let lock_path = dir.path().join(".lock");
+        let lock =
+            std::fs::File::create(&lock_path).map_err(|e| VersionsError::io(&lock_path, e))?;
+        lock.lock().map_err(|e| VersionsError::io(&lock_path, e))?;
+        Ok(Self { dir, _lock: lock })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Removes the scratch directories of fetches that died: those whose
+    /// lock nobody holds. Failures are ignored: a leftover costs disk
+    /// space, not correctness.
+    fn remove_stale(cache: &Path) {
+        let Ok(entries) = std::fs::read_dir(cache) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if !entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(SCRATCH_PREFIX)
+            {
+                continue;
+            }
+            let dir = entry.path();
+            let stale = match std::fs::File::open(dir.join(".lock")) {
+                Ok(lock) => lock.try_lock().is_ok(),
+                Err(_) => entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|at| at.elapsed().ok())
+                    .is_some_and(|age| age > UNLOCKED_GRACE),
+            };
+            if stale {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
 }
 
 /// Whether `path` holds bytes of `size` (if pinned) with `digest`.
@@ -227,8 +351,8 @@ async fn download(
     hops: &dyn HopPolicy,
     pin: &Pin,
     aliases: &Aliases,
-    cache: &Path,
-) -> Result<(Checked, u64), VersionsError> {
+    scratch: &Scratch,
+) -> Result<(Checked, u64, Verified), VersionsError> {
     let target = aliases.target(pin)?;
     let ranged = target.size.is_some_and(|size| size > WHOLE_READ_MAX);
     let (at, hops_taken, meta, body) = if ranged {
@@ -259,7 +383,7 @@ async fn download(
             fields,
         });
     }
-    let mut staged = Staged::new(cache, &pin.digest)?;
+    let mut staged = Staged::new(scratch.path(), &pin.digest)?;
     match body {
         Some(bytes) => {
             staged = tokio::task::spawn_blocking(move || staged.write(&bytes).map(|()| staged))
@@ -291,9 +415,8 @@ async fn download(
             }
         }
     }
-    let path = cache_path(cache, &pin.digest);
     let name = pin.name();
-    tokio::task::spawn_blocking(move || staged.install(&name, &path))
+    let file = tokio::task::spawn_blocking(move || staged.finish(&name))
         .await
         .map_err(|e| join_error(pin, e))??;
     Ok((
@@ -305,26 +428,25 @@ async fn download(
             via: Via::Head,
         },
         meta.size,
+        file,
     ))
 }
 
-/// Bytes being downloaded: a temporary file in the cache directory and
-/// the digest of what was written to it.
+/// Bytes being downloaded: a temporary file in the scratch directory
+/// and the digest of what was written to it.
 struct Staged {
     file: tempfile::NamedTempFile,
     hasher: Hasher,
     digest: Digest,
-    cache: PathBuf,
 }
 
 impl Staged {
-    fn new(cache: &Path, digest: &Digest) -> Result<Self, VersionsError> {
+    fn new(scratch: &Path, digest: &Digest) -> Result<Self, VersionsError> {
         Ok(Self {
-            file: tempfile::NamedTempFile::new_in(cache)
-                .map_err(|e| VersionsError::io(cache, e))?,
+            file: tempfile::NamedTempFile::new_in(scratch)
+                .map_err(|e| VersionsError::io(scratch, e))?,
             hasher: digest.hasher(),
             digest: digest.clone(),
-            cache: cache.to_owned(),
         })
     }
 
@@ -335,10 +457,9 @@ impl Staged {
             .map_err(|e| VersionsError::io(self.file.path(), e))
     }
 
-    /// Checks the digest, then fsyncs the file, renames it to `path` and
-    /// fsyncs the directory: the cache file appears whole or not at all.
-    /// A mismatch installs nothing (the temporary file is removed).
-    fn install(self, name: &str, path: &Path) -> Result<(), VersionsError> {
+    /// Checks the digest (`name` names the object in a mismatch), then
+    /// fsyncs the file: it is ready to install.
+    fn finish(self, name: &str) -> Result<Verified, VersionsError> {
         let actual = self.hasher.finish();
         if actual != self.digest.value() {
             return Err(VersionsError::DigestMismatch {
@@ -348,13 +469,25 @@ impl Staged {
                 actual,
             });
         }
-        let dir = path.parent().unwrap_or(&self.cache);
-        std::fs::create_dir_all(dir).map_err(|e| VersionsError::io(dir, e))?;
         self.file
             .as_file()
             .sync_all()
             .map_err(|e| VersionsError::io(self.file.path(), e))?;
-        self.file
+        Ok(Verified(self.file))
+    }
+}
+
+/// A downloaded file whose digest matched, synced, in the scratch
+/// directory.
+struct Verified(tempfile::NamedTempFile);
+
+impl Verified {
+    /// Renames the file to `path` and fsyncs its directory: the cache
+    /// file appears whole or not at all.
+    fn install(self, path: &Path) -> Result<(), VersionsError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| VersionsError::io(dir, e))?;
+        self.0
             .persist(path)
             .map_err(|e| VersionsError::io(path, e.error))?;
         std::fs::File::open(dir)

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::aliases::Aliases;
 use super::digest::Digest;
-use super::pins::{Pin, parse_dvc, parse_json};
+use super::dvc::parse_dvc;
+use super::pins::{Pin, parse_json};
 use super::prefixes;
 use super::registry::{self, Registry};
 use super::target::Target;
@@ -38,12 +39,15 @@ fn parse_every_way(text: &str) {
     if let Ok(pins) = parse_json(text, "m.json") {
         assert_exact(&pins, "m.json");
     }
-    if let Ok(pins) = parse_dvc(text, "m.dvc", "", None) {
-        assert_exact(&pins, "m.dvc");
+    if let Ok(pointers) = parse_dvc(text, "m.dvc", "", None) {
+        assert_exact(&pointers.pins, "m.dvc");
+        for output in &pointers.addressed {
+            assert!(ObjectKey::new(output.key.as_str()).is_ok(), "{output:?}");
+        }
     }
-    if let Ok(pins) = parse_dvc(text, "d/m.dvc", "d/", Some("r")) {
-        assert_exact(&pins, "d/m.dvc");
-        assert!(pins.iter().all(|pin| pin.key.starts_with("d/")));
+    if let Ok(pointers) = parse_dvc(text, "d/m.dvc", "d/", Some("r")) {
+        assert_exact(&pointers.pins, "d/m.dvc");
+        assert!(pointers.pins.iter().all(|pin| pin.key.starts_with("d/")));
     }
 }
 
@@ -76,7 +80,7 @@ fn near_misses_of_valid_pin_manifests_never_panic_the_parsers() {
     );
     assert_eq!(
         parse_dvc(VALID_DVC, "m.dvc", "", None)
-            .map(|p| p.len())
+            .map(|p| p.pins.len())
             .ok(),
         Some(1)
     );
@@ -203,9 +207,9 @@ fn generated_dvc_files_parse_to_exactly_their_outputs() {
                 });
             for remote in [None, Some("r")] {
                 match parse_dvc(&text, "m.dvc", key_dir, remote) {
-                    Ok(pins) => {
+                    Ok(pointers) => {
                         assert!(valid, "accepted an invalid output: {text}");
-                        assert_eq!(pins, expected);
+                        assert_eq!(pointers.pins, expected);
                     }
                     Err(error) => assert!(!valid, "refused a valid file: {error}\n{text}"),
                 }

@@ -12,6 +12,8 @@
 //!                "size": 3, "delete_marker": false}]}
 //! ```
 //!
+//! A row may also record `"destination_crc64nvme": "<16 hex>"`, the
+//! destination copy's CRC-64/NVME, checked before its source is purged.
 //! Objects are full keys of the store. `status` is `planned` (the copy
 //! has not happened: its rows move nothing yet) or `copied`. Rows of
 //! delete markers need no destination version, etag or size and are never
@@ -108,6 +110,9 @@ pub fn parse(key: &str, prefix: &str, bytes: &[u8]) -> Result<Registry, Versions
         prefixes::check_moved(source, destination, source_object, destination_object)
             .map_err(bad)?;
         let source_version = text(row, "source_version_id").map_err(bad)?;
+        if !row["destination_crc64nvme"].is_null() {
+            destination_crc64(row).map_err(bad)?;
+        }
         match row["delete_marker"] {
             Value::Bool(true) => continue,
             Value::Bool(false) => {}
@@ -135,6 +140,24 @@ pub fn parse(key: &str, prefix: &str, bytes: &[u8]) -> Result<Registry, Versions
         destination: destination.to_owned(),
         rows,
     })
+}
+
+/// A row's optional `destination_crc64nvme`: the destination copy's
+/// CRC-64/NVME as 16 lowercase hex digits, which the purge's history check
+/// compares with what the store recorded.
+///
+/// # Errors
+/// A reason when the field is present but malformed.
+pub fn destination_crc64(row: &Value) -> Result<Option<u64>, String> {
+    match &row["destination_crc64nvme"] {
+        Value::Null => Ok(None),
+        Value::String(hex)
+            if hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            Ok(u64::from_str_radix(hex, 16).ok())
+        }
+        _ => Err("destination_crc64nvme is not 16 lowercase hex digits".into()),
+    }
 }
 
 /// The ancestor prefixes of `key`, longest first (`a/b/c` → `a/b`, `a`).

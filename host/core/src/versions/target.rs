@@ -52,14 +52,28 @@ impl Target {
         if self.size.is_some_and(|want| want != size) {
             fields.push("size");
         }
-        if self.etag.as_deref().is_some_and(|want| {
-            !etag_matches(want, etag, &self.version_id)
-                && content_md5.is_none_or(|md5| unquote(want) != hex::encode(md5))
-        }) {
+        if self
+            .etag
+            .as_deref()
+            .is_some_and(|want| !names_version(want, (etag, content_md5), &self.version_id))
+        {
             fields.push("etag");
         }
         fields
     }
+}
+
+/// Whether the recorded etag `expected` names version `version_id`,
+/// whose etag and recorded MD5 the store reports: its etag (as
+/// [`etag_matches`] compares them), or the MD5 the store recorded for it
+/// (see the module doc).
+pub fn names_version(
+    expected: &str,
+    (etag, content_md5): (&str, Option<[u8; 16]>),
+    version_id: &str,
+) -> bool {
+    etag_matches(expected, etag, version_id)
+        || content_md5.is_some_and(|md5| unquote(expected) == hex::encode(md5))
 }
 
 /// Whether the pinned etag `expected` names the store's `actual` etag of

@@ -414,32 +414,14 @@ async fn fetch_fills_the_cache_and_a_second_fetch_downloads_nothing() {
     let mut pins = pinned(store.as_ref(), "data/set", 9).await;
     pins.push(chain(store.as_ref(), 2).await);
     let cache = tempfile::tempdir().unwrap();
-    let first = fetch(
-        store.as_ref(),
-        &pins,
-        &Aliases::none(),
-        &ExactRowPolicy,
-        cache.path(),
-        None,
-    )
-    .await
-    .unwrap();
+    let first = fetch_into(store.as_ref(), &pins, &[], cache.path()).await;
     assert!(first.ok(), "{:?}", first.problems);
     assert_eq!((first.downloaded.len(), first.cached.len()), (10, 0));
     for pin in &pins {
         let bytes = std::fs::read(cache_path(cache.path(), &pin.digest)).unwrap();
         assert_eq!(pin.digest.of(&bytes), pin.digest.value());
     }
-    let second = fetch(
-        store.as_ref(),
-        &pins,
-        &Aliases::none(),
-        &ExactRowPolicy,
-        cache.path(),
-        None,
-    )
-    .await
-    .unwrap();
+    let second = fetch_into(store.as_ref(), &pins, &[], cache.path()).await;
     assert!(second.ok(), "{:?}", second.problems);
     assert_eq!((second.downloaded.len(), second.cached.len()), (0, 10));
     assert_eq!(second.cached_bytes, first.downloaded_bytes);
@@ -452,16 +434,13 @@ async fn a_download_with_the_wrong_digest_fails_naming_it_and_installs_nothing()
     let mut pin = pin(&meta, b"abc");
     pin.digest = Digest::Md5("00000000000000000000000000000000".into());
     let cache = tempfile::tempdir().unwrap();
-    let report = fetch(
+    let report = fetch_into(
         store.as_ref(),
         std::slice::from_ref(&pin),
-        &Aliases::none(),
-        &ExactRowPolicy,
+        &[],
         cache.path(),
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     let error = &report.problems[0].error;
     assert!(
         matches!(error, VersionsError::DigestMismatch { .. }),
@@ -484,16 +463,7 @@ async fn a_cache_hit_whose_version_is_gone_from_the_store_still_fails() {
         .delete_version("d/x", meta.version_id.as_deref().unwrap())
         .await
         .unwrap();
-    let report = fetch(
-        store.as_ref(),
-        &[pin],
-        &Aliases::none(),
-        &ExactRowPolicy,
-        cache.path(),
-        None,
-    )
-    .await
-    .unwrap();
+    let report = fetch_into(store.as_ref(), &[pin], &[], cache.path()).await;
     assert_eq!(report.problems[0].error.kind(), "missing-version");
     assert_eq!(report.downloaded.len(), 0);
 }
@@ -537,30 +507,12 @@ mod s3 {
         pins.pop();
 
         let cache = tempfile::tempdir().unwrap();
-        let first = fetch(
-            &store,
-            &pins,
-            &Aliases::none(),
-            &ExactRowPolicy,
-            cache.path(),
-            None,
-        )
-        .await
-        .unwrap();
+        let first = fetch_into(&store, &pins, &[], cache.path()).await;
         assert!(first.ok(), "{:?}", first.problems);
         assert_eq!(first.downloaded.len(), 12);
         let old = std::fs::read(cache_path(cache.path(), &pins[0].digest)).unwrap();
         assert_eq!(old, b"object 0 of data/set");
-        let second = fetch(
-            &store,
-            &pins,
-            &Aliases::none(),
-            &ExactRowPolicy,
-            cache.path(),
-            None,
-        )
-        .await
-        .unwrap();
+        let second = fetch_into(&store, &pins, &[], cache.path()).await;
         assert_eq!((second.downloaded.len(), second.cached.len()), (0, 12));
     }
 
@@ -592,16 +544,13 @@ async fn a_pin_larger_than_one_read_is_fetched_in_ranges_and_installed_whole() {
     let meta = put(store.as_ref(), "big/blob", &bytes).await;
     let pin = pin(&meta, &bytes);
     let cache = tempfile::tempdir().unwrap();
-    let report = fetch(
+    let report = fetch_into(
         store.as_ref(),
         std::slice::from_ref(&pin),
-        &Aliases::none(),
-        &ExactRowPolicy,
+        &[],
         cache.path(),
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(report.ok(), "{:?}", report.problems);
     assert_eq!(report.downloaded_bytes, bytes.len() as u64);
     assert_eq!(
@@ -613,4 +562,190 @@ async fn a_pin_larger_than_one_read_is_fetched_in_ranges_and_installed_whole() {
         .filter(|e| e.as_ref().unwrap().file_type().unwrap().is_file())
         .count();
     assert_eq!(leftovers, 0, "no temporary file is left behind");
+}
+
+/// [`fetch`] of `pins` and `listings` into `cache`, with no aliases and
+/// the exact-row hop policy.
+async fn fetch_into(
+    store: &dyn ObjectStore,
+    pins: &[Pin],
+    listings: &[super::dvc::Listing],
+    cache: &std::path::Path,
+) -> super::fetch::FetchReport {
+    fetch(
+        store,
+        pins,
+        listings,
+        &Aliases::none(),
+        &ExactRowPolicy,
+        cache,
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// The scratch directories left in `cache`.
+fn scratch_dirs(cache: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".custodian-fetch-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn one_failing_pin_installs_nothing_of_a_fetch_and_leaves_no_scratch() {
+    let store = memory();
+    let mut pins = Vec::new();
+    for index in 0..3u8 {
+        let bytes = [b'a' + index; 5];
+        let meta = put(store.as_ref(), &format!("d/{index}"), &bytes).await;
+        pins.push(pin(&meta, &bytes));
+    }
+    let meta = put(store.as_ref(), "d/bad", b"bad").await;
+    let mut bad = pin(&meta, b"bad");
+    bad.size = Some(4);
+    pins.insert(1, bad);
+    let cache = tempfile::tempdir().unwrap();
+    let report = fetch_into(store.as_ref(), &pins, &[], cache.path()).await;
+    assert!(!report.installed);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0].pin.starts_with("d/bad@"));
+    for pin in &pins {
+        assert!(
+            !cache_path(cache.path(), &pin.digest).exists(),
+            "{} was installed",
+            pin.key
+        );
+    }
+    assert!(scratch_dirs(cache.path()).is_empty());
+    // Without the bad pin, everything goes in.
+    pins.remove(1);
+    let report = fetch_into(store.as_ref(), &pins, &[], cache.path()).await;
+    assert!(report.installed && report.ok(), "{:?}", report.problems);
+    for pin in &pins {
+        assert!(cache_path(cache.path(), &pin.digest).exists());
+    }
+}
+
+#[tokio::test]
+async fn a_dead_fetchs_scratch_is_removed_and_a_live_ones_is_kept() {
+    let store = memory();
+    let meta = put(store.as_ref(), "d/x", b"x").await;
+    let cache = tempfile::tempdir().unwrap();
+    let dead = cache.path().join(".custodian-fetch-dead");
+    std::fs::create_dir_all(&dead).unwrap();
+    std::fs::write(dead.join(".lock"), b"").unwrap();
+    std::fs::write(dead.join("partial"), b"half a download").unwrap();
+    let live = cache.path().join(".custodian-fetch-live");
+    std::fs::create_dir_all(&live).unwrap();
+    let held = std::fs::File::create(live.join(".lock")).unwrap();
+    held.lock().unwrap();
+    let report = fetch_into(store.as_ref(), &[pin(&meta, b"x")], &[], cache.path()).await;
+    assert!(report.installed);
+    assert!(!dead.exists(), "the dead fetch's scratch is removed");
+    assert!(live.exists(), "a running fetch's scratch is left alone");
+}
+
+#[tokio::test]
+async fn a_directory_listing_is_installed_beside_its_files_as_dvc_keeps_it() {
+    let store = memory();
+    let files = [("a.txt", &b"one\n"[..]), ("sub/b.txt", &b"two\n"[..])];
+    let mut pins = Vec::new();
+    let mut listed = Vec::new();
+    for (relpath, bytes) in files {
+        let meta = put(store.as_ref(), &format!("data/{relpath}"), bytes).await;
+        let pin = pin(&meta, bytes);
+        listed.push((relpath.to_owned(), pin.digest.value().to_owned()));
+        pins.push(pin);
+    }
+    let bytes = super::dvc::listing_bytes(&listed);
+    let listing = super::dvc::Listing {
+        digest: Digest::Md5(Digest::Md5(String::new()).of(&bytes)),
+        bytes,
+        path: "data".into(),
+        manifest: "data.dvc".into(),
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let report = fetch_into(
+        store.as_ref(),
+        &pins,
+        std::slice::from_ref(&listing),
+        cache.path(),
+    )
+    .await;
+    assert!(report.installed && report.ok(), "{:?}", report.problems);
+    assert_eq!(report.listings, 1);
+    let path = super::fetch::listing_path(cache.path(), &listing);
+    assert!(
+        path.to_string_lossy().ends_with(".dir"),
+        "{}",
+        path.display()
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), listing.bytes);
+}
+
+#[tokio::test]
+async fn content_addressed_outputs_resolve_to_their_keys_current_versions_and_fetch_whole() {
+    use super::addressed::resolve;
+    use super::dvc::{Addressed, layout_key, listing_bytes};
+    let store = memory();
+    let (one, two) = (&b"one\n"[..], &b"two\n"[..]);
+    let md5 = |bytes: &[u8]| Digest::Md5(Digest::Md5(String::new()).of(bytes));
+    for bytes in [one, two] {
+        put(store.as_ref(), &layout_key(&md5(bytes)), bytes).await;
+    }
+    let listing = listing_bytes(&[
+        ("a.txt".into(), md5(one).value().into()),
+        ("sub/b.txt".into(), md5(two).value().into()),
+    ]);
+    let directory = md5(&listing);
+    let dir_key = format!("{}.dir", layout_key(&directory));
+    put(store.as_ref(), &dir_key, &listing).await;
+    let output = Addressed {
+        key: dir_key.clone(),
+        digest: directory.clone(),
+        size: Some(8),
+        directory: true,
+        file_algorithm: "md5",
+        path: "data".into(),
+        manifest: "data.dvc".into(),
+    };
+    let resolved = resolve(store.as_ref(), std::slice::from_ref(&output)).await;
+    assert!(resolved.problems.is_empty(), "{:?}", resolved.problems);
+    let keys: Vec<&str> = resolved.pins.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, [layout_key(&md5(one)), layout_key(&md5(two))]);
+    assert_eq!(resolved.listings[0].bytes, listing);
+    let cache = tempfile::tempdir().unwrap();
+    let report = fetch_into(
+        store.as_ref(),
+        &resolved.pins,
+        &resolved.listings,
+        cache.path(),
+    )
+    .await;
+    assert!(report.installed && report.ok(), "{:?}", report.problems);
+    assert_eq!(
+        std::fs::read(cache_path(cache.path(), &md5(two))).unwrap(),
+        two
+    );
+
+    // A `.dir` whose bytes are not its name's, and a file the remote
+    // lacks, are problems naming the output.
+    put(store.as_ref(), &dir_key, b"[]").await;
+    let resolved = resolve(store.as_ref(), std::slice::from_ref(&output)).await;
+    assert_eq!(resolved.problems[0].error.kind(), "digest-mismatch");
+    assert!(resolved.problems[0].pin.contains("(data)"));
+    let missing = Addressed {
+        key: layout_key(&md5(b"absent")),
+        digest: md5(b"absent"),
+        directory: false,
+        path: "f.txt".into(),
+        ..output
+    };
+    let resolved = resolve(store.as_ref(), &[missing]).await;
+    assert_eq!(resolved.problems[0].error.kind(), "store");
+    assert!(resolved.pins.is_empty());
 }

@@ -7,8 +7,10 @@ use serde_json::Value;
 
 use super::JobError;
 use custodian_core::purge::plan::Plan;
+use custodian_core::versions::VersionsError;
 use custodian_core::versions::aliases::Aliases;
-use custodian_core::versions::pins::{Pin, parse_dvc, parse_json};
+use custodian_core::versions::dvc::parse_dvc;
+use custodian_core::versions::pins::{Pin, parse_json};
 
 /// One manifest of a verify request, sent inline.
 #[derive(Debug, Clone, Deserialize)]
@@ -115,6 +117,19 @@ impl VerifyInputs {
                         &key_dir,
                         request.dvc_remote.as_deref(),
                     )
+                    .and_then(|pointers| match pointers.addressed.first() {
+                        // Resolving them reads the store before the job
+                        // starts; the CLI does it.
+                        Some(output) => Err(VersionsError::Manifest {
+                            path: manifest.name.clone(),
+                            reason: format!(
+                                "out {:?} is on a content-addressed remote (no cloud entry): \
+                                 verify it with `custodian versions verify`",
+                                output.path
+                            ),
+                        }),
+                        None => Ok(pointers.pins),
+                    })
                 }
             };
             pins.extend(parsed.map_err(|e| JobError::InvalidArgument(e.to_string()))?);

@@ -515,6 +515,7 @@ impl Jobs {
             clock,
         } = deps;
         let now_ms = clock.now_ms();
+        let remote = name.clone();
         self.start(JobKind::Purge, name, clock, move |progress| async move {
             let outcome = purge_observed(
                 store.as_ref(),
@@ -525,7 +526,7 @@ impl Jobs {
                 &move |done, total| progress.set(done, total),
             )
             .await;
-            purge_outcome(outcome)
+            purge_outcome(outcome, remote)
         })
     }
 
@@ -776,11 +777,13 @@ fn require_versioned(store: &dyn ObjectStore, name: &str) -> Result<(), JobError
 /// (partial after a failure), `ok`, and the error and its kind.
 fn purge_outcome(
     outcome: Result<custodian_core::purge::report::PurgeReport, PurgeFailure>,
+    remote: String,
 ) -> Outcome {
-    let (report, error): (_, Option<PurgeError>) = match outcome {
+    let (mut report, error): (_, Option<PurgeError>) = match outcome {
         Ok(report) => (report, None),
         Err(PurgeFailure { error, partial }) => (partial, Some(error)),
     };
+    report.remote = remote;
     let mut document = report.to_json();
     if let Value::Object(fields) = &mut document {
         fields.insert("ok".into(), json!(error.is_none()));

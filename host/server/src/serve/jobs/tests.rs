@@ -307,13 +307,14 @@ async fn a_purge_job_deletes_what_its_plan_allows_and_reports_it() {
     let b1 = put(s, "gone/b", b"b one").await;
     let x1 = put(s, "src/x", b"x one").await;
     let x2 = put(s, "src/x", b"x two").await;
-    // The archive registry of src/ maps x1 only: x2's bytes live
-    // nowhere else, so it must stay.
+    // The archive registry of src/ maps x1 (copied) only: x2's bytes
+    // live nowhere else, so it must stay.
+    let copy = put(s, "archive/src/x", b"x one").await;
     let registry = json!({"schema_version": 1, "status": "copied", "source": "src",
         "destination": "archive/src", "versions": [
             {"source_object": "src/x", "source_version_id": version(&x1),
              "source_etag": x1.etag, "destination_object": "archive/src/x",
-             "destination_version_id": "w", "destination_etag": "f",
+             "destination_version_id": version(&copy), "destination_etag": copy.etag,
              "size": x1.size, "delete_marker": false}]});
     let published = put(s, &registry_key("src"), registry.to_string().as_bytes()).await;
     let candidate = |object: &str, version_id: &str| json!({"pointer": "pins.json", "object": object, "version_id": version_id});
@@ -369,6 +370,8 @@ async fn a_purge_job_deletes_what_its_plan_allows_and_reports_it() {
                 "version_id": version(&x2)}])
     );
     assert_eq!(result["retained"], json!([]));
+    assert_eq!(result["mode"], "permanent-version-deletion");
+    assert_eq!(result["remote"], "serving");
     assert_eq!(
         job.progress,
         Progress {
@@ -388,6 +391,7 @@ async fn a_purge_job_deletes_what_its_plan_allows_and_reports_it() {
     assert_eq!(
         left,
         [
+            ("archive/src/x".to_owned(), version(&copy)),
             (registry_key("src"), version(&published)),
             ("src/x".to_owned(), version(&x2)),
         ]

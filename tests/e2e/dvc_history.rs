@@ -185,6 +185,36 @@ fn dvc_directory_outputs_are_verified_fetched_and_purged_from_git_history_throug
         "{report}"
     );
 
+    // ... and fetched: the files by digest, the `.dir` beside them.
+    let cas_cache = dir.join("cas-cache");
+    let output = run(&[
+        "versions",
+        "fetch",
+        "--json",
+        "--store",
+        "s3://serving/casstore",
+        "--endpoint",
+        &endpoint,
+        "--pins",
+        cas_pins.to_str().unwrap(),
+        "--cache",
+        cas_cache.to_str().unwrap(),
+    ]);
+    let report = json_of(&output);
+    assert!(output.status.success(), "{report}");
+    assert_eq!(
+        (report["downloaded"].as_u64(), report["listings"].as_u64()),
+        (Some(3), Some(1)),
+        "{report}"
+    );
+    let cas_files = installed(&cas_cache);
+    assert_eq!(cas_files.len(), 4, "{cas_files:?}");
+    assert!(
+        cas_files
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "dir"))
+    );
+
     // An interrupted fetch installs nothing: the store is frozen mid-
     // download, the fetch killed, and the cache holds no file of it.
     let frozen_cache = dir.join("frozen-cache");

@@ -3,6 +3,7 @@
 //! git history.
 
 use std::collections::BTreeSet;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::anyhow;
@@ -11,14 +12,16 @@ use custodian::versions::dvc::Pointers;
 use custodian::versions::history::{AtRevision, MAX_REVISIONS, Repository, Revisions};
 use custodian::versions::manifest::read_manifest;
 use custodian::versions::pins::ManifestOptions;
+use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Failure;
 
 /// The manifests to read and how.
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
-    /// Pin manifests (repeatable). `*.dvc` files are DVC pointer files:
-    /// each `outs:` row pins its `path` at the version-aware remote's
+    /// Pin manifests (repeatable). `*.dvc` files are DVC pointer files
+    /// (and `dvc.lock` files list each stage's `outs:` alike): each
+    /// `outs:` row pins its `path` at the version-aware remote's
     /// `cloud: {REMOTE: {version_id, etag}}`, with its `md5` and `size`
     /// (`hash: md5`; rows without `hash` are DVC 2's md5-dos2unix). A
     /// directory output pins each of its `files:` at
@@ -36,7 +39,7 @@ pub struct ManifestArgs {
     /// pin without an exact version id (missing, "" or "null") is an
     /// error. With --revision, --revisions or --all-revisions these are
     /// paths in the git repository (relative to the current directory),
-    /// read at each commit; without any, every `*.dvc` file of each
+    /// read at each commit; without any, every `*.dvc` and `dvc.lock` file of each
     /// commit is read.
     #[arg(long = "pins", num_args = 1.., value_name = "FILE", verbatim_doc_comment)]
     pub manifests: Vec<PathBuf>,
@@ -155,9 +158,25 @@ impl ManifestArgs {
         let commits = repository
             .commits(&revisions, self.max_revisions)
             .map_err(usage)?;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(commits.len() as u64);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} reading git history [{bar:40}] {pos}/{len} commits",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        });
         let read = repository
-            .read(&commits, &self.manifests, &options)
+            .read_observed(&commits, &self.manifests, &options, &|done| {
+                if let Some(bar) = &bar {
+                    bar.set_position(done as u64);
+                }
+            })
             .map_err(usage)?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
         Ok(Read::History(read))
     }
 }

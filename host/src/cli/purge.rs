@@ -28,7 +28,7 @@ pub enum PurgeCommand {
     /// version, with the manifest that pinned it.
     ///
     /// With --revision, --revisions or --all-revisions the pointer files
-    /// are read from git history (every `*.dvc` file of each commit unless
+    /// are read from git history (every `*.dvc` and `dvc.lock` file of each commit unless
     /// --pins names some), and each candidate names the newest commit
     /// read that pinned it; a version pinned by many commits is listed
     /// once. Outputs on content-addressed remotes (no `cloud:` entry) are

@@ -143,6 +143,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
                 let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
+                let unresolved = resolved.problems.len();
                 let mut pins_read = pointers.pins;
                 pins_read.extend(resolved.pins);
                 let mut report =
@@ -165,7 +166,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                     }
                     print_problems(&report.problems);
                 }
-                conclude(report.problems.len(), pins_read.len())
+                conclude(report.problems.len(), pins_read.len() + unresolved)
             })
         }
         VersionsCommand::Fetch {
@@ -179,6 +180,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
                 let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
+                let unresolved = resolved.problems.len();
                 let mut pins_read = pointers.pins;
                 pins_read.extend(resolved.pins);
                 let mut listings = pointers.listings;
@@ -230,7 +232,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                     }
                     print_problems(&report.problems);
                 }
-                conclude(report.problems.len(), pins_read.len())
+                conclude(report.problems.len(), pins_read.len() + unresolved)
             })
         }
     }

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! A bare array of candidates (what `custodian purge list` prints) is a
-//! plan with no prefixes and no proofs. A candidate whose `pointer` is
+//! plan with no prefixes and no proofs. A candidate may carry `revision`,
+//! the commit whose pointer file pinned it (`purge list` from git
+//! history); it only names where the candidate came from. A candidate whose `pointer` is
 //! `P/.custodian-archive.json` is an *archive candidate* of the source
 //! prefix `P`: its object must be under `P/`. Any other candidate is
 //! *generic*: its object is a managed key. Prefixes and objects must be

@@ -1,6 +1,9 @@
-//! DVC pointer files (`*.dvc`): what each output row pins.
+//! DVC pointer files (`*.dvc`) and pipeline lock files (`dvc.lock`): what
+//! each output row pins.
 //!
-//! Every row of `outs:` is one of:
+//! A `.dvc` file's rows are its `outs:`; a `dvc.lock`'s are the `outs:` of
+//! every stage under `stages:` (its `deps:` are inputs, not pins). Every
+//! output row is one of:
 //!
 //! - **A file on a version-aware remote**: `md5`, `size`, `hash` and
 //!   `cloud: {REMOTE: {version_id, etag}}`. It is one exact [`Pin`]: the
@@ -110,6 +113,16 @@ pub struct Listing {
 
 #[derive(serde::Deserialize)]
 struct DvcFile {
+    #[serde(default)]
+    outs: Vec<DvcOut>,
+    /// `dvc.lock`: each pipeline stage's recorded outputs (its `deps` are
+    /// inputs, pinned by whatever produced them).
+    #[serde(default)]
+    stages: BTreeMap<String, DvcStage>,
+}
+
+#[derive(serde::Deserialize)]
+struct DvcStage {
     #[serde(default)]
     outs: Vec<DvcOut>,
 }
@@ -245,7 +258,12 @@ pub fn parse_listing(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Parses a DVC pointer file whose outputs live under `key_dir` (`""` or
+/// Whether `name` (a path) is a DVC file: `*.dvc` or `dvc.lock`.
+pub fn is_dvc_name(name: &str) -> bool {
+    name.ends_with(".dvc") || name == "dvc.lock" || name.ends_with("/dvc.lock")
+}
+
+/// Parses a DVC pointer or lock file whose outputs live under `key_dir` (`""` or
 /// ending in `/`); `remote` picks the `cloud:` entry. `path` names the
 /// file in errors and in what it pins.
 ///
@@ -266,11 +284,16 @@ pub fn parse_dvc(
     }
     let file: DvcFile = serde_yaml_ng::from_str(text)
         .map_err(|e| manifest_error(path, format!("not a DVC pointer file: {e}")))?;
-    if file.outs.is_empty() {
+    let outs: Vec<DvcOut> = file
+        .outs
+        .into_iter()
+        .chain(file.stages.into_values().flat_map(|stage| stage.outs))
+        .collect();
+    if outs.is_empty() {
         return Err(manifest_error(path, "has no outs".into()));
     }
     let mut pointers = Pointers::default();
-    for out in file.outs {
+    for out in outs {
         Row {
             manifest: path,
             key_dir,

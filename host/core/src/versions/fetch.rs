@@ -199,7 +199,9 @@ pub async fn fetch(
         }
     }
     if !report.ok() {
-        // Dropping the scratch directory removes every download.
+        // Dropping the scratch directory removes every download: off the
+        // async workers, since that may be many files.
+        let _ = tokio::task::spawn_blocking(move || drop(scratch)).await;
         return Ok(report);
     }
     for listing in listings {

@@ -11,7 +11,7 @@
 //!   cut would make a purge list miss pinned versions);
 //! - each commit's pointer files are listed with `git ls-tree`: the paths
 //!   given (relative to the current directory, as git takes them), or
-//!   every `*.dvc` file outside `.dvc/`. A given path that is not a
+//!   every `*.dvc` and `dvc.lock` file outside `.dvc/`. A given path that is not a
 //!   regular file at a commit (a symlink, a submodule) is refused;
 //! - each distinct file (path and blob) is read once (`git cat-file`,
 //!   at most [`MAX_MANIFEST_BYTES`]) and parsed once: pointers carried
@@ -28,7 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::dvc::Pointers;
+use super::dvc::{Pointers, is_dvc_name};
 use super::error::VersionsError;
 use super::manifest::parse_manifest;
 use super::pins::{MAX_MANIFEST_BYTES, ManifestOptions};
@@ -179,7 +179,7 @@ impl Repository {
 
     /// The pointer files of `commit`: `(path, blob)` of the regular files
     /// at `paths` (relative to the current directory), or of every
-    /// `*.dvc` file when `paths` is empty.
+    /// `*.dvc` and `dvc.lock` file when `paths` is empty.
     ///
     /// # Errors
     /// [`VersionsError::Git`] when a named path is not a regular file.
@@ -211,7 +211,7 @@ impl Repository {
             let fields: Vec<&str> = meta.split(' ').collect();
             let regular = matches!(fields.as_slice(), ["100644" | "100755", "blob", _]);
             if named.is_empty() {
-                if regular && path.ends_with(".dvc") && !path.starts_with(".dvc/") {
+                if regular && is_dvc_name(path) && !path.starts_with(".dvc/") {
                     files.push((path.to_owned(), fields[2].to_owned()));
                 }
             } else if regular {
@@ -290,11 +290,27 @@ impl Repository {
         paths: &[PathBuf],
         options: &ManifestOptions,
     ) -> Result<Vec<AtRevision>, VersionsError> {
+        self.read_observed(commits, paths, options, &|_| {})
+    }
+
+    /// [`Self::read`], calling `progress(commits done)` after each commit,
+    /// so a long history can be watched.
+    ///
+    /// # Errors
+    /// As [`Self::read`].
+    pub fn read_observed(
+        &self,
+        commits: &[String],
+        paths: &[PathBuf],
+        options: &ManifestOptions,
+        progress: &dyn Fn(usize),
+    ) -> Result<Vec<AtRevision>, VersionsError> {
         let root = self.root(options)?;
         let mut parsed: HashMap<(String, String), Pointers> = HashMap::new();
         let mut found_any = false;
         let mut read = Vec::new();
-        for commit in commits {
+        for (done, commit) in commits.iter().enumerate() {
+            progress(done);
             let files = self.pointer_files(commit, paths)?;
             if !paths.is_empty() && commits.len() == 1 && files.len() < paths.len() {
                 return Err(git_error(

@@ -1,14 +1,14 @@
 //! Reading a manifest file in either format.
 //!
-//! The format is told apart by the file name (`*.dvc` is DVC, `*.json` is
-//! Custodian's) or, for any other name, by the first non-blank character
+//! The format is told apart by the file name (`*.dvc` and `dvc.lock` are
+//! DVC, `*.json` is Custodian's) or, for any other name, by the first non-blank character
 //! (`{` is JSON, anything else is taken as DVC YAML): see [`super::pins`]
 //! for the JSON format and [`super::dvc`] for DVC pointer files.
 
 use std::io::Read;
 use std::path::Path;
 
-use super::dvc::{Pointers, parse_dvc};
+use super::dvc::{Pointers, is_dvc_name, parse_dvc};
 use super::error::VersionsError;
 use super::pins::{MAX_MANIFEST_BYTES, ManifestOptions, manifest_error, parse_json};
 
@@ -47,7 +47,7 @@ pub fn parse_manifest(
             format!("larger than {MAX_MANIFEST_BYTES} bytes"),
         ));
     }
-    let is_dvc = if name.ends_with(".dvc") {
+    let is_dvc = if is_dvc_name(name) {
         true
     } else if name.ends_with(".json") {
         false

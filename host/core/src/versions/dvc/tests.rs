@@ -239,3 +239,57 @@ fn listings_are_written_as_pythons_json_dumps_writes_them() {
     assert!(parse_listing(b"{}").is_err());
     assert!(parse_listing(br#"[{"md5": "m"}]"#).is_err());
 }
+
+/// What DVC 3.67 wrote in `dvc.lock` for a stage producing a directory
+/// and a file, pushed to a version-aware remote.
+const LOCK: &str = "schema: '2.0'
+stages:
+  train:
+    cmd: cp data/a.txt model.pkl && mkdir -p metrics && cp data/sub/b.txt
+      metrics/m.txt
+    deps:
+    - path: data
+      hash: md5
+      files:
+      - relpath: a.txt
+        md5: 5bbf5a52328e7439ae6e719dfe712200
+    outs:
+    - path: metrics
+      hash: md5
+      files:
+      - relpath: m.txt
+        md5: c193497a1a06b2c72230e6146ff47080
+        size: 4
+        cloud:
+          va:
+            etag: c193497a1a06b2c72230e6146ff47080
+            version_id: 7803c811-a3a7-4ddc-8cf5-1a16f276e520
+    - path: model.pkl
+      hash: md5
+      md5: 5bbf5a52328e7439ae6e719dfe712200
+      size: 4
+      cloud:
+        va:
+          etag: 5bbf5a52328e7439ae6e719dfe712200
+          version_id: 918a3ca7-7f20-4182-9244-b3a8f8d88f92
+";
+
+#[test]
+fn a_pipeline_lock_file_pins_every_stages_outputs_but_not_its_inputs() {
+    assert!(is_dvc_name("dvc.lock") && is_dvc_name("sub/dvc.lock") && is_dvc_name("x.dvc"));
+    assert!(!is_dvc_name("notdvc.lock") && !is_dvc_name("dvc.yaml"));
+    let pointers = parse_dvc(LOCK, "dvc.lock", "", None).unwrap();
+    let pinned: Vec<(&str, &str)> = pointers
+        .pins
+        .iter()
+        .map(|p| (p.key.as_str(), p.version_id.as_str()))
+        .collect();
+    assert_eq!(
+        pinned,
+        [
+            ("metrics/m.txt", "7803c811-a3a7-4ddc-8cf5-1a16f276e520"),
+            ("model.pkl", "918a3ca7-7f20-4182-9244-b3a8f8d88f92"),
+        ]
+    );
+    assert_eq!(pointers.listings.len(), 1);
+}

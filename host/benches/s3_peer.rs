@@ -17,6 +17,11 @@
 //!   process) with `fs.configure -fsync` on its buckets. With no
 //!   identities configured it checks no signature.
 //!
+//! It first flushes the filesystem and waits 61 s ([`settle_the_disk`]):
+//! on a journal-less ext4, files deleted in the last minute (by a
+//! previous run, a test suite) would slow this run's inode allocations,
+//! custodian's only.
+//!
 //! Each run lasts SECONDS (default 10), with 2 wrk threads and 16
 //! connections, alternating the servers (custodian first in round one,
 //! SeaweedFS first in round two), two rounds:
@@ -403,11 +408,34 @@ fn print(label: &str, f: &Figures) {
     );
 }
 
+/// How long after a `sync` a freed inode still slows allocation on a
+/// journal-less ext4 (this machine's disk): the kernel's inode search
+/// skips inodes freed less than 60 s ago (`recently_deleted`,
+/// `RECENTCY_MIN` in `fs/ext4/ialloc.c`), 300 s more while their inode
+/// table block is dirty, which `sync` ends. A journaled ext4 does no such
+/// check. One second of margin.
+const FREED_INODES_SETTLE: Duration = Duration::from_secs(61);
+
+/// Flushes the filesystem and waits out [`FREED_INODES_SETTLE`], so that
+/// the files an earlier run (a previous bench, a test suite) deleted do
+/// not tax this run's inode allocations. Measured here: a PUT run started
+/// right after 60,000 files were deleted spent 15 % of its samples in
+/// ext4's inode search (`recently_deleted`, `find_get_block_common`,
+/// `find_inode_bit`) and lost a third of its req/s; custodian creates
+/// inodes per new key, SeaweedFS appends to a volume file, so the tax
+/// fell on one side only.
+fn settle_the_disk() {
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    assert!(synced, "sync failed");
+    std::thread::sleep(FREED_INODES_SETTLE);
+}
+
 fn main() {
     let seconds: u64 = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .map_or(10, |a| a.parse().expect("SECONDS is a number"));
+    settle_the_disk();
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::aliases::Aliases;
 use super::digest::Digest;
-use super::dvc::parse_dvc;
+use super::dvc::{listing_bytes, parse_dvc, parse_listing};
 use super::pins::{Pin, parse_json};
 use super::prefixes;
 use super::registry::{self, Registry};
@@ -43,6 +43,10 @@ fn parse_every_way(text: &str) {
         assert_exact(&pointers.pins, "m.dvc");
         for output in &pointers.addressed {
             assert!(ObjectKey::new(output.key.as_str()).is_ok(), "{output:?}");
+        }
+        for listing in &pointers.listings {
+            assert_eq!(listing.digest.of(&listing.bytes), listing.digest.value());
+            assert!(parse_listing(&listing.bytes).is_ok(), "{listing:?}");
         }
     }
     if let Ok(pointers) = parse_dvc(text, "d/m.dvc", "d/", Some("r")) {
@@ -89,6 +93,54 @@ fn near_misses_of_valid_pin_manifests_never_panic_the_parsers() {
         .for_each(|(dvc, edits)| {
             let valid = if *dvc { VALID_DVC } else { VALID_JSON };
             parse_every_way(&String::from_utf8_lossy(&mutate(valid.as_bytes(), edits)));
+        });
+}
+
+const VALID_DIRECTORY: &str = "outs:
+- hash: md5
+  path: data
+  files:
+  - relpath: a.txt
+    md5: 5bbf5a52328e7439ae6e719dfe712200
+    size: 4
+    cloud:
+      r:
+        etag: 5bbf5a52328e7439ae6e719dfe712200
+        version_id: v1
+  - relpath: sub/b.txt
+    md5: c193497a1a06b2c72230e6146ff47080
+    size: 4
+    cloud:
+      r:
+        version_id: v2
+- md5: 20ad46588e5628537eb822c2583dd63d.dir
+  hash: md5
+  path: cas
+";
+
+#[test]
+fn near_misses_of_directory_outputs_never_panic_the_parsers() {
+    let valid = parse_dvc(VALID_DIRECTORY, "m.dvc", "", None).unwrap();
+    assert_eq!((valid.pins.len(), valid.addressed.len()), (2, 1));
+    bolero::check!()
+        .with_type::<Vec<(u16, u8, u8)>>()
+        .for_each(|edits| {
+            let edited = mutate(VALID_DIRECTORY.as_bytes(), edits);
+            parse_every_way(&String::from_utf8_lossy(&edited));
+        });
+}
+
+#[test]
+fn any_listing_survives_dvcs_json_form_sorted_by_relpath() {
+    bolero::check!()
+        .with_type::<Vec<(String, String)>>()
+        .for_each(|files| {
+            let bytes = listing_bytes(files);
+            // CPython's `ensure_ascii` output is ASCII whatever the input.
+            assert!(bytes.is_ascii());
+            let mut sorted = files.clone();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(parse_listing(&bytes), Ok(sorted));
         });
 }
 

@@ -142,12 +142,10 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
             let policy = archive_policy(global, &pins.archive_plugin, &io)?;
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
-                let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
-                let unresolved = resolved.problems.len();
-                let mut pins_read = pointers.pins;
-                pins_read.extend(resolved.pins);
+                let resolved = addressed::resolve(opened.as_ref(), pointers).await;
+                let total = resolved.pins.len() + resolved.problems.len();
                 let mut report =
-                    verify::verify(opened.as_ref(), &pins_read, &aliases, policy.as_ref())
+                    verify::verify(opened.as_ref(), &resolved.pins, &aliases, policy.as_ref())
                         .await
                         .map_err(|e| Failure::Failed(e.into()))?;
                 report.problems.extend(resolved.problems);
@@ -166,7 +164,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                     }
                     print_problems(&report.problems);
                 }
-                conclude(report.problems.len(), pins_read.len() + unresolved)
+                conclude(report.problems.len(), total)
             })
         }
         VersionsCommand::Fetch {
@@ -179,12 +177,8 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
             let policy = archive_policy(global, &pins.archive_plugin, &io)?;
             io.block_on(async {
                 let opened = open(config.as_ref(), &store).await?;
-                let resolved = addressed::resolve(opened.as_ref(), &pointers.addressed).await;
-                let unresolved = resolved.problems.len();
-                let mut pins_read = pointers.pins;
-                pins_read.extend(resolved.pins);
-                let mut listings = pointers.listings;
-                listings.extend(resolved.listings);
+                let resolved = addressed::resolve(opened.as_ref(), pointers).await;
+                let total = resolved.pins.len() + resolved.problems.len();
                 let bar = std::io::stderr().is_terminal().then(|| {
                     let bar = ProgressBar::new(0);
                     if let Ok(style) = ProgressStyle::with_template(
@@ -197,8 +191,8 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                 let mut report = if resolved.problems.is_empty() {
                     fetch::fetch(
                         opened.as_ref(),
-                        &pins_read,
-                        &listings,
+                        &resolved.pins,
+                        &resolved.listings,
                         &aliases,
                         policy.as_ref(),
                         &cache,
@@ -232,7 +226,7 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                     }
                     print_problems(&report.problems);
                 }
-                conclude(report.problems.len(), pins_read.len() + unresolved)
+                conclude(report.problems.len(), total)
             })
         }
     }

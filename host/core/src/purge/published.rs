@@ -48,16 +48,25 @@ pub struct Published {
     pub document: Value,
     /// `copied` (a `planned` registry maps nothing).
     pub copied: bool,
-    mappings: HashMap<(String, String), Mapping>,
-    /// The destination CRC-64/NVME of the rows that record one, by source.
-    crc64s: HashMap<(String, String), u64>,
+    /// The copied rows, by source key and version.
+    rows: HashMap<(String, String), Row>,
+}
+
+/// A copied row: its mapping, and its destination's CRC-64/NVME when the
+/// registry records one.
+#[derive(Debug, Clone)]
+struct Row {
+    mapping: Mapping,
+    crc64: Option<u64>,
 }
 
 impl Published {
     /// The row mapping `key@version_id`, when the registry is copied and
     /// has one (delete markers included, with no destination version).
     pub fn mapping(&self, key: &str, version_id: &str) -> Option<&Mapping> {
-        self.mappings.get(&(key.to_owned(), version_id.to_owned()))
+        self.rows
+            .get(&(key.to_owned(), version_id.to_owned()))
+            .map(|row| &row.mapping)
     }
 
     /// Checks that `mapping`'s destination copy exists as this registry
@@ -72,6 +81,23 @@ impl Published {
         &self,
         store: &dyn ObjectStore,
         mapping: &Mapping,
+    ) -> Result<(), PurgeError> {
+        let crc64 = self
+            .rows
+            .get(&(
+                mapping.source_key.clone(),
+                mapping.source_version_id.clone(),
+            ))
+            .and_then(|row| row.crc64);
+        self.check_row(store, mapping, crc64).await
+    }
+
+    /// [`Self::check_destination`] of a row whose recorded CRC is known.
+    async fn check_row(
+        &self,
+        store: &dyn ObjectStore,
+        mapping: &Mapping,
+        crc64: Option<u64>,
     ) -> Result<(), PurgeError> {
         if mapping.destination_version_id.is_empty() {
             return Ok(());
@@ -123,13 +149,9 @@ impl Published {
                 other => format!("{other} differs"),
             })
             .collect();
-        let key = (
-            mapping.source_key.clone(),
-            mapping.source_version_id.clone(),
-        );
-        if let Some(want) = self.crc64s.get(&key) {
+        if let Some(want) = crc64 {
             match meta.crc64 {
-                Some(crc) if crc == *want => {}
+                Some(crc) if crc == want => {}
                 Some(crc) => wrong.push(format!("crc64nvme is {crc:016x}, recorded {want:016x}")),
                 None => wrong.push(format!(
                     "the store recorded no crc64nvme, the registry {want:016x}"
@@ -151,8 +173,9 @@ impl Published {
     /// The first failing row in registry order (with how many others
     /// failed); [`PurgeError::Store`].
     pub async fn check_history(&self, store: &dyn ObjectStore) -> Result<(), PurgeError> {
-        let mut rows: Vec<&Mapping> = self.mappings.values().collect();
+        let mut rows: Vec<&Row> = self.rows.values().collect();
         rows.sort_by(|a, b| {
+            let (a, b) = (&a.mapping, &b.mapping);
             (&a.source_key, &a.source_version_id).cmp(&(&b.source_key, &b.source_version_id))
         });
         let rows = &rows;
@@ -161,7 +184,13 @@ impl Published {
             // is generic over their lifetimes, and rustc then cannot
             // prove the purge's future `Send` for a caller that
             // spawns it.
-            .map(|index| async move { (index, self.check_destination(store, rows[index]).await) })
+            .map(|index| async move {
+                (
+                    index,
+                    self.check_row(store, &rows[index].mapping, rows[index].crc64)
+                        .await,
+                )
+            })
             .buffer_unordered(WORKERS)
             .filter_map(|(index, outcome)| async move { outcome.err().map(|e| (index, e)) })
             .collect()
@@ -228,8 +257,7 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
     let registry = parse(&key, prefix, &bytes).map_err(PurgeError::Registry)?;
     let document: Value =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
-    let mut mappings = HashMap::new();
-    let mut crc64s = HashMap::new();
+    let mut rows = HashMap::new();
     if registry.copied {
         // `parse` checked every row's fields; markers keep no destination.
         for row in document["versions"].as_array().into_iter().flatten() {
@@ -247,10 +275,8 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
                 mapping.source_version_id.clone(),
             );
             // `parse` refused a malformed CRC.
-            if let Ok(Some(crc)) = destination_crc64(row) {
-                crc64s.insert(id.clone(), crc);
-            }
-            mappings.insert(id, mapping);
+            let crc64 = destination_crc64(row).ok().flatten();
+            rows.insert(id, Row { mapping, crc64 });
         }
     }
     Ok(Some(Published {
@@ -261,8 +287,7 @@ pub async fn read(store: &dyn ObjectStore, prefix: &str) -> Result<Option<Publis
         content_md5: meta.content_md5,
         document,
         copied: registry.copied,
-        mappings,
-        crc64s,
+        rows,
     }))
 }
 

@@ -19,7 +19,7 @@
 use futures::StreamExt;
 
 use super::digest::Digest;
-use super::dvc::{Addressed, Listing, layout_key, parse_listing};
+use super::dvc::{Addressed, Listing, Pointers, layout_key, parse_listing};
 use super::error::VersionsError;
 use super::pins::{MAX_MANIFEST_BYTES, Pin};
 use super::verify::{Problem, WORKERS};
@@ -29,9 +29,11 @@ use custodian_object::ObjectStoreExt;
 /// What [`resolve`] found.
 #[derive(Debug, Default)]
 pub struct Resolved {
-    /// A pin per content-addressed file (a directory's files included).
+    /// Every pin: the exact ones first, then one per content-addressed
+    /// file (a directory's files included).
     pub pins: Vec<Pin>,
-    /// The listings of the directories read.
+    /// Every listing: the rebuilt ones, then those of the directories
+    /// read.
     pub listings: Vec<Listing>,
     /// Outputs that could not be resolved.
     pub problems: Vec<Problem>,
@@ -50,11 +52,16 @@ fn problem(addressed: &Addressed, error: VersionsError) -> Problem {
     }
 }
 
-/// Resolves every output of `addressed` on `store` (see the module doc).
-pub async fn resolve(store: &dyn ObjectStore, addressed: &[Addressed]) -> Resolved {
-    let mut resolved = Resolved::default();
+/// Resolves every content-addressed output of `pointers` on `store` (see
+/// the module doc), keeping its exact pins and listings.
+pub async fn resolve(store: &dyn ObjectStore, pointers: Pointers) -> Resolved {
+    let mut resolved = Resolved {
+        pins: pointers.pins,
+        listings: pointers.listings,
+        problems: Vec::new(),
+    };
     let mut files: Vec<Addressed> = Vec::new();
-    for output in addressed {
+    for output in &pointers.addressed {
         if !output.directory {
             files.push(output.clone());
             continue;

@@ -690,7 +690,11 @@ async fn a_directory_listing_is_installed_beside_its_files_as_dvc_keeps_it() {
 #[tokio::test]
 async fn content_addressed_outputs_resolve_to_their_keys_current_versions_and_fetch_whole() {
     use super::addressed::resolve;
-    use super::dvc::{Addressed, layout_key, listing_bytes};
+    use super::dvc::{Addressed, Pointers, layout_key, listing_bytes};
+    let only = |output: Addressed| Pointers {
+        addressed: vec![output],
+        ..Pointers::default()
+    };
     let store = memory();
     let (one, two) = (&b"one\n"[..], &b"two\n"[..]);
     let md5 = |bytes: &[u8]| Digest::Md5(Digest::Md5(String::new()).of(bytes));
@@ -713,7 +717,7 @@ async fn content_addressed_outputs_resolve_to_their_keys_current_versions_and_fe
         path: "data".into(),
         manifest: "data.dvc".into(),
     };
-    let resolved = resolve(store.as_ref(), std::slice::from_ref(&output)).await;
+    let resolved = resolve(store.as_ref(), only(output.clone())).await;
     assert!(resolved.problems.is_empty(), "{:?}", resolved.problems);
     let keys: Vec<&str> = resolved.pins.iter().map(|p| p.key.as_str()).collect();
     assert_eq!(keys, [layout_key(&md5(one)), layout_key(&md5(two))]);
@@ -735,7 +739,7 @@ async fn content_addressed_outputs_resolve_to_their_keys_current_versions_and_fe
     // A `.dir` whose bytes are not its name's, and a file the remote
     // lacks, are problems naming the output.
     put(store.as_ref(), &dir_key, b"[]").await;
-    let resolved = resolve(store.as_ref(), std::slice::from_ref(&output)).await;
+    let resolved = resolve(store.as_ref(), only(output.clone())).await;
     assert_eq!(resolved.problems[0].error.kind(), "digest-mismatch");
     assert!(resolved.problems[0].pin.contains("(data)"));
     let missing = Addressed {
@@ -745,7 +749,7 @@ async fn content_addressed_outputs_resolve_to_their_keys_current_versions_and_fe
         path: "f.txt".into(),
         ..output
     };
-    let resolved = resolve(store.as_ref(), &[missing]).await;
+    let resolved = resolve(store.as_ref(), only(missing)).await;
     assert_eq!(resolved.problems[0].error.kind(), "store");
     assert!(resolved.pins.is_empty());
 }

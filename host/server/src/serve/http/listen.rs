@@ -18,6 +18,18 @@
 //!   out, and the probes (`/healthz`) of a peer that is not flooding stay
 //!   answerable.
 //!
+//! - **Unread bodies close the connection.** An answer given before its
+//!   request's body was read to the end (a refusal, say) carries
+//!   `Connection: close`, and the connection closes after it. Otherwise
+//!   the connection's next bytes are ambiguous: a client that sent
+//!   `Expect: 100-continue` and got a final status sends no body (boto3
+//!   does this), so draining the announced length would eat the start of
+//!   its next request, which then arrives with a mangled method and
+//!   fails its signature; a client that did send the body would have it
+//!   parsed as a request. RFC 9110 §10.1.1 asks a server answering early
+//!   to say which it does: closing is the one both kinds of client
+//!   handle.
+//!
 //! On shutdown the listener stops accepting, asks every connection to
 //! close once its request in flight is answered, and finishes when the
 //! last one has.
@@ -25,12 +37,17 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
-use hyper::body::Incoming;
+use axum::http::{HeaderValue, header};
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -231,9 +248,20 @@ async fn serve_connection(
     // Answers are written whole or streamed in large pieces: no reason to
     // hold back small writes.
     let _ = stream.set_nodelay(true);
-    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        request.extensions_mut().insert(connection.clone());
-        router.clone().oneshot(request)
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let (mut head, body) = request.into_parts();
+        head.extensions.insert(connection.clone());
+        let (body, read) = Tracked::new(body);
+        let answered = router.clone().oneshot(Request::from_parts(head, body));
+        async move {
+            let mut response = answered.await?;
+            if !read.load(Ordering::Acquire) {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -257,6 +285,51 @@ async fn serve_connection(
         // A client that went away, or sent something that is not HTTP:
         // nothing for the server to do.
         Err(error) => tracing::debug!(%error, "a connection ended in error"),
+    }
+}
+
+/// A request body that records when it has been read to its end.
+struct Tracked {
+    inner: Incoming,
+    /// True once the body has no more frames (at once for a request
+    /// without one).
+    read: Arc<AtomicBool>,
+}
+
+impl Tracked {
+    fn new(inner: Incoming) -> (Self, Arc<AtomicBool>) {
+        let read = Arc::new(AtomicBool::new(inner.is_end_stream()));
+        let tracked = Self {
+            inner,
+            read: read.clone(),
+        };
+        (tracked, read)
+    }
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        // A reader may stop at the last frame without polling for the
+        // end: a body of known length ends with its last byte.
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -308,6 +381,113 @@ mod tests {
         let open = admission.open.lock().unwrap();
         assert_eq!(open.total, 1);
         assert_eq!(open.by_ip.len(), 1);
+    }
+
+    /// Serves a router on a free port: `/refuse` answers 403 without
+    /// reading the body, `/read` reads it and answers 200.
+    async fn serving() -> SocketAddr {
+        use axum::routing::put;
+        let router = Router::new()
+            .route(
+                "/refuse",
+                put(|| async { axum::http::StatusCode::FORBIDDEN }),
+            )
+            .route("/read", put(|body: String| async move { body }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(serve(
+            listener,
+            router,
+            ListenLimits::default(),
+            Arc::new(Metrics::new()),
+            std::future::pending(),
+        ));
+        address
+    }
+
+    /// Sends `request` and reads one whole response (headers and a
+    /// `content-length` body), or `None` at the end of the stream.
+    async fn exchange(stream: &mut TcpStream, request: &str) -> Option<String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        // The peer may have closed already: the read below tells.
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })
+                    .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+                if body.len() >= length {
+                    return Some(text);
+                }
+            }
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => {
+                    return (!seen.is_empty()).then(|| String::from_utf8_lossy(&seen).into_owned());
+                }
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_body_was_read_closes_the_connection_so_the_next_request_is_not_misread()
+     {
+        let address = serving().await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        // As boto3 does: it announces a body, waits for `100 Continue`,
+        // and on a final status sends no body but its next request.
+        let refused = exchange(
+            &mut stream,
+            "PUT /refuse HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(
+            refused.to_ascii_lowercase().contains("connection: close"),
+            "{refused}"
+        );
+        let next = exchange(
+            &mut stream,
+            "PUT /read HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nok",
+        )
+        .await;
+        assert_eq!(next, None, "the connection is closed, not reused");
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_bodies_were_read_stays_open_for_the_next_request() {
+        let address = serving().await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        for body in ["one", "two"] {
+            let request = format!(
+                "PUT /read HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let answer = exchange(&mut stream, &request).await.unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(answer.ends_with(body), "{answer}");
+            assert!(
+                !answer.to_ascii_lowercase().contains("connection: close"),
+                "{answer}"
+            );
+        }
+        // A request with no body at all is read to its end at once.
+        let refused = exchange(&mut stream, "PUT /refuse HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(
+            !refused.to_ascii_lowercase().contains("connection: close"),
+            "{refused}"
+        );
     }
 
     #[test]

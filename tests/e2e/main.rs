@@ -14,6 +14,7 @@ mod limits;
 mod loading;
 mod object_cli;
 mod plugin_rollout;
+mod plugin_table;
 mod purge;
 mod purge_policy;
 mod repo;

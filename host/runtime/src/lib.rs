@@ -22,6 +22,7 @@ mod blame;
 pub mod bundled;
 mod cache;
 mod call;
+pub mod cases;
 mod context;
 mod engine;
 pub mod heap;

@@ -12,6 +12,8 @@ use serde_json::json;
 use super::options::Global;
 use super::{Failure, Outcome, runtime};
 
+mod cases;
+
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
     /// Show a plugin's world, contract version, imports, exports, size,
@@ -32,6 +34,25 @@ pub enum PluginCommand {
         #[arg(long)]
         world: Option<World>,
     },
+    /// Run a table of cases against a plugin, in any language: each case
+    /// calls one function with JSON input and gives the answer it must
+    /// give; every case is reported pass or fail with the differences.
+    ///
+    /// The file is a JSON array of cases:
+    ///
+    ///   [{"name": "a fresh item is retained", "function": "assess",
+    ///     "input": {"settings": {..}, "item": {..}, "now-ms": 1700000001000},
+    ///     "expect": {"ok": {"retain-until-ms": 1700086400000, ..}}}]
+    ///
+    /// Input and answers are JSON as `custodian run` takes and prints
+    /// them. "function" may be left out when the world exports one. Each
+    /// case runs in a fresh instance with empty in-memory state and
+    /// nothing granted.
+    ///
+    /// Exit 0 when every case passes, 1 when any fails, 2 when the plugin
+    /// or the file cannot be used.
+    #[command(verbatim_doc_comment)]
+    Test(cases::TestArgs),
     /// List the bundled plugins.
     List {
         /// Print JSON instead of text.
@@ -123,6 +144,7 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
     match command {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),
         PluginCommand::Check { plugin, world } => check(global, &plugin, world),
+        PluginCommand::Test(args) => cases::run(global, &args),
         PluginCommand::List { json } => list(json),
         PluginCommand::Export { world, output } => export(world, &output),
         PluginCommand::Swap {

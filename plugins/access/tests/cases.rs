@@ -76,7 +76,7 @@ fn every_case_of_the_table_gives_its_expected_result_natively() {
     let cases = cases();
     assert!(cases.len() >= 150, "the table lost its cases");
     for case in cases {
-        let got = decision_json(&Policy::decide(request(&case["input"])));
+        let got = decision_json(&Policy::decide(request(&case["input"]["request"])));
         assert_eq!(got, case["expect"], "case {}", case["name"]);
     }
 }
@@ -86,7 +86,7 @@ fn the_table_asks_every_role_about_every_action() {
     let asked: Vec<(String, String)> = cases()
         .iter()
         .filter_map(|case| {
-            let input = &case["input"];
+            let input = &case["input"]["request"];
             match input["principal"]["roles"].as_array()?.as_slice() {
                 [role] => Some((text(role)?, text(&input["action"])?)),
                 [] => Some((String::new(), text(&input["action"])?)),

@@ -85,7 +85,7 @@ fn the_bundled_plugin_gives_every_answer_of_its_table_as_a_component() {
     let policy = bundled();
     for case in &cases {
         let request: AccessRequest =
-            serde_json::from_value(case["input"].clone()).expect("a request");
+            serde_json::from_value(case["input"]["request"].clone()).expect("a request");
         let expected: Decision =
             serde_json::from_value(case["expect"].clone()).expect("a decision");
         let got = policy.decide(&request).expect("the bundled plugin answers");

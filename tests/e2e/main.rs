@@ -27,6 +27,7 @@ mod s3_rust_sdk;
 mod scale_out;
 mod serve;
 mod server;
+mod signed_plugins;
 mod support;
 mod takedown;
 mod takedown_crash;

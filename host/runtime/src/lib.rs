@@ -32,6 +32,7 @@ mod limits;
 mod load;
 pub mod plugin_set;
 pub mod policy;
+pub mod signature;
 #[cfg(test)]
 mod test_guests;
 

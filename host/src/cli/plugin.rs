@@ -13,6 +13,7 @@ use super::options::Global;
 use super::{Failure, Outcome, runtime};
 
 mod cases;
+mod signing;
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -53,6 +54,17 @@ pub enum PluginCommand {
     /// or the file cannot be used.
     #[command(verbatim_doc_comment)]
     Test(cases::TestArgs),
+    /// Make an ed25519 key pair for signing plugins: the secret key goes
+    /// to a file, the public key (to list in `[plugins] trusted_keys`) is
+    /// printed.
+    Keygen(signing::KeygenArgs),
+    /// Sign a plugin with a secret key: writes PLUGIN.sig beside it, where
+    /// a host loading the plugin from its configuration, and `custodian
+    /// plugin swap`, find it.
+    Sign(signing::SignArgs),
+    /// Check a plugin's signature (exit 0 if it verifies and, with
+    /// --trusted-key, is by a trusted key; 1 if not).
+    Verify(signing::VerifyArgs),
     /// List the bundled plugins.
     List {
         /// Print JSON instead of text.
@@ -77,6 +89,10 @@ pub enum PluginCommand {
     /// refused plugin leaves the old one serving; the reason is printed
     /// and the exit code is 1.
     ///
+    /// The plugin's signature (PLUGIN.sig, or --signature) goes with it;
+    /// a server with `[plugins] trusted_keys` refuses a plugin without a
+    /// valid signature by one of them.
+    ///
     /// The token comes from $CUSTODIAN_TOKEN or --token-file; the audit
     /// names the token's principal, who needs the `admin` role.
     #[command(verbatim_doc_comment)]
@@ -86,6 +102,9 @@ pub enum PluginCommand {
         world: World,
         /// The new `.wasm` file.
         plugin: PathBuf,
+        /// Its signature [default: PLUGIN.sig, when it exists].
+        #[arg(long, value_name = "FILE")]
+        signature: Option<PathBuf>,
         /// The server's base URL.
         #[arg(
             long,
@@ -145,15 +164,26 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),
         PluginCommand::Check { plugin, world } => check(global, &plugin, world),
         PluginCommand::Test(args) => cases::run(global, &args),
+        PluginCommand::Keygen(args) => signing::keygen(&args),
+        PluginCommand::Sign(args) => signing::sign(&args),
+        PluginCommand::Verify(args) => signing::verify(&args),
         PluginCommand::List { json } => list(json),
         PluginCommand::Export { world, output } => export(world, &output),
         PluginCommand::Swap {
             world,
             plugin,
+            signature,
             server,
             token_file,
             json,
-        } => swap(world, &plugin, &server, token_file.as_deref(), json),
+        } => swap(
+            world,
+            &plugin,
+            signature.as_deref(),
+            &server,
+            token_file.as_deref(),
+            json,
+        ),
     }
 }
 
@@ -293,6 +323,7 @@ fn client_token(token_file: Option<&Path>) -> Result<String, Failure> {
 fn swap(
     world: World,
     plugin: &Path,
+    signature: Option<&Path>,
     server: &str,
     token_file: Option<&Path>,
     as_json: bool,
@@ -301,6 +332,16 @@ fn swap(
     let bytes = std::fs::read(plugin)
         .with_context(|| format!("cannot read {}", plugin.display()))
         .map_err(Failure::Usage)?;
+    let signature = match signature {
+        Some(path) => Some(signing::read_signature(path)?),
+        None => {
+            let beside = signing::signature_path(plugin);
+            beside
+                .exists()
+                .then(|| signing::read_signature(&beside))
+                .transpose()?
+        }
+    };
     let url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -308,8 +349,11 @@ fn swap(
         .timeout_global(Some(std::time::Duration::from_secs(300)))
         .build()
         .into();
-    let mut response = agent
-        .put(&url)
+    let mut request = agent.put(&url);
+    if let Some(signature) = &signature {
+        request = request.header("x-custodian-signature", &signature.to_json());
+    }
+    let mut response = request
         .header("authorization", &format!("Bearer {token}"))
         .header("x-custodian-source", &plugin.display().to_string())
         .header("content-type", "application/wasm")

@@ -270,6 +270,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
     let step_store_calls = plan
         .config
         .plugins
+        .worlds
         .get(World::Takedown.name())
         .and_then(|p| p.step_store_calls)
         .unwrap_or(256);

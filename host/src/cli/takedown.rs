@@ -490,6 +490,7 @@ mod tests {
                     hash: hash.to_owned(),
                     size: 1,
                     source: "test".into(),
+                    signature: None,
                 },
             )]),
             by: "test".into(),

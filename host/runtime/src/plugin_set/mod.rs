@@ -87,6 +87,7 @@ use crate::policy::retention::{
     Assessment, Item, RetentionOracle, RetentionPolicy, RetentionRoute, Settings,
 };
 use crate::policy::takedown::{self, TakedownHandler, TakedownPolicy};
+use crate::signature::{Signature, Trust};
 use crate::{
     CallContext, Grants, Limits, Plugin, PluginInfo, Runtime, Services, World, content_hash,
 };
@@ -143,6 +144,10 @@ pub struct PluginSetParts {
     /// This host's node name: the shared set remembers what each node's
     /// configuration named, and audits which node adopted what.
     pub node: String,
+    /// The keys trusted to sign plugins (`[plugins] trusted_keys`): with
+    /// any, every plugin this host loads, from any source, must carry a
+    /// signature by one ([`crate::signature`], "The rule").
+    pub trust: Trust,
 }
 
 /// One loaded plugin of a world, wrapped for its driver.
@@ -151,6 +156,8 @@ pub struct Loaded {
     plugin: Arc<Plugin>,
     since_ms: u64,
     policy: Policy,
+    /// Its verified signature, `None` for an unsigned or bundled plugin.
+    signature: Option<Signature>,
 }
 
 #[derive(Clone)]
@@ -179,6 +186,9 @@ pub struct LoadedView {
     pub imports: Vec<String>,
     /// When it began serving, ms since the epoch.
     pub since_ms: u64,
+    /// The public key that signed it (`ed25519:BASE64`); `None` when it
+    /// is unsigned or bundled.
+    pub signer: Option<String>,
 }
 
 /// What a completed swap did.
@@ -288,6 +298,7 @@ impl Loaded {
             policy_version: info.policy_version.clone(),
             imports: info.imports.clone(),
             since_ms: self.since_ms,
+            signer: self.signature.as_ref().map(|s| s.key.clone()),
         }
     }
 }
@@ -386,6 +397,7 @@ pub struct PluginSet {
     events: Arc<dyn SetEvents>,
     settings: BTreeMap<World, WorldSettings>,
     node: String,
+    trust: Trust,
     /// What takedown steps and operator calls run with: the real KV and
     /// stores, retention routed to the current retention plugin.
     services: Arc<Services>,
@@ -427,16 +439,28 @@ struct Prover<'a> {
     isolated: &'a Arc<Services>,
     clock: &'a Arc<dyn Clock>,
     settings: &'a BTreeMap<World, WorldSettings>,
+    trust: &'a Trust,
 }
 
 impl Prover<'_> {
+    /// Admits `bytes` by their `signature` (see [`crate::signature`],
+    /// "The rule"), then proves them: every plugin any host loads, from
+    /// a file, an upload or the shared set, passes here.
     async fn prove(
         &self,
         world: World,
         bytes: Vec<u8>,
         source: String,
+        signature: Option<Signature>,
     ) -> Result<Loaded, SwapError> {
-        prove(
+        let hash = crate::content_hash(&bytes);
+        let bundled = crate::bundled::plugin(world)
+            .is_some_and(|own| own.len() == bytes.len() && crate::content_hash(own) == hash);
+        let signature = self
+            .trust
+            .admit(&hash, &source, signature.as_ref(), bundled)
+            .map_err(|e| SwapError::Refused(e.to_string()))?;
+        let mut loaded = prove(
             self.runtime,
             self.isolated,
             self.clock,
@@ -445,7 +469,9 @@ impl Prover<'_> {
             bytes,
             source,
         )
-        .await
+        .await?;
+        loaded.signature = signature;
+        Ok(loaded)
     }
 
     /// The plugin `member` names: the bundled one when the hashes match
@@ -457,7 +483,13 @@ impl Prover<'_> {
         member: &Member,
     ) -> Result<Loaded, SwapError> {
         let bytes = shared::plugin_bytes(kv, world, member).await?;
-        self.prove(world, bytes, member.source.clone()).await
+        self.prove(
+            world,
+            bytes,
+            member.source.clone(),
+            member.signature.clone(),
+        )
+        .await
     }
 }
 
@@ -473,6 +505,7 @@ fn member_of(loaded: &Loaded) -> Member {
         hash: info.hash.clone(),
         size: info.size,
         source: info.source.clone(),
+        signature: loaded.signature.clone(),
     }
 }
 
@@ -636,12 +669,13 @@ impl PluginSet {
             isolated: &isolated,
             clock: &parts.clock,
             settings: &parts.settings,
+            trust: &parts.trust,
         };
         let mut configured = BTreeMap::new();
         for world in World::ALL {
             let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
-            let (bytes, name) = read_source(world, &source)?;
-            let loaded = prover.prove(world, bytes.clone(), name).await?;
+            let (bytes, name, signature) = read_source(world, &source)?;
+            let loaded = prover.prove(world, bytes.clone(), name, signature).await?;
             configured.insert(world, Configured { loaded, bytes });
         }
         let (serving, installed) =
@@ -670,6 +704,7 @@ impl PluginSet {
             isolated: &isolated,
             clock: &parts.clock,
             settings: &parts.settings,
+            trust: &parts.trust,
         };
         let row = shared::read(parts.kv.as_ref()).await?;
         let mut serving = BTreeMap::new();
@@ -677,8 +712,8 @@ impl PluginSet {
             let member = row.as_ref().and_then(|row| row.set.member(world));
             let loaded = match (attach.named.get(&world), member) {
                 (Some(source), member) => {
-                    let (bytes, name) = read_source(world, source)?;
-                    let loaded = prover.prove(world, bytes, name).await?;
+                    let (bytes, name, signature) = read_source(world, source)?;
+                    let loaded = prover.prove(world, bytes, name, signature).await?;
                     if let (Some(member), Some(row)) = (member, &row)
                         && attach.changes
                         && loaded.plugin.info().hash != member.hash
@@ -694,8 +729,8 @@ impl PluginSet {
                 }
                 (None, None) => {
                     let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
-                    let (bytes, name) = read_source(world, &source)?;
-                    prover.prove(world, bytes, name).await?
+                    let (bytes, name, signature) = read_source(world, &source)?;
+                    prover.prove(world, bytes, name, signature).await?
                 }
             };
             serving.insert(world, loaded);
@@ -742,6 +777,7 @@ impl PluginSet {
             events: parts.events,
             settings: parts.settings,
             node: parts.node,
+            trust: parts.trust,
             services,
             isolated,
             retention,
@@ -766,6 +802,7 @@ impl PluginSet {
             isolated: &self.isolated,
             clock: &self.clock,
             settings: &self.settings,
+            trust: &self.trust,
         }
     }
 
@@ -1063,9 +1100,10 @@ impl PluginSet {
     }
 
     /// Replaces the plugin of `world` with the component in `bytes`
-    /// (named `source` in messages), by `actor` (as the audit names who
-    /// acts: `principal:NAME`, `operator:NAME`), on every host sharing
-    /// the KV; see the module documentation for the protocol.
+    /// (named `source` in messages, signed by `signature` if at all), by
+    /// `actor` (as the audit names who acts: `principal:NAME`,
+    /// `operator:NAME`), on every host sharing the KV; see the module
+    /// documentation for the protocol.
     ///
     /// # Errors
     /// [`SwapError::Refused`] leaves the old plugin serving, as do
@@ -1077,11 +1115,15 @@ impl PluginSet {
         world: World,
         bytes: Vec<u8>,
         source: String,
+        signature: Option<Signature>,
         actor: &str,
     ) -> Result<SwapReport, SwapError> {
         let _trim = heap::TrimOnDrop;
         let started = Instant::now();
-        let proven = self.prover().prove(world, bytes.clone(), source).await;
+        let proven = self
+            .prover()
+            .prove(world, bytes.clone(), source, signature)
+            .await;
         let loaded = match proven {
             Ok(loaded) => Arc::new(loaded),
             Err(error) => {
@@ -1167,15 +1209,19 @@ impl PluginSet {
         }
         // 4. Audited, then reported.
         let (old, new) = (previous.plugin.info(), loaded.plugin.info());
+        let mut targets = vec![
+            format!("world:{world}"),
+            format!("from:{}", old.hash),
+            format!("to:{}", new.hash),
+        ];
+        if let Some(signature) = &loaded.signature {
+            targets.push(format!("signer:{}", signature.key));
+        }
         let record = Record {
             at_ms: self.clock.now_ms(),
             actor: actor.to_owned(),
             event: "plugin/swap".into(),
-            targets: vec![
-                format!("world:{world}"),
-                format!("from:{}", old.hash),
-                format!("to:{}", new.hash),
-            ],
+            targets,
             detail: Some(format!(
                 "{} replaced by {}; authority generation {generation}: no step of the \
                  previous plugin commits from now on",
@@ -1225,10 +1271,12 @@ impl PluginSet {
         for world in World::ALL {
             let source = sources.get(&world).cloned().unwrap_or(Source::Bundled);
             let swapped = match read_source(world, &source) {
-                Ok((bytes, _)) if hashes.get(world.name()) == Some(&content_hash(&bytes)) => {
+                Ok((bytes, _, _)) if hashes.get(world.name()) == Some(&content_hash(&bytes)) => {
                     continue;
                 }
-                Ok((bytes, name)) => self.swap(world, bytes, name, actor).await,
+                Ok((bytes, name, signature)) => {
+                    self.swap(world, bytes, name, signature, actor).await
+                }
                 Err(error) => Err(error),
             };
             if let Ok(report) = &swapped {

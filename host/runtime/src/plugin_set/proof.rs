@@ -12,6 +12,7 @@ use crate::policy::archive::ArchivePolicy;
 use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
 use crate::policy::takedown::{self, TakedownPolicy};
+use crate::signature::Signature;
 use crate::{CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World};
 use custodian_base::clock::Clock;
 use custodian_core::decisions::purge::{Candidate, Governance};
@@ -24,17 +25,45 @@ use custodian_object::memory::MemoryStore;
 ///
 /// # Errors
 /// [`SwapError::Refused`] when the file cannot be read.
-pub fn read_source(world: World, source: &Source) -> Result<(Vec<u8>, String), SwapError> {
+pub fn read_source(
+    world: World,
+    source: &Source,
+) -> Result<(Vec<u8>, String, Option<Signature>), SwapError> {
     match source {
         Source::Bundled => {
             let bytes = crate::bundled::plugin(world).ok_or_else(|| {
                 SwapError::Refused(format!("no plugin is bundled for the {world} world"))
             })?;
-            Ok((bytes.to_vec(), crate::bundled::name(world)))
+            Ok((bytes.to_vec(), crate::bundled::name(world), None))
         }
-        Source::File(path) => std::fs::read(path)
-            .map(|bytes| (bytes, path.display().to_string()))
-            .map_err(|e| SwapError::Refused(format!("cannot read {}: {e}", path.display()))),
+        Source::File(path) => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| SwapError::Refused(format!("cannot read {}: {e}", path.display())))?;
+            let signature = read_signature(path)?;
+            Ok((bytes, path.display().to_string(), signature))
+        }
+    }
+}
+
+/// The signature beside the plugin file `path` (`PATH.sig`), if there is
+/// one.
+///
+/// # Errors
+/// [`SwapError::Refused`] when it exists and cannot be read or parsed: a
+/// plugin is never loaded as unsigned because its signature is broken.
+pub fn read_signature(path: &std::path::Path) -> Result<Option<Signature>, SwapError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".sig");
+    let sig = std::path::PathBuf::from(name);
+    match std::fs::read_to_string(&sig) {
+        Ok(text) => Signature::parse(&text)
+            .map(Some)
+            .map_err(|e| SwapError::Refused(format!("{}: {e}", sig.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(SwapError::Refused(format!(
+            "cannot read {}: {e}",
+            sig.display()
+        ))),
     }
 }
 
@@ -81,6 +110,7 @@ pub(super) async fn prove(
             plugin,
             since_ms: clock.now_ms(),
             policy,
+            signature: None,
         })
     })
     .await

@@ -10,6 +10,7 @@
 //! the restored plugin is never rolled back in turn.
 
 use super::{Loaded, PluginSet, SwapError, SwapReport, World, member_of, shared};
+use crate::signature::Signature;
 use custodian_core::audit::{self, Record};
 
 /// What a swap replaced, kept for its rollback.
@@ -17,6 +18,9 @@ use custodian_core::audit::{self, Record};
 pub(super) struct Kept {
     from_hash: String,
     from_source: String,
+    /// Its signature, which a restore presents again: under trusted keys
+    /// an unsigned restore would be refused.
+    from_signature: Option<Signature>,
     /// `None` when the bytes could not be read at the swap (logged): the
     /// swap stands, but cannot be rolled back automatically.
     bytes: Option<Vec<u8>>,
@@ -59,6 +63,7 @@ impl PluginSet {
         Kept {
             from_hash: member.hash,
             from_source: member.source,
+            from_signature: member.signature,
             bytes,
         }
     }
@@ -130,6 +135,7 @@ impl PluginSet {
                 world,
                 bytes,
                 format!("rollback to {}", kept.from_source),
+                kept.from_signature,
                 actor,
             )
             .await?;

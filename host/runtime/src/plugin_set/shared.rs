@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::signature::Signature;
 use crate::{World, content_hash};
 use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
 
@@ -60,6 +61,11 @@ pub struct Member {
     pub size: u64,
     /// Where it came from, for people.
     pub source: String,
+    /// Its signature, when it was signed: every host checks it against
+    /// its own trusted keys before running the plugin, and it records who
+    /// signed what the set runs. Absent in sets written before signing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Signature>,
 }
 
 /// The plugin set the hosts sharing a KV run.
@@ -377,6 +383,7 @@ mod tests {
             hash: content_hash(bytes),
             size: bytes.len() as u64,
             source: "test".into(),
+            signature: None,
         }
     }
 

@@ -105,6 +105,20 @@ async fn test_host_on(
     sources: &BTreeMap<World, Source>,
     clock: Arc<dyn Clock>,
 ) -> Arc<TestHost> {
+    try_test_host(kv, node, sources, clock, Trust::default())
+        .await
+        .expect("the plugin set loads")
+}
+
+/// [`test_host_on`] trusting `trust`'s keys, or why its plugins were
+/// refused.
+async fn try_test_host(
+    kv: Arc<dyn Kv>,
+    node: &str,
+    sources: &BTreeMap<World, Source>,
+    clock: Arc<dyn Clock>,
+    trust: Trust,
+) -> Result<Arc<TestHost>, SwapError> {
     let stores: BTreeMap<String, Arc<dyn ObjectStore>> = ["serving", "preserved"]
         .into_iter()
         .map(|name| {
@@ -132,17 +146,16 @@ async fn test_host_on(
         },
         settings: BTreeMap::new(),
         node: node.to_owned(),
+        trust,
     };
-    let plugins = PluginSet::load(parts, sources)
-        .await
-        .unwrap_or_else(|e| panic!("the bundled plugins load: {e}"));
-    Arc::new(TestHost {
+    let plugins = PluginSet::load(parts, sources).await?;
+    Ok(Arc::new(TestHost {
         kv,
         clock,
         stores,
         plugins,
         events,
-    })
+    }))
 }
 
 /// The bundled takedown plugin with a custom section appended: another
@@ -162,6 +175,7 @@ async fn swap_in_rebuilt(host: &TestHost) -> SwapReport {
             World::Takedown,
             rebuilt(World::Takedown),
             "test".into(),
+            None,
             "operator:alice",
         )
         .await
@@ -206,7 +220,13 @@ async fn swapping_in_the_same_bytes_changes_nothing_and_leaves_the_fence_alone()
     let bytes = crate::bundled::plugin(World::Retention).unwrap().to_vec();
     let report = host
         .plugins
-        .swap(World::Retention, bytes, "test".into(), "operator:alice")
+        .swap(
+            World::Retention,
+            bytes,
+            "test".into(),
+            None,
+            "operator:alice",
+        )
         .await
         .unwrap();
     assert!(!report.changed);
@@ -221,7 +241,13 @@ async fn a_plugin_of_another_world_is_refused_and_the_old_one_keeps_serving() {
     let wrong = crate::bundled::plugin(World::Archive).unwrap().to_vec();
     let error = host
         .plugins
-        .swap(World::Purge, wrong, "archive.wasm".into(), "operator:alice")
+        .swap(
+            World::Purge,
+            wrong,
+            "archive.wasm".into(),
+            None,
+            "operator:alice",
+        )
         .await
         .unwrap_err();
     let SwapError::Refused(reason) = error else {
@@ -272,7 +298,13 @@ async fn an_access_judge_obtained_before_a_swap_decides_with_the_new_plugin_afte
     let gatekeeper = crate::test_guests::gatekeeper().to_vec();
     let report = host
         .plugins
-        .swap(World::Access, gatekeeper, "gatekeeper".into(), "alice")
+        .swap(
+            World::Access,
+            gatekeeper,
+            "gatekeeper".into(),
+            None,
+            "alice",
+        )
         .await
         .unwrap();
     assert!(report.changed);
@@ -291,7 +323,13 @@ async fn a_swapped_in_access_plugin_that_traps_leaves_requests_unanswered() {
     let gatekeeper = crate::test_guests::gatekeeper().to_vec();
     // It passes its smoke call: it traps only when asked by `trap`.
     host.plugins
-        .swap(World::Access, gatekeeper, "gatekeeper".into(), "alice")
+        .swap(
+            World::Access,
+            gatekeeper,
+            "gatekeeper".into(),
+            None,
+            "alice",
+        )
         .await
         .unwrap();
     let mut request = admin_write();
@@ -323,6 +361,7 @@ async fn the_retention_oracle_keeps_answering_across_a_retention_swap() {
             World::Retention,
             rebuilt(World::Retention),
             "test".into(),
+            None,
             "operator:alice",
         )
         .await
@@ -618,10 +657,11 @@ async fn concurrent_swaps_on_two_hosts_both_land_in_order() {
             World::Takedown,
             rebuilt(World::Takedown),
             "a".into(),
+            None,
             "operator:alice"
         ),
         beta.plugins
-            .swap(World::Takedown, other, "b".into(), "operator:bob"),
+            .swap(World::Takedown, other, "b".into(), None, "operator:bob"),
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert!(a.changed && b.changed);
@@ -682,6 +722,7 @@ async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
             hash: "ab".repeat(32),
             size: 10,
             source: "lost.wasm".into(),
+            signature: None,
         },
     );
     shared::publish(kv.as_ref(), Some(&row), set)
@@ -708,4 +749,162 @@ async fn a_host_that_cannot_load_the_sets_plugin_says_why_and_keeps_its_own() {
         "beta still plans under the set it installed"
     );
     assert_eq!(alpha.events.in_sync(), Some(true));
+}
+
+/// Two hosts on one KV: alpha trusts no key, beta trusts `key`.
+async fn alpha_open_beta_trusting(
+    key: &crate::signature::SecretKey,
+) -> (Arc<dyn Kv>, Arc<TestHost>, Arc<TestHost>) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+    let bundled = BTreeMap::new();
+    let alpha = test_host_on(kv.clone(), "alpha", &bundled, clock.clone()).await;
+    let trust = Trust::new(&[key.public().to_string()]).unwrap();
+    let beta = try_test_host(kv.clone(), "beta", &bundled, clock, trust)
+        .await
+        .expect("the bundled plugins need no signature");
+    (kv, alpha, beta)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_trusted_keys_a_swap_needs_a_trusted_signature_of_those_very_bytes() {
+    let key = crate::signature::SecretKey::generate().unwrap();
+    let stranger = crate::signature::SecretKey::generate().unwrap();
+    let (kv, _alpha, beta) = alpha_open_beta_trusting(&key).await;
+    let bytes = rebuilt(World::Takedown);
+    let hash = crate::content_hash(&bytes);
+    let before = hash_of(&beta, World::Takedown);
+    let mut other = bytes.clone();
+    other.push(0);
+    for (signature, said) in [
+        (None, "is not signed"),
+        (Some(stranger.sign(&hash)), "not among the trusted keys"),
+        (
+            Some(key.sign(&crate::content_hash(&other))),
+            "does not verify",
+        ),
+    ] {
+        let refused = beta
+            .plugins
+            .swap(
+                World::Takedown,
+                bytes.clone(),
+                "t.wasm".into(),
+                signature,
+                "operator:alice",
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, SwapError::Refused(_)), "{refused}");
+        assert!(refused.to_string().contains(said), "{said}: {refused}");
+        assert_eq!(hash_of(&beta, World::Takedown), before, "nothing swapped");
+    }
+    assert!(swap_events(kv.as_ref()).await.is_empty());
+
+    let report = beta
+        .plugins
+        .swap(
+            World::Takedown,
+            bytes,
+            "t.wasm".into(),
+            Some(key.sign(&hash)),
+            "operator:alice",
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.current.signer, Some(key.public().to_string()));
+    let row = shared::read(kv.as_ref()).await.unwrap().unwrap();
+    let member = row.set.member(World::Takedown).unwrap();
+    assert_eq!(
+        member.signature.as_ref().map(|s| s.key.clone()),
+        Some(key.public().to_string()),
+        "the shared set records the signer"
+    );
+    let audited = swap_events(kv.as_ref()).await;
+    assert!(
+        audited[0]
+            .targets
+            .contains(&format!("signer:{}", key.public())),
+        "{audited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_trusted_keys_does_not_adopt_an_unsigned_plugin_another_host_published() {
+    let key = crate::signature::SecretKey::generate().unwrap();
+    let (_kv, alpha, beta) = alpha_open_beta_trusting(&key).await;
+    let before = hash_of(&beta, World::Takedown);
+    // alpha trusts no key: it swaps an unsigned plugin in.
+    swap_in_rebuilt(&alpha).await;
+
+    let refused = beta.plugins.follow().await.unwrap_err();
+    assert!(refused.to_string().contains("is not signed"), "{refused}");
+    assert_eq!(
+        hash_of(&beta, World::Takedown),
+        before,
+        "beta keeps its plugin"
+    );
+    assert!(!beta.plugins.shared_view().in_sync);
+
+    // Signed by the trusted key, beta adopts it.
+    // Another build: a second custom section, another hash.
+    let mut signed = rebuilt(World::Takedown);
+    signed.extend_from_slice(&[0, 2, 1, b'x']);
+    let signature = key.sign(&crate::content_hash(&signed));
+    let report = alpha
+        .plugins
+        .swap(
+            World::Takedown,
+            signed,
+            "s.wasm".into(),
+            Some(signature),
+            "operator:alice",
+        )
+        .await
+        .unwrap();
+    assert_eq!(beta.plugins.follow().await.unwrap(), vec![World::Takedown]);
+    assert_eq!(hash_of(&beta, World::Takedown), report.current.hash);
+    assert_eq!(
+        beta.plugins
+            .current(World::Takedown)
+            .view(World::Takedown)
+            .signer,
+        Some(key.public().to_string())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_plugin_without_a_trusted_signature_stops_the_host_from_starting() {
+    let key = crate::signature::SecretKey::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("takedown.wasm");
+    let bytes = rebuilt(World::Takedown);
+    std::fs::write(&path, &bytes).unwrap();
+    let sources = BTreeMap::from([(World::Takedown, Source::File(path.clone()))]);
+    let trust = Trust::new(&[key.public().to_string()]).unwrap();
+    let start = || {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+        try_test_host(kv, "alpha", &sources, clock, trust.clone())
+    };
+    let refused = start().await.err().expect("refused");
+    assert!(refused.to_string().contains("is not signed"), "{refused}");
+
+    let sig = dir.path().join("takedown.wasm.sig");
+    std::fs::write(&sig, "{not json").unwrap();
+    let refused = start().await.err().expect("refused");
+    assert!(
+        refused.to_string().contains("takedown.wasm.sig"),
+        "{refused}"
+    );
+
+    std::fs::write(&sig, key.sign(&crate::content_hash(&bytes)).to_json()).unwrap();
+    let host = start().await.expect("signed by a trusted key, it loads");
+    assert_eq!(
+        host.plugins
+            .current(World::Takedown)
+            .view(World::Takedown)
+            .signer,
+        Some(key.public().to_string())
+    );
 }

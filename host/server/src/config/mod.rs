@@ -315,8 +315,22 @@ mod tests {
     fn the_printed_example_is_a_valid_configuration() {
         let config = Config::parse(super::EXAMPLE).unwrap();
         assert!(config.stores.contains_key("preserved"));
-        assert!(config.plugins.contains_key("takedown"));
+        assert!(config.plugins.worlds.contains_key("takedown"));
         assert_eq!(config.server.workers, Some(8));
+    }
+
+    #[test]
+    fn trusted_keys_sit_beside_the_world_sections() {
+        let key = custodian_runtime::signature::SecretKey::generate()
+            .unwrap()
+            .public()
+            .to_string();
+        let config = Config::parse(&format!(
+            "[plugins]\ntrusted_keys = [\"{key}\"]\n[plugins.takedown]\ntimeout_ms = 100\n"
+        ))
+        .unwrap();
+        assert_eq!(config.plugins.trusted_keys, [key]);
+        assert_eq!(config.plugins.worlds["takedown"].timeout_ms, Some(100));
     }
 
     #[test]
@@ -327,6 +341,9 @@ mod tests {
             "[plugins.takedown]\nmemory_mib = 4096",
             "[plugins.takedown]\nstep_store_calls = 0",
             "[plugins.takedown.grants]\npartitions = [\"custodian.timers\"]",
+            "[plugins]\ntrusted_keys = [\"ed25519:AAAA\"]",
+            "[plugins]\ntrusted_keys = \"ed25519:AAAA\"",
+            "[plugins]\ntrusted_key = []",
             "[server]\nworkers = 0",
             "[server]\nlisten = \"nowhere\"",
             "[kv]\nbackend = \"sqlite\"",

@@ -406,14 +406,35 @@ impl PluginConfig {
     }
 }
 
-/// The `[plugins.*]` sections by world; a key that names no world is
-/// refused when the file is parsed.
-pub type PluginsConfig = BTreeMap<String, PluginConfig>;
+/// `[plugins]`: the keys trusted to sign plugins, and a `[plugins.WORLD]`
+/// section per world (a key that names no world is refused when the file
+/// is parsed).
+///
+/// ```toml
+/// [plugins]
+/// trusted_keys = ["ed25519:…"]   # then every plugin must be signed by one
+/// [plugins.retention]
+/// path = "retention.wasm"        # its signature: retention.wasm.sig
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+pub struct PluginsConfig {
+    /// Public keys (`ed25519:BASE64`, as `custodian plugin keygen` prints
+    /// them) trusted to sign plugins. With any, this host loads no plugin
+    /// (configured, swapped in, or adopted from the shared set) without a
+    /// valid signature by one of them; the bundled plugins need none.
+    #[serde(default)]
+    pub trusted_keys: Vec<String>,
+    /// `[plugins.WORLD]` sections by world name.
+    #[serde(flatten)]
+    pub worlds: BTreeMap<String, PluginConfig>,
+}
 
-/// Checks every `[plugins.*]` key names a world and every limit is in
-/// range.
+/// Checks every `[plugins.*]` key names a world, every limit is in range
+/// and every trusted key is one.
 pub(super) fn validate_plugins(plugins: &PluginsConfig) -> Result<(), String> {
-    for (name, plugin) in plugins {
+    custodian_runtime::signature::Trust::new(&plugins.trusted_keys)
+        .map_err(|e| format!("[plugins] trusted_keys: {e}"))?;
+    for (name, plugin) in &plugins.worlds {
         name.parse::<World>()
             .map_err(|e| format!("[plugins.{name}]: {e}"))?;
         plugin

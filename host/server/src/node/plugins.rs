@@ -19,6 +19,7 @@ use custodian_runtime::plugin_set::{
 };
 use custodian_runtime::policy::retention::Settings;
 use custodian_runtime::policy::takedown;
+use custodian_runtime::signature::Trust;
 use custodian_runtime::{Runtime, RuntimeConfig, World};
 
 use super::{Node, NodeError};
@@ -36,6 +37,8 @@ pub struct PluginPlan {
     pub settings: BTreeMap<World, WorldSettings>,
     /// The deployer's retention settings.
     pub retention: Settings,
+    /// The keys trusted to sign plugins.
+    pub trust: Trust,
 }
 
 impl PluginPlan {
@@ -49,6 +52,7 @@ impl PluginPlan {
         for world in World::ALL {
             let section = config
                 .plugins
+                .worlds
                 .get(world.name())
                 .cloned()
                 .unwrap_or_default();
@@ -68,9 +72,14 @@ impl PluginPlan {
                 },
             );
         }
+        let trust = Trust::new(&config.plugins.trusted_keys).map_err(|e| NodeError::Config {
+            what: "[plugins] trusted_keys".to_owned(),
+            source: e.into(),
+        })?;
         Ok(Self {
             sources,
             settings,
+            trust,
             retention: Settings {
                 retention_ms: config.retention.retention_ms,
                 noncurrent_retention_ms: config.retention.noncurrent_retention_ms,
@@ -192,6 +201,7 @@ impl Node {
             retention: options.plan.retention,
             settings: options.plan.settings,
             node: self.name()?,
+            trust: options.plan.trust,
         };
         let plugins = match &options.entry {
             Entry::Join => PluginSet::load(parts, &options.plan.sources).await?,

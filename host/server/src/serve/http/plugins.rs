@@ -18,6 +18,7 @@ use super::extract::{BodyLimit, Received, path, read_body};
 use crate::serve::Host;
 use custodian_runtime::World;
 use custodian_runtime::plugin_set::SwapError;
+use custodian_runtime::signature::Signature;
 
 pub(super) fn routes() -> Router<Arc<Host>> {
     Router::new()
@@ -48,6 +49,7 @@ async fn swap(
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty() && s.len() <= 256)
         .map_or_else(|| format!("upload by {}", caller.0.name), str::to_owned);
+    let signature = signature(&headers)?;
     // Read last, so a swap the headers refuse costs no upload.
     let limit = BodyLimit {
         bytes: host.limits.max_plugin_bytes,
@@ -57,13 +59,30 @@ async fn swap(
     let Received { bytes, held: _held } = read_body(&host.bodies, body, &headers, limit).await?;
     match host
         .plugins
-        .swap(world, Vec::from(bytes), source, &actor)
+        .swap(world, Vec::from(bytes), source, signature, &actor)
         .await
     {
         Ok(report) => Ok(Json(json!(report))),
         Err(error) => Err(swap_error(error)),
     }
 }
+
+/// The plugin's signature, from `x-custodian-signature`: the `.sig`
+/// file's JSON (as `custodian plugin sign` writes it) on one line.
+fn signature(headers: &HeaderMap) -> Result<Option<Signature>, ApiError> {
+    let Some(value) = headers.get(SIGNATURE_HEADER) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::invalid(format!("{SIGNATURE_HEADER} is not visible ASCII")))?;
+    Signature::parse(text)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(format!("{SIGNATURE_HEADER}: {e}")))
+}
+
+/// The header a swap's signature travels in.
+pub const SIGNATURE_HEADER: &str = "x-custodian-signature";
 
 /// A swap that did not complete, by its kind.
 fn swap_error(error: SwapError) -> ApiError {

@@ -4,6 +4,11 @@
 //! cargo bench -p custodian --bench plugin_call
 //! ```
 //!
+//! The `languages` rows compare the retention policy written in Rust
+//! (bundled), Python (componentize-py) and JavaScript (jco): set
+//! `CUSTODIAN_EXAMPLE_PLUGINS` to the directory `plugins/examples/build.sh`
+//! built them into (`.ci/run` builds them).
+//!
 //! Each figure is the median of several batches (after a warm-up), so one
 //! noisy batch does not move it. Absolute times on a shared machine drift;
 //! the ratios between rows of one run are what to compare.
@@ -280,6 +285,10 @@ fn main() {
         );
     }
 
+    if wanted("languages") {
+        languages(retention, &call);
+    }
+
     if wanted("access") {
         // The same access logic, natively and as a component, on the warm
         // instances the host asks it on for every API request.
@@ -369,6 +378,78 @@ fn main() {
             "access decide, native build, allow",
             native,
             &format!("native/wasm = {:.3}x", native / allow),
+        );
+    }
+}
+
+/// The retention policy in each language: size, cold compile, load from
+/// the disk cache, and a one-shot `assess` (a fresh instance per call, as
+/// the host asks it), each language's plugin in the same run.
+fn languages(rust: &Path, call: &Arc<CallContext>) {
+    let Some(dir) = std::env::var_os("CUSTODIAN_EXAMPLE_PLUGINS").map(std::path::PathBuf::from)
+    else {
+        println!(
+            "(languages: set CUSTODIAN_EXAMPLE_PLUGINS to plugins/examples/build.sh's OUT_DIR)"
+        );
+        return;
+    };
+    let plugins = [
+        ("rust", rust.to_path_buf()),
+        ("python", dir.join("retention-python.wasm")),
+        ("js", dir.join("retention-js.wasm")),
+    ];
+    let settings = Settings {
+        retention_ms: 86_400_000,
+        noncurrent_retention_ms: 3_600_000,
+    };
+    let item = Item {
+        created_ms: 1_700_000_000_000,
+        noncurrent_since_ms: None,
+        hold: false,
+        stage: Stage::Retaining,
+    };
+    let mut rust_call = f64::NAN;
+    for (language, path) in plugins {
+        let size = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .len();
+        let cache = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(&RuntimeConfig {
+            cache_dir: Some(cache.path().to_owned()),
+            concurrent_calls: 8,
+        })
+        .unwrap();
+        // One cold compile: it takes seconds for the large components,
+        // and the cache makes every later load a read.
+        let started = Instant::now();
+        let loaded = runtime.load_file(&path).unwrap();
+        let cold = started.elapsed().as_nanos() as f64;
+        assert!(!loaded.info().from_cache);
+        let cached = per_call(5, || {
+            assert!(runtime.load_file(&path).unwrap().info().from_cache);
+        });
+        let policy = RetentionPolicy::new(Arc::new(loaded)).unwrap();
+        let assess = per_call(200, || {
+            black_box(
+                policy
+                    .assess(call.clone(), settings, item, 1_700_050_000_000)
+                    .unwrap()
+                    .unwrap(),
+            );
+        });
+        if language == "rust" {
+            rust_call = assess;
+        }
+        row(
+            &format!("retention in {language}: {:.2} MB", size as f64 / 1e6),
+            cold,
+            "cold compile",
+        );
+        row(&format!("retention in {language}: cached load"), cached, "");
+        row(
+            &format!("retention in {language}: instantiate + assess"),
+            assess,
+            &format!("{:.1}x the Rust plugin's", assess / rust_call),
         );
     }
 }

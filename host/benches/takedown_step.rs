@@ -59,7 +59,7 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// The fixture: blobs with their content-index rows (see
-/// `wit/takedown.wit`): `o` id -> kind, size, CRC; `h` id ns 0 repo.
+/// `sdk/wit/takedown.wit`): `o` id -> kind, size, CRC; `h` id ns 0 repo.
 struct Fixture {
     blobs: Vec<([u8; 32], Vec<u8>)>,
 }

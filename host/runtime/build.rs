@@ -34,7 +34,7 @@ fn main() {
             path.display()
         );
     }
-    for dir in ["plugins", "sdk", "wit", "Cargo.toml", "Cargo.lock"] {
+    for dir in ["plugins", "sdk", "Cargo.toml", "Cargo.lock"] {
         println!(
             "cargo:rerun-if-changed={}",
             Path::new(root).join(dir).display()

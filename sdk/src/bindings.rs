@@ -8,7 +8,7 @@
 /// The host capabilities: `custodian:host/*`.
 pub mod host {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "custodian:host/capabilities@0.2.0",
         additional_derives: [PartialEq, Eq],
         generate_all,
@@ -20,7 +20,7 @@ macro_rules! policy_world {
         /// Bindings of one policy world.
         pub mod $module {
             wit_bindgen::generate!({
-                path: "../wit",
+                path: "wit",
                 world: $world,
                 additional_derives: [PartialEq, Eq],
                 with: {

@@ -1,4 +1,4 @@
-//! Host bindings generated from `wit/`, in this one private module.
+//! Host bindings generated from `sdk/wit/`, in this one private module.
 //!
 //! The host capabilities (`custodian:host`) are generated once; every
 //! policy world maps them here with `with`, so all worlds share one set of
@@ -15,7 +15,7 @@ use crate::limits::LimitExceeded;
 
 pub(crate) mod host {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "../../sdk/wit",
         world: "custodian:host/capabilities@0.2.0",
         imports: { default: trappable },
         trappable_error_type: {
@@ -28,35 +28,35 @@ pub(crate) mod host {
 pub(crate) mod policy {
     pub(crate) mod retention {
         wasmtime::component::bindgen!({
-            path: "../../wit",
+            path: "../../sdk/wit",
             world: "custodian:policy/retention@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod archive {
         wasmtime::component::bindgen!({
-            path: "../../wit",
+            path: "../../sdk/wit",
             world: "custodian:policy/archive@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod purge {
         wasmtime::component::bindgen!({
-            path: "../../wit",
+            path: "../../sdk/wit",
             world: "custodian:policy/purge@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod access {
         wasmtime::component::bindgen!({
-            path: "../../wit",
+            path: "../../sdk/wit",
             world: "custodian:policy/access@0.2.0",
             with: { "custodian:host": crate::bindings::host::custodian::host },
         });
     }
     pub(crate) mod takedown {
         wasmtime::component::bindgen!({
-            path: "../../wit",
+            path: "../../sdk/wit",
             world: "custodian:policy/takedown@0.2.0",
             imports: { default: trappable },
             trappable_error_type: {

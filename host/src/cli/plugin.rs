@@ -13,6 +13,7 @@ use super::options::Global;
 use super::{Failure, Outcome, runtime};
 
 mod cases;
+mod scaffold;
 mod signing;
 
 #[derive(Debug, Subcommand)]
@@ -54,6 +55,10 @@ pub enum PluginCommand {
     /// or the file cannot be used.
     #[command(verbatim_doc_comment)]
     Test(cases::TestArgs),
+    /// Start a plugin project in a new directory, in Rust, Python or
+    /// JavaScript: a starting policy, its table of cases, and a README;
+    /// prints the commands that build it and run its table.
+    New(scaffold::NewArgs),
     /// Make an ed25519 key pair for signing plugins: the secret key goes
     /// to a file, the public key (to list in `[plugins] trusted_keys`) is
     /// printed.
@@ -164,6 +169,7 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),
         PluginCommand::Check { plugin, world } => check(global, &plugin, world),
         PluginCommand::Test(args) => cases::run(global, &args),
+        PluginCommand::New(args) => scaffold::run(&args),
         PluginCommand::Keygen(args) => signing::keygen(&args),
         PluginCommand::Sign(args) => signing::sign(&args),
         PluginCommand::Verify(args) => signing::verify(&args),

@@ -1,5 +1,5 @@
 //! Reading the host's content index (partition `content`, read only) and
-//! the formats of the objects it describes; see `wit/takedown.wit`. The
+//! the formats of the objects it describes; see `sdk/wit/takedown.wit`. The
 //! layouts themselves (constants, keys, header checks, row decoding) are
 //! the contract's ([`layout`]), shared with the host that writes them;
 //! this module does the reads and words the errors as this policy stores

@@ -23,7 +23,7 @@ use crate::state;
 /// an error message of 66 KiB.
 const MAX_NAMED_MISSING: usize = 8;
 
-/// `plan-create`: see `wit/takedown.wit`.
+/// `plan-create`: see `sdk/wit/takedown.wit`.
 pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     let (id, request, objects) = request::validate(&filed)?;
     let named: Vec<Id> = request.pack.map_or_else(|| objects.clone(), |p| vec![p]);

@@ -191,7 +191,7 @@ fn chunk_commit(
     Ok(commit)
 }
 
-/// `plan-denial`: see `wit/takedown.wit`.
+/// `plan-denial`: see `sdk/wit/takedown.wit`.
 pub fn plan(request_id: &[u8], now: u64) -> Result<Option<WitCommit>, Error> {
     let id = request::id_arg(request_id)?;
     let request = request::require(&id)?;

@@ -13,7 +13,7 @@ use crate::lock;
 use crate::request::{self, APPLY_WINDOW_MS};
 use crate::state;
 
-/// `plan-hold`: see `wit/takedown.wit`.
+/// `plan-hold`: see `sdk/wit/takedown.wit`.
 pub fn plan(request_id: &[u8], enabled: bool, now: u64) -> Result<WitCommit, Error> {
     let id = request::id_arg(request_id)?;
     let request = request::require(&id)?;

@@ -84,7 +84,7 @@ impl Verification {
     }
 }
 
-/// Running totals; see `counts` in `wit/takedown.wit`.
+/// Running totals; see `counts` in `sdk/wit/takedown.wit`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Totals {

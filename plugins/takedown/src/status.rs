@@ -6,7 +6,7 @@ use custodian_sdk::{Error, clock};
 use crate::state::{self, Phase};
 use crate::{denial, lock, request};
 
-/// `status`: see `wit/takedown.wit`.
+/// `status`: see `sdk/wit/takedown.wit`.
 pub fn of(request_id: &[u8]) -> Result<RequestStatus, Error> {
     let id = request::id_arg(request_id)?;
     let request = request::require(&id)?;

@@ -18,7 +18,7 @@ use crate::context;
 use crate::state::Phase;
 use crate::{acquire, closure, denial, denial_work, discover, purge, remove, seed};
 
-/// `step`: see `wit/takedown.wit`.
+/// `step`: see `sdk/wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
     let (id, request) = context::request_of(timer)?;
     let denial = denial::load(&id, &request)?;

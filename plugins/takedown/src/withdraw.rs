@@ -13,7 +13,7 @@ use crate::keys::{self, PARTITION};
 use crate::request::{self, APPLY_WINDOW_MS};
 use crate::state::{self, Phase};
 
-/// `plan-withdraw`: see `wit/takedown.wit`.
+/// `plan-withdraw`: see `sdk/wit/takedown.wit`.
 pub fn plan(request_id: &[u8], now: u64) -> Result<WitCommit, Error> {
     let id = request::id_arg(request_id)?;
     let request = request::require(&id)?;

@@ -3,7 +3,7 @@
 //! and which repositories hold them.
 //!
 //! A takedown policy plugin reads this layout (see `interface
-//! takedown-steps` in `wit/takedown.wit`); it is a contract, so every byte
+//! takedown-steps` in `sdk/wit/takedown.wit`); it is a contract, so every byte
 //! below is fixed, and written once: the constants, key builders and pure
 //! codecs are [`custodian_contract::content`], which the plugin links too.
 //! This module adds the host's types over them and the I/O.

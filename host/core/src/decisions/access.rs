@@ -201,7 +201,7 @@ pub struct OutOfBounds(pub String);
 
 impl AccessRequest {
     /// Checks the request is within the bounds of this module (the ones
-    /// `wit/access.wit` promises the plugin).
+    /// `sdk/wit/access.wit` promises the plugin).
     ///
     /// # Errors
     /// [`OutOfBounds`], naming the first field that exceeds its bound.

@@ -7,7 +7,7 @@
 //! own deadline and budget of host calls; an instance that trapped, hit a
 //! limit or wrote to stderr is dropped, every instance is retired after
 //! 1024 calls, and at most 4 are kept idle. A plugin therefore may see
-//! state an earlier call left behind; `wit/access.wit` tells plugins to
+//! state an earlier call left behind; `sdk/wit/access.wit` tells plugins to
 //! decide from the request alone.
 
 use std::sync::Arc;

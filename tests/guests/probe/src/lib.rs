@@ -7,7 +7,7 @@ use std::hint::black_box;
 use custodian_sdk::{Error, kv, objects};
 
 wit_bindgen::generate!({
-    path: ["../../../wit/deps/host", "wit"],
+    path: ["../../../sdk/wit/deps/host", "wit"],
     world: "custodian-test:probe/probe-guest@0.1.0",
     with: {
         "custodian:host/types@0.2.0": custodian_sdk::bindings::host::custodian::host::types,

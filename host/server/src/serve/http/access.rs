@@ -132,7 +132,7 @@ pub(super) fn classify(
             Action::SwapPlugin
         }
         // The invalidation feed has no action of its own (the access
-        // world's action enum, `wit/access.wit`, is fixed for now): reading
+        // world's action enum, `sdk/wit/access.wit`, is fixed for now): reading
         // it is reading a host record, `inspect`, as the timers and the
         // audit log are; acknowledging deletes entries a takedown planned,
         // so it takes the power to file one, `takedown-file` (the roles

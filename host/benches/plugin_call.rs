@@ -436,8 +436,8 @@ fn languages(rust: &Path, call: &Arc<CallContext>) {
     }
 }
 
-/// The retention question every retention row asks: an item a day into
-/// its retention (of one day) at 1_700_050_000_000.
+/// The retention question every retention row asks: an item 14 hours
+/// into a day's retention.
 fn retention_question() -> (Settings, Item) {
     let settings = Settings {
         retention_ms: 86_400_000,

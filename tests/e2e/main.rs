@@ -13,6 +13,7 @@ mod invalidation;
 mod limits;
 mod loading;
 mod object_cli;
+mod plugin_diff;
 mod plugin_languages;
 mod plugin_rollout;
 mod plugin_scaffold;

@@ -14,7 +14,7 @@ use custodian::policy::retention::Settings;
 use custodian::runtime::World;
 
 use super::options::{DataArgs, Global, RetentionArgs};
-use super::plugin::source;
+use super::plugin_spec::source;
 use super::{Failure, io_runtime, node_failure, runtime_config};
 
 /// A node opened and assembled for one command.

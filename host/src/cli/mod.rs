@@ -11,6 +11,7 @@ mod manifests;
 mod object;
 mod options;
 mod plugin;
+mod plugin_spec;
 mod principal;
 mod purge;
 mod repo;

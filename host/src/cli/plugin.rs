@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Subcommand;
 use custodian::bundled;
-use custodian::plugin_set::Source;
-use custodian::runtime::{Plugin, Runtime, World};
+use custodian::runtime::World;
 use serde_json::json;
 
 use super::options::Global;
+use super::plugin_spec::load;
 use super::{Failure, Outcome, runtime};
 
 mod cases;
+mod diff;
 mod scaffold;
 mod signing;
 
@@ -59,6 +60,16 @@ pub enum PluginCommand {
     /// JavaScript: a starting policy, its table of cases, and a README;
     /// prints the commands that build it and run its table.
     New(scaffold::NewArgs),
+    /// What swapping a plugin in would change, offline on a data
+    /// directory: the candidate is proven as a swap proves it, then the
+    /// state is replayed read-only through the serving plugin and the
+    /// candidate, and each decision that differs is listed (takedown:
+    /// the next step of each due timer). Nothing is written; a server
+    /// does the same for `PUT /v1/plugins/WORLD?dry_run=true`.
+    ///
+    /// Exit 0 with the report (changes or none), 1 when the candidate
+    /// would be refused, with the reason.
+    Diff(diff::DiffArgs),
     /// Make an ed25519 key pair for signing plugins: the secret key goes
     /// to a file, the public key (to list in `[plugins] trusted_keys`) is
     /// printed.
@@ -110,6 +121,10 @@ pub enum PluginCommand {
         /// Its signature [default: PLUGIN.sig, when it exists].
         #[arg(long, value_name = "FILE")]
         signature: Option<PathBuf>,
+        /// Swap nothing: print the server's report of what the swap would
+        /// change (see `custodian plugin diff`), as JSON.
+        #[arg(long)]
+        dry_run: bool,
         /// The server's base URL.
         #[arg(
             long,
@@ -126,50 +141,13 @@ pub enum PluginCommand {
     },
 }
 
-/// Loads `spec`: a `.wasm` path, or `builtin:WORLD`.
-pub(super) fn load(runtime: &Runtime, spec: &str) -> Result<Plugin, Failure> {
-    let loaded = match spec.strip_prefix("builtin:") {
-        Some(world) => {
-            let world: World = world
-                .parse()
-                .map_err(|e: String| Failure::Usage(anyhow!(e)))?;
-            let bytes = bundled::plugin(world).ok_or_else(|| {
-                Failure::Usage(anyhow!("no plugin is bundled for the {world} world"))
-            })?;
-            runtime.load_bytes(bytes, &bundled::name(world))
-        }
-        None => runtime.load_file(Path::new(spec)),
-    };
-    loaded.map_err(|e| Failure::Usage(e.into()))
-}
-
-/// Where the plugin `spec` (a `.wasm` file or `builtin:WORLD`) comes from,
-/// as `world`'s plugin.
-///
-/// # Errors
-/// [`Failure::Usage`] for a `builtin:` of an unknown or another world.
-pub(super) fn source(spec: &str, world: World) -> Result<Source, Failure> {
-    match spec.strip_prefix("builtin:") {
-        Some(name) => {
-            let named: World = name
-                .parse()
-                .map_err(|e: String| Failure::Usage(anyhow!(e)))?;
-            if named == world {
-                Ok(Source::Bundled)
-            } else {
-                Err(Failure::Usage(anyhow!("{spec} is not a {world} plugin")))
-            }
-        }
-        None => Ok(Source::File(spec.into())),
-    }
-}
-
 pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
     match command {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),
         PluginCommand::Check { plugin, world } => check(global, &plugin, world),
         PluginCommand::Test(args) => cases::run(global, &args),
         PluginCommand::New(args) => scaffold::run(&args),
+        PluginCommand::Diff(args) => diff::run(global, &args),
         PluginCommand::Keygen(args) => signing::keygen(&args),
         PluginCommand::Sign(args) => signing::sign(&args),
         PluginCommand::Verify(args) => signing::verify(&args),
@@ -179,6 +157,7 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
             world,
             plugin,
             signature,
+            dry_run,
             server,
             token_file,
             json,
@@ -186,6 +165,7 @@ pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
             world,
             &plugin,
             signature.as_deref(),
+            dry_run,
             &server,
             token_file.as_deref(),
             json,
@@ -330,6 +310,7 @@ fn swap(
     world: World,
     plugin: &Path,
     signature: Option<&Path>,
+    dry_run: bool,
     server: &str,
     token_file: Option<&Path>,
     as_json: bool,
@@ -348,7 +329,10 @@ fn swap(
                 .transpose()?
         }
     };
-    let url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
+    let mut url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
+    if dry_run {
+        url.push_str("?dry_run=true");
+    }
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         // Compiling and smoke-testing a large plugin takes a while.
@@ -394,7 +378,12 @@ fn swap(
             _ => Failure::Failed(error),
         });
     }
-    if as_json {
+    if dry_run {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&body).expect("JSON serializes")
+        );
+    } else if as_json {
         println!("{body}");
     } else if body["changed"] == serde_json::Value::Bool(false) {
         println!(

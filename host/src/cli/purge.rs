@@ -252,7 +252,7 @@ impl Policies {
     ) -> Result<Self, Failure> {
         let runtime = super::runtime(global)?;
         let services = super::isolated_services(io);
-        let plugin = Arc::new(super::plugin::load(&runtime, purge_spec)?);
+        let plugin = Arc::new(super::plugin_spec::load(&runtime, purge_spec)?);
         let judge = PurgePolicy::new(plugin, services.clone(), Limits::default()).map_err(|e| {
             Failure::Usage(
                 anyhow!(e).context(format!("cannot use {purge_spec} as the purge plugin")),
@@ -262,8 +262,8 @@ impl Policies {
             .retention_plugin
             .as_deref()
             .unwrap_or("builtin:retention");
-        let policy =
-            RetentionPolicy::new(Arc::new(super::plugin::load(&runtime, spec)?)).map_err(|e| {
+        let policy = RetentionPolicy::new(Arc::new(super::plugin_spec::load(&runtime, spec)?))
+            .map_err(|e| {
                 Failure::Usage(
                     anyhow!(e).context(format!("cannot use {spec} as the retention plugin")),
                 )

@@ -18,7 +18,7 @@ use custodian::runtime::{CallContext, CallError, Grants, Limits, Services, World
 use serde_json::Value;
 
 use super::options::{DataArgs, Global};
-use super::plugin::load;
+use super::plugin_spec::load;
 use super::{Failure, Outcome, open_data, runtime};
 
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::assembly::{self, Assembled};
 use super::options::{DataArgs, Global, RetentionArgs};
-use super::plugin::source;
+use super::plugin_spec::source;
 use super::{Failure, Outcome};
 
 /// The takedown policy and the data directory a takedown command uses.

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::assembly;
 use super::options::{DataArgs, Global, RetentionArgs};
-use super::plugin::source;
+use super::plugin_spec::source;
 use super::{Failure, Outcome, node_failure};
 
 #[derive(Debug, Args)]

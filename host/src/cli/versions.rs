@@ -265,7 +265,7 @@ fn archive_policy(
     io: &tokio::runtime::Runtime,
 ) -> Result<Arc<dyn HopPolicy>, Failure> {
     let runtime = super::runtime(global)?;
-    let plugin = Arc::new(super::plugin::load(&runtime, spec)?);
+    let plugin = Arc::new(super::plugin_spec::load(&runtime, spec)?);
     let policy = ArchivePolicy::new(plugin, super::isolated_services(io), Limits::default())
         .map_err(|e| {
             Failure::Usage(anyhow!(e).context(format!("cannot use {spec} as the archive plugin")))

@@ -61,6 +61,7 @@
 //! `host:NODE`); any other difference follows the set, so a restart with
 //! an old configuration does not undo a swap.
 
+mod dry_run;
 mod events;
 mod proof;
 mod rollback;
@@ -68,6 +69,7 @@ pub mod shared;
 #[cfg(test)]
 mod tests;
 
+pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS};
 pub use events::{NoEvents, SetEvents};
 use proof::read_source;
 pub use rollback::LastSwap;

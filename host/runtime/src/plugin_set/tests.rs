@@ -908,3 +908,76 @@ async fn a_configured_plugin_without_a_trusted_signature_stops_the_host_from_sta
         Some(key.public().to_string())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_nothing() {
+    let host = test_host().await;
+    let request = pushed_and_named(&host, b"evidence").await;
+    file(
+        &host,
+        host.plugins.takedown_for_action().await.unwrap(),
+        request,
+    )
+    .await
+    .unwrap();
+    let serving = hash_of(&host, World::Takedown);
+    let row = shared::read(host.kv.as_ref()).await.unwrap();
+
+    // Another build of the same policy decides every step alike.
+    let report = host
+        .plugins
+        .dry_run(
+            World::Takedown,
+            rebuilt(World::Takedown),
+            "t.wasm".into(),
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    assert!(report.items >= 1, "{report:?}");
+    assert_eq!(report.unchanged, report.items, "{report:?}");
+    assert!(report.changed.is_empty());
+    assert_eq!(report.serving, serving);
+    assert_ne!(report.candidate, serving);
+
+    // A world with no replay yet says so; a plugin of another world is
+    // refused as a swap would refuse it.
+    let report = host
+        .plugins
+        .dry_run(
+            World::Retention,
+            rebuilt(World::Retention),
+            "r.wasm".into(),
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.items, 0);
+    assert!(
+        report.replayed.starts_with("nothing"),
+        "{}",
+        report.replayed
+    );
+    let refused = host
+        .plugins
+        .dry_run(
+            World::Takedown,
+            rebuilt(World::Retention),
+            "r.wasm".into(),
+            None,
+            100,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, SwapError::Refused(_)), "{refused}");
+
+    assert_eq!(hash_of(&host, World::Takedown), serving, "nothing swapped");
+    assert_eq!(
+        shared::read(host.kv.as_ref()).await.unwrap(),
+        row,
+        "nothing published"
+    );
+    assert!(swap_events(host.kv.as_ref()).await.is_empty());
+}

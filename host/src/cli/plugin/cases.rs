@@ -9,8 +9,8 @@ use custodian::runtime::cases::{self, Case, Difference};
 use custodian::runtime::{CallContext, Grants, Limits, Plugin, Services, World};
 use serde_json::{Value, json};
 
-use super::load;
 use crate::cli::options::Global;
+use crate::cli::plugin_spec::load;
 use crate::cli::{Failure, Outcome, io_runtime, runtime};
 
 /// `custodian plugin test`'s arguments.

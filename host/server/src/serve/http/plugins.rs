@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, put};
 use axum::{Extension, Json, Router};
@@ -17,7 +17,7 @@ use super::error::one_line;
 use super::extract::{BodyLimit, Received, path, read_body};
 use crate::serve::Host;
 use custodian_runtime::World;
-use custodian_runtime::plugin_set::SwapError;
+use custodian_runtime::plugin_set::{MAX_DRY_RUN_ITEMS, SwapError};
 use custodian_runtime::signature::Signature;
 
 pub(super) fn routes() -> Router<Arc<Host>> {
@@ -35,14 +35,41 @@ async fn list(State(host): State<Arc<Host>>) -> Json<Value> {
     }))
 }
 
+/// `?dry_run=true[&limit=N]`: report what the swap would change, change
+/// nothing.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwapQuery {
+    #[serde(default)]
+    dry_run: bool,
+    /// Items a dry run replays at most.
+    limit: Option<u32>,
+}
+
+/// Items a dry run replays when the request does not say.
+const DEFAULT_DRY_RUN_ITEMS: u32 = 1_000;
+
 async fn swap(
     State(host): State<Arc<Host>>,
     Extension(caller): Extension<Caller>,
     world: Result<Path<String>, PathRejection>,
+    query: Result<Query<SwapQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let world: World = path(world)?.parse().map_err(ApiError::not_found)?;
+    let query = super::extract::query(query)?;
+    if query.limit.is_some() && !query.dry_run {
+        return Err(ApiError::invalid(
+            "limit applies to a dry run (dry_run=true) only",
+        ));
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_DRY_RUN_ITEMS);
+    if limit == 0 || limit > MAX_DRY_RUN_ITEMS {
+        return Err(ApiError::invalid(format!(
+            "limit must be 1 to {MAX_DRY_RUN_ITEMS}"
+        )));
+    }
     let actor = caller.actor();
     let source = headers
         .get("x-custodian-source")
@@ -51,12 +78,23 @@ async fn swap(
         .map_or_else(|| format!("upload by {}", caller.0.name), str::to_owned);
     let signature = signature(&headers)?;
     // Read last, so a swap the headers refuse costs no upload.
+    let dry_run_items = limit;
     let limit = BodyLimit {
         bytes: host.limits.max_plugin_bytes,
         per: "plugin",
     };
     // Held until the swap is done with the plugin.
     let Received { bytes, held: _held } = read_body(&host.bodies, body, &headers, limit).await?;
+    if query.dry_run {
+        return match host
+            .plugins
+            .dry_run(world, Vec::from(bytes), source, signature, dry_run_items)
+            .await
+        {
+            Ok(report) => Ok(Json(json!(report))),
+            Err(error) => Err(swap_error(error)),
+        };
+    }
     match host
         .plugins
         .swap(world, Vec::from(bytes), source, signature, &actor)

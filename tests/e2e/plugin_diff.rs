@@ -1,0 +1,117 @@
+//! What a swap would change, before it is made: `PUT
+//! /v1/plugins/{world}?dry_run=true` on a running server and `custodian
+//! plugin diff` offline on its data, both replaying the deployment's own
+//! takedown timers through the serving plugin and the candidate, and
+//! changing nothing.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::serve::{file_takedown, plugin_hash, push, rebuilt_takedown, takedown_status};
+use crate::server::{Server, agent, answer, bearer, wait_for};
+use crate::support::{outcome, run, stepper};
+
+/// `PUT /v1/plugins/takedown?QUERY` with `plugin`'s bytes.
+fn put(server: &Server, query: &str, plugin: &std::path::Path) -> (u16, Value) {
+    answer(
+        agent()
+            .put(&server.url(&format!("/v1/plugins/takedown?{query}")))
+            .header("authorization", &bearer())
+            .send(&std::fs::read(plugin).unwrap()[..]),
+    )
+}
+
+#[test]
+fn a_dry_run_reports_each_changed_step_online_and_offline_and_swaps_nothing() {
+    let mut server = Server::start("[server]\nworkers = 1\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let object = push(&server, "acme/site", "a.txt", b"evidence");
+    let id = file_takedown(&server, &[object]);
+    // Settled in retain, its timer waits for the end of retention: the
+    // replay reads a state no worker is changing.
+    wait_for("the request to retain", Duration::from_secs(60), || {
+        takedown_status(&server, &id)["phase"] == "retain"
+    });
+    let serving = plugin_hash(&server, "takedown");
+
+    let same = rebuilt_takedown(scratch.path(), "same");
+    let (status, report) = put(&server, "dry_run=true", &same);
+    assert_eq!(status, 200, "{report}");
+    let items = report["items"].as_u64().unwrap();
+    assert!(items >= 1, "{report}");
+    assert_eq!(report["unchanged"].as_u64(), Some(items), "{report}");
+    assert_eq!(report["serving"], serving.as_str());
+
+    let (status, report) = put(&server, "dry_run=true&limit=10", stepper());
+    assert_eq!(status, 200, "{report}");
+    let changed = report["changed"].as_array().unwrap();
+    assert!(!changed.is_empty(), "{report}");
+    assert!(
+        changed[0]["item"]
+            .as_str()
+            .unwrap()
+            .starts_with("timer takedown "),
+        "{report}"
+    );
+    assert_ne!(changed[0]["before"], changed[0]["after"]);
+
+    for (query, said) in [
+        ("dry_run=maybe", "dry_run"),
+        ("dry_run=true&limit=0", "limit"),
+        ("limit=5", "dry run"),
+        ("dry_run=true&nonsense=1", "nonsense"),
+    ] {
+        let (status, body) = put(&server, query, &same);
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body.to_string().contains(said), "{query}: {body}");
+    }
+    let (status, body) = put(&server, "dry_run=true", crate::support::retention());
+    assert_eq!(status, 422, "a plugin of another world is refused: {body}");
+    assert_eq!(
+        plugin_hash(&server, "takedown"),
+        serving,
+        "nothing was swapped"
+    );
+
+    // Offline, on the stopped server's data.
+    assert!(server.terminate().success(), "{}", server.log());
+    let data = server.data.to_str().unwrap();
+    let stepper = stepper().to_str().unwrap();
+    let (code, stdout, stderr) = outcome(&run(&[
+        "plugin", "diff", "--world", "takedown", stepper, "--data", data, "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let offline: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        !offline["changed"].as_array().unwrap().is_empty(),
+        "{offline}"
+    );
+    let (code, stdout, stderr) = outcome(&run(&[
+        "plugin", "diff", "--world", "takedown", stepper, "--data", data,
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("changed  timer takedown"), "{stdout}");
+    assert!(
+        stdout.contains("before: ") && stdout.contains("after:  "),
+        "{stdout}"
+    );
+    let (code, _, stderr) = outcome(&run(&[
+        "plugin",
+        "diff",
+        "--world",
+        "retention",
+        stepper,
+        "--data",
+        data,
+    ]));
+    assert_eq!(
+        code, 1,
+        "a takedown plugin is refused as a retention one: {stderr}"
+    );
+    let audit = crate::serve::audit(&server.data);
+    assert!(
+        !audit.iter().any(|r| r["event"] == "plugin/swap"),
+        "no swap was audited"
+    );
+}

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{PluginSet, Policy, SwapError, World};
+use super::{PluginSet, Policy, SwapError, World, proof};
 use crate::CallContext;
 use crate::policy::PolicyError;
-use crate::policy::takedown::{self, TakedownPolicy};
+use crate::policy::takedown::TakedownPolicy;
 use crate::signature::Signature;
 use custodian_core::timers::{self, DueTimer, Fired};
 use custodian_kv::Write;
@@ -128,33 +128,11 @@ impl PluginSet {
         after: Arc<TakedownPolicy>,
         limit: u32,
     ) -> Result<(), SwapError> {
-        let (due, _) = timers::list(self.kv.as_ref(), None, limit)
-            .await
-            .map_err(|e| SwapError::Refused(format!("cannot read the timers to replay: {e}")))?;
-        let due: Vec<DueTimer> = due
-            .into_iter()
-            .filter(|t| t.kind == takedown::KIND)
-            .map(|t| DueTimer {
-                kind: t.kind,
-                reference: t.reference,
-                due_ms: t.due_ms,
-                steps: t.state.steps,
-                failures: t.state.failures,
-            })
-            .collect();
+        let due = proof::due_takedown_timers(&self.services, limit).await?;
         let settings = self.settings(World::Takedown);
         let now = self.clock.now_ms();
-        let call = |policy: &TakedownPolicy| {
-            Arc::new(CallContext {
-                services: self.services.clone(),
-                // Read-only: a plan that would write is refused its write
-                // and answers `access-denied`, for both plugins alike.
-                grants: settings.grants.read_only(),
-                limits: settings.limits.clone(),
-                actor: policy.plugin().info().actor(),
-            })
-        };
-        let (before_call, after_call) = (call(&before), call(&after));
+        let before_call = proof::read_only_call(&self.services, &settings, &before);
+        let after_call = proof::read_only_call(&self.services, &settings, &after);
         let changes = tokio::task::spawn_blocking(move || {
             let plan =
                 |policy: &TakedownPolicy, call: &Arc<CallContext>, timer: &DueTimer| match policy

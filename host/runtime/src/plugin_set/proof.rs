@@ -222,6 +222,44 @@ pub(super) struct Replayed {
     pub answered: u32,
 }
 
+/// The takedown timers due next, at most `count`, as a step sees them.
+pub(super) async fn due_takedown_timers(
+    services: &Services,
+    count: u32,
+) -> Result<Vec<custodian_core::timers::DueTimer>, SwapError> {
+    use custodian_core::timers::{self, DueTimer};
+    let (due, _) = timers::list(services.kv.as_ref(), None, count)
+        .await
+        .map_err(|e| SwapError::Refused(format!("cannot read the timers to replay: {e}")))?;
+    Ok(due
+        .into_iter()
+        .filter(|t| t.kind == takedown::KIND)
+        .map(|t| DueTimer {
+            kind: t.kind,
+            reference: t.reference,
+            due_ms: t.due_ms,
+            steps: t.state.steps,
+            failures: t.state.failures,
+        })
+        .collect())
+}
+
+/// A call of `policy` on the deployment's services with every grant made
+/// read-only: a plan that would write is refused its write (and answers
+/// `access-denied`), so replaying it changes nothing.
+pub(super) fn read_only_call(
+    services: &Arc<Services>,
+    settings: &WorldSettings,
+    policy: &TakedownPolicy,
+) -> Arc<CallContext> {
+    Arc::new(CallContext {
+        services: services.clone(),
+        grants: settings.grants.read_only(),
+        limits: settings.limits.clone(),
+        actor: policy.plugin().info().actor(),
+    })
+}
+
 /// Replays up to `count` takedown timers that are due next, as they are
 /// now, through the serving plugin and the candidate, read-only (every
 /// partition and store granted for reading only, and each step's commit
@@ -240,34 +278,14 @@ pub(super) async fn replay(
     candidate: Arc<TakedownPolicy>,
     count: u32,
 ) -> Result<Replayed, SwapError> {
-    use custodian_core::timers::{self, DueTimer};
+    use custodian_core::timers;
     if count == 0 {
         return Ok(Replayed::default());
     }
-    let (due, _) = timers::list(services.kv.as_ref(), None, count)
-        .await
-        .map_err(|e| SwapError::Refused(format!("cannot read the timers to replay: {e}")))?;
-    let due: Vec<DueTimer> = due
-        .into_iter()
-        .filter(|t| t.kind == takedown::KIND)
-        .map(|t| DueTimer {
-            kind: t.kind,
-            reference: t.reference,
-            due_ms: t.due_ms,
-            steps: t.state.steps,
-            failures: t.state.failures,
-        })
-        .collect();
+    let due = due_takedown_timers(services, count).await?;
     let now = services.clock.now_ms();
-    let call = |policy: &TakedownPolicy| {
-        Arc::new(CallContext {
-            services: services.clone(),
-            grants: settings.grants.read_only(),
-            limits: settings.limits.clone(),
-            actor: policy.plugin().info().actor(),
-        })
-    };
-    let (serving_call, candidate_call) = (call(&serving), call(&candidate));
+    let serving_call = read_only_call(services, settings, &serving);
+    let candidate_call = read_only_call(services, settings, &candidate);
     tokio::task::spawn_blocking(move || {
         let mut replayed = Replayed::default();
         for timer in &due {

@@ -287,3 +287,63 @@ fn an_access_plugin_swapped_in_takes_effect_without_a_restart_and_one_that_traps
         "{metrics}"
     );
 }
+
+#[test]
+fn every_access_denial_is_in_the_decision_log_with_the_deciding_plugin_and_both_filters_find_it() {
+    let mut server = Server::start("");
+    let base = server.base.clone();
+    let (reader, _) = principal_online(&base, "rita", &["reader"]);
+    let (status, body) = call(&base, "PUT", "/v1/stores/serving/objects/d", &reader, b"x");
+    assert_eq!(status, 403, "{body}");
+    let access_hash = crate::serve::plugin_hash(&server, "access");
+
+    let logged = audit_events(&base, "&event=decision/access/&target=outcome:deny");
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let record = &logged[0];
+    assert_eq!(record["event"], "decision/access/decide");
+    let targets: Vec<&str> = record["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        targets.contains(&format!("plugin:{access_hash}").as_str()),
+        "{targets:?}"
+    );
+    assert!(targets.contains(&"principal:rita"), "{targets:?}");
+    assert!(targets.contains(&"action:write"), "{targets:?}");
+    assert!(
+        targets.iter().any(|t| t.starts_with("input:blake3:")),
+        "{targets:?}"
+    );
+    assert!(
+        record["detail"].as_str().unwrap().contains("deny"),
+        "{record}"
+    );
+    // Filters compose; each must hold.
+    assert!(audit_events(&base, "&event=decision/retention/").is_empty());
+    assert!(audit_events(&base, "&event=decision/&target=outcome:allow&actor=nobody").is_empty());
+    let (status, body) = admin(&base, "GET", "/v1/audit?principal=rita&actor=x", b"");
+    assert_eq!(status, 400, "{body}");
+
+    // The same records offline, through the CLI's filters.
+    assert!(server.terminate().success(), "{}", server.log());
+    let (code, stdout, stderr) = outcome(&run(&[
+        "audit",
+        "--data",
+        server.data.to_str().unwrap(),
+        "--event",
+        "decision/",
+        "--target",
+        "outcome:deny",
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert_eq!(lines[0]["event"], "decision/access/decide");
+}

@@ -43,6 +43,34 @@ pub struct Record {
     pub detail: Option<String>,
 }
 
+/// Which records a reader wants: every given condition must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// The event starts with this (`decision/` for the decision log).
+    pub event_prefix: Option<String>,
+    /// The actor is exactly this.
+    pub actor: Option<String>,
+    /// One of the targets is exactly this (`plugin:HASH`, `key:a.txt`).
+    pub target: Option<String>,
+}
+
+impl Filter {
+    /// Whether `record` passes.
+    pub fn matches(&self, record: &Record) -> bool {
+        self.event_prefix
+            .as_ref()
+            .is_none_or(|prefix| record.event.starts_with(prefix.as_str()))
+            && self
+                .actor
+                .as_ref()
+                .is_none_or(|actor| &record.actor == actor)
+            && self
+                .target
+                .as_ref()
+                .is_none_or(|target| record.targets.contains(target))
+    }
+}
+
 impl Record {
     /// Checks the record's bounds.
     ///
@@ -187,6 +215,34 @@ pub async fn read(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_filter_passes_the_records_every_given_condition_holds_for() {
+        let record = Record {
+            at_ms: 1,
+            actor: "plugin:retention@ab12".into(),
+            event: "decision/retention/assess".into(),
+            targets: vec!["outcome:deny".into(), "key:a".into()],
+            detail: None,
+        };
+        let filter = |event: Option<&str>, actor: Option<&str>, target: Option<&str>| Filter {
+            event_prefix: event.map(str::to_owned),
+            actor: actor.map(str::to_owned),
+            target: target.map(str::to_owned),
+        };
+        assert!(Filter::default().matches(&record));
+        assert!(filter(Some("decision/"), None, None).matches(&record));
+        assert!(!filter(Some("access/"), None, None).matches(&record));
+        assert!(filter(None, Some("plugin:retention@ab12"), Some("key:a")).matches(&record));
+        assert!(
+            !filter(None, Some("plugin:retention"), None).matches(&record),
+            "actors match whole"
+        );
+        assert!(
+            !filter(Some("decision/"), None, Some("key:")).matches(&record),
+            "targets match whole"
+        );
+    }
     use std::sync::Arc;
 
     use super::*;

@@ -9,6 +9,7 @@
 //! - [`purge`]: whether one exact version may be permanently deleted.
 
 pub mod access;
+pub mod log;
 pub mod purge;
 pub mod retention;
 

@@ -78,4 +78,10 @@ pub trait PurgeJudge: Send + Sync {
         governance: &Governance,
         now_ms: u64,
     ) -> Result<Verdict, PolicyError>;
+
+    /// The deciding plugin's content hash, for the decision log, when the
+    /// judge is a plugin.
+    fn plugin_hash(&self) -> Option<String> {
+        None
+    }
 }

@@ -77,4 +77,16 @@ pub trait RetentionOracle: Send + Sync {
     /// # Errors
     /// As for [`RetentionOracle::assess`].
     fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError>;
+
+    /// [`RetentionOracle::assess`], with the content hash of the plugin
+    /// that answered (for the decision log), when the oracle knows it. An
+    /// oracle that wraps another forwards this too, or the log loses the
+    /// hash.
+    fn assess_by(
+        &self,
+        item: Item,
+        now_ms: u64,
+    ) -> (Result<Assessment, PolicyError>, Option<String>) {
+        (self.assess(item, now_ms), None)
+    }
 }

@@ -18,7 +18,8 @@ use crate::decisions::retention::{Item, RetentionOracle, Verdict};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unanswered(pub String);
 
-/// Retention's `may-delete` for `item` at `now_ms`.
+/// Retention's `may-delete` for `item` at `now_ms`, with the content hash
+/// of the plugin that answered, when known.
 ///
 /// # Errors
 /// [`Unanswered`] when the plugin failed to answer (its own error, a trap,
@@ -27,11 +28,14 @@ pub(crate) async fn may_delete(
     oracle: &Arc<dyn RetentionOracle>,
     item: Item,
     now_ms: u64,
-) -> Result<Verdict, Unanswered> {
+) -> (Result<Verdict, Unanswered>, Option<String>) {
     let oracle = oracle.clone();
-    match tokio::task::spawn_blocking(move || oracle.assess(item, now_ms)).await {
-        Ok(Ok(assessment)) => Ok(assessment.may_delete),
-        Ok(Err(error)) => Err(Unanswered(error.to_string())),
-        Err(lost) => Err(Unanswered(format!("the retention call was lost: {lost}"))),
+    match tokio::task::spawn_blocking(move || oracle.assess_by(item, now_ms)).await {
+        Ok((Ok(assessment), by)) => (Ok(assessment.may_delete), by),
+        Ok((Err(error), by)) => (Err(Unanswered(error.to_string())), by),
+        Err(lost) => (
+            Err(Unanswered(format!("the retention call was lost: {lost}"))),
+            None,
+        ),
     }
 }

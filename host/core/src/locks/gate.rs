@@ -21,6 +21,8 @@ use custodian_object::{
 
 use super::ask::{self, Unanswered};
 use super::piece::{self, PieceLock};
+use crate::audit;
+use crate::decisions::log;
 use crate::decisions::retention::{Item, RetentionOracle, Stage, Verdict};
 
 /// Most pages of versions read to find the one an exact delete names on a
@@ -239,7 +241,45 @@ impl Gate {
             ),
             None => format!("{key:?} in locked store {}", self.store),
         };
-        self.retention_allows(item, now, what).await
+        let mut about = vec![format!("store:{}", self.store), format!("key:{key}")];
+        if let Some(version) = &destroyed.version_id {
+            about.push(format!("version:{version}"));
+        }
+        self.retention_allows(item, now, what, about).await
+    }
+
+    /// Logs a retention answer before a destructive operation: always,
+    /// allow or deny, since it decides whether something is destroyed
+    /// (see [`crate::decisions::log`]).
+    async fn log_decision(
+        &self,
+        item: Item,
+        now: u64,
+        verdict: &Result<Verdict, Unanswered>,
+        by: Option<&str>,
+        about: Vec<String>,
+    ) {
+        let (outcome, output) = match verdict {
+            Ok(Verdict::Allow) => ("allow", "{\"may-delete\":\"allow\"}".to_owned()),
+            Ok(Verdict::Deny(reason)) => (
+                "deny",
+                serde_json::json!({"may-delete": {"deny": reason}}).to_string(),
+            ),
+            Err(Unanswered(why)) => ("unanswered", serde_json::json!({"error": why}).to_string()),
+        };
+        let input = format!("{item:?} now {now}");
+        let decision = log::Decision {
+            world: "retention",
+            function: "assess",
+            plugin: by,
+            input: &input,
+            outcome,
+            output: &output,
+            about,
+        };
+        if let Err(error) = audit::append(self.kv.as_ref(), &decision.record(now)).await {
+            tracing::warn!(%error, store = %self.store, "cannot log a retention decision");
+        }
     }
 
     async fn retention_allows(
@@ -247,8 +287,12 @@ impl Gate {
         item: Item,
         now: u64,
         what: impl Fn() -> String,
+        about: Vec<String>,
     ) -> Result<(), ObjectError> {
-        match ask::may_delete(&self.retention, item, now).await {
+        let (verdict, by) = ask::may_delete(&self.retention, item, now).await;
+        self.log_decision(item, now, &verdict, by.as_deref(), about)
+            .await;
+        match verdict {
             Ok(Verdict::Allow) => Ok(()),
             Ok(Verdict::Deny(reason)) => Err(ObjectError::Retained(
                 format!(

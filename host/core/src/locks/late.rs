@@ -49,4 +49,15 @@ impl RetentionOracle for LateRetention {
     fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
         self.bound()?.set_hold(item, enabled)
     }
+
+    fn assess_by(
+        &self,
+        item: Item,
+        now_ms: u64,
+    ) -> (Result<Assessment, PolicyError>, Option<String>) {
+        match self.bound() {
+            Ok(bound) => bound.assess_by(item, now_ms),
+            Err(unbound) => (Err(unbound), None),
+        }
+    }
 }

@@ -336,12 +336,19 @@ struct CurrentRetention {
 
 impl CurrentRetention {
     fn route(&self) -> Result<RetentionRoute, PolicyError> {
-        match &self.slot.get().policy {
+        Self::route_to(&self.slot.get(), self)
+    }
+
+    /// The route to `loaded`, the retention slot's plugin read once.
+    fn route_to(loaded: &Loaded, this: &Self) -> Result<RetentionRoute, PolicyError> {
+        let settings = this.settings;
+        let (services, limits) = (this.call.services.clone(), this.call.limits.clone());
+        match &loaded.policy {
             Policy::Retention(policy) => Ok(RetentionRoute::new(
                 policy.clone(),
-                self.settings,
-                self.call.services.clone(),
-                self.call.limits.clone(),
+                settings,
+                services,
+                limits,
             )),
             _ => Err(PolicyError::Unavailable(
                 "the retention slot holds no retention plugin".into(),
@@ -357,6 +364,19 @@ impl RetentionOracle for CurrentRetention {
 
     fn set_hold(&self, item: Item, enabled: bool) -> Result<Item, PolicyError> {
         self.route()?.set_hold(item, enabled)
+    }
+
+    fn assess_by(
+        &self,
+        item: Item,
+        now_ms: u64,
+    ) -> (Result<Assessment, PolicyError>, Option<String>) {
+        // One read of the slot: the hash is the plugin that answered,
+        // even if a swap lands between the two.
+        let loaded = self.slot.get();
+        let hash = loaded.plugin.info().hash.clone();
+        let answer = Self::route_to(&loaded, self).and_then(|route| route.assess(item, now_ms));
+        (answer, Some(hash))
     }
 }
 

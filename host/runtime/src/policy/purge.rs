@@ -94,6 +94,10 @@ impl PurgeJudge for PurgePolicy {
         let answer = super::blocking(|| self.verdict(candidate, governance, now_ms));
         answer.map_err(|e| PolicyError::Unavailable(format!("the purge plugin failed: {e}")))?
     }
+
+    fn plugin_hash(&self) -> Option<String> {
+        Some(self.plugin.info().hash.clone())
+    }
 }
 
 impl From<&Candidate> for wit::Candidate {

@@ -134,6 +134,14 @@ impl RetentionOracle for RetentionRoute {
             .set_hold(self.call.clone(), item, enabled)
             .map_err(|e| self.unanswered(e))?
     }
+    fn assess_by(
+        &self,
+        item: Item,
+        now_ms: u64,
+    ) -> (Result<Assessment, PolicyError>, Option<String>) {
+        let hash = self.policy.plugin().info().hash.clone();
+        (self.assess(item, now_ms), Some(hash))
+    }
 }
 
 impl From<Settings> for wit::Settings {

@@ -10,7 +10,7 @@ use custodian_base::clock::{Clock, SystemClock};
 use custodian_core::locks::rows::{self, RequestLock};
 use custodian_kv::{Batch, Kv, KvError, Outcome, Write};
 use custodian_object::{Metadata, ObjectError, ObjectStore, ObjectStoreExt, PutCondition};
-use custodian_runtime::RuntimeConfig;
+use custodian_runtime::{RuntimeConfig, World};
 
 use super::{AssemblyOptions, Entry, Node, PluginPlan, open_named_store};
 use crate::config::Config;
@@ -171,6 +171,30 @@ async fn an_assembled_nodes_stores_ask_the_loaded_retention_plugin() {
         }
         other => panic!("{other:?}"),
     }
+    // The answer is in the decision log, naming the plugin that gave it.
+    let (records, _) = custodian_core::audit::read(assembly.kv.as_ref(), 0, None, 100)
+        .await
+        .unwrap();
+    let retention = assembly.plugins.current(World::Retention);
+    let hash = &retention.plugin().info().hash;
+    let filter = custodian_core::audit::Filter {
+        event_prefix: Some("decision/retention/".into()),
+        actor: None,
+        target: Some("outcome:deny".into()),
+    };
+    let logged: Vec<_> = records.iter().filter(|r| filter.matches(r)).collect();
+    assert_eq!(logged.len(), 1, "{records:?}");
+    let targets = &logged[0].targets;
+    assert!(targets.contains(&format!("plugin:{hash}")), "{targets:?}");
+    assert!(targets.contains(&"store:docs".to_owned()), "{targets:?}");
+    assert!(targets.contains(&"key:a".to_owned()), "{targets:?}");
+    assert!(
+        logged[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("retained until")
+    );
     // The stores plugins are given are the locked ones too.
     lock_piece(assembly.kv.as_ref(), clock.now_ms()).await;
     let preserved = &stores["preserved"];

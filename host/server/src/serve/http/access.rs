@@ -269,6 +269,7 @@ pub(crate) async fn judge(
         .check_bounds()
         .map_err(|e| ApiError::invalid(format!("the request is out of bounds: {e}")))?;
     let (answer, asked, hash) = decide(judge, asked).await?;
+    log_decision(host, &asked, &answer, &hash).await;
     match answer {
         Ok(Decision::Allow) => {
             host.metrics
@@ -369,6 +370,63 @@ async fn decide(
     answer
         .await
         .map_err(|_| ApiError::unavailable("the access policy did not answer (its thread failed)"))
+}
+
+/// Logs an access decision (see `custodian_core::decisions::log`): every
+/// denial and unanswered request, a sample of the allows. An allow's
+/// record is written off the request's path, so a sampled request waits
+/// for nothing; a denial's is written before the answer, like its
+/// refusal record.
+async fn log_decision(
+    host: &Host,
+    asked: &AccessRequest,
+    answer: &Result<Decision, Unanswered>,
+    hash: &str,
+) {
+    use custodian_core::decisions::log::{self, Weight};
+    let (weight, outcome, output) = match answer {
+        Ok(Decision::Allow) => (Weight::Routine, "allow", "\"allow\"".to_owned()),
+        Ok(Decision::Deny(reason)) => (
+            Weight::Always,
+            "deny",
+            serde_json::json!({ "deny": reason }).to_string(),
+        ),
+        Err(unanswered) => (
+            Weight::Always,
+            "unanswered",
+            serde_json::json!({ "error": unanswered.to_string() }).to_string(),
+        ),
+    };
+    if !log::Decision::logged(weight, log::draw()) {
+        return;
+    }
+    let mut about = vec![format!("principal:{}", asked.principal.name)];
+    about.extend(
+        refusal_record(host, &asked.principal, asked.action, &asked.target, "", "").targets,
+    );
+    let input = format!("{asked:?}");
+    let record = log::Decision {
+        world: "access",
+        function: "decide",
+        plugin: Some(hash),
+        input: &input,
+        outcome,
+        output: &output,
+        about,
+    }
+    .record(host.clock.now_ms());
+    let kv = host.kv.clone();
+    let write = async move {
+        if let Err(error) = audit::append(kv.as_ref(), &record).await {
+            tracing::warn!(%error, "cannot log an access decision");
+        }
+    };
+    match weight {
+        Weight::Routine => {
+            tokio::spawn(write);
+        }
+        Weight::Always => write.await,
+    }
 }
 
 /// Audits a refusal. A refusal stands even when its record cannot be

@@ -39,6 +39,13 @@ struct Page {
     /// hold fewer than `limit` records (even none) before the log's end:
     /// follow `next_cursor` until it is `null`.
     principal: Option<String>,
+    /// Only records whose event starts with this (`decision/` for the
+    /// decision log); filtered as `principal` is.
+    event: Option<String>,
+    /// Only records by this actor.
+    actor: Option<String>,
+    /// Only records with this target (`plugin:HASH`, `outcome:deny`).
+    target: Option<String>,
 }
 
 async fn read(
@@ -60,13 +67,19 @@ async fn read(
     let (records, next) = audit::read(host.kv.as_ref(), page.since_ms, cursor.as_deref(), limit)
         .await
         .map_err(|e| ApiError::of_kv(&e, "cannot read the audit log"))?;
-    let records: Vec<_> = match &page.principal {
-        Some(name) => {
-            let actor = custodian_core::decisions::access::actor(name);
-            records.into_iter().filter(|r| r.actor == actor).collect()
-        }
-        None => records,
+    let by_principal = page
+        .principal
+        .as_deref()
+        .map(custodian_core::decisions::access::actor);
+    if by_principal.is_some() && page.actor.is_some() {
+        return Err(ApiError::invalid("give principal or actor, not both"));
+    }
+    let filter = audit::Filter {
+        event_prefix: page.event,
+        actor: by_principal.or(page.actor),
+        target: page.target,
     };
+    let records: Vec<_> = records.into_iter().filter(|r| filter.matches(r)).collect();
     let next = next.as_deref().map(cursor_to_hex);
     Ok(Json(json!({"records": records, "next_cursor": next})))
 }

@@ -33,6 +33,7 @@ use crate::serve::Host;
 use crate::serve::jobs::{
     JobError, JobId, PurgeDeps, PurgeInputs, PurgeRequest, VerifyDeps, VerifyInputs, VerifyRequest,
 };
+use custodian_core::decisions::log::LoggedJudge;
 use custodian_object::ObjectStore;
 
 /// Largest job request, 16 MiB: its manifests or plan are parsed into
@@ -96,7 +97,12 @@ async fn start_purge(
     accepting(&host)?;
     let deps = PurgeDeps {
         store,
-        purge: host.plugins.purge(),
+        // Every judgement in the decision log (a deletion or a refusal).
+        purge: Arc::new(LoggedJudge::new(
+            host.plugins.purge(),
+            host.kv.clone(),
+            host.clock.clone(),
+        )),
         retention: host.plugins.retention(),
         clock: host.clock.clone(),
     };

@@ -43,6 +43,16 @@ pub struct Record {
     pub detail: Option<String>,
 }
 
+/// `text` cut to at most `max` bytes, on a character boundary: how a
+/// target or detail longer than its bound is kept.
+pub fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
 /// Which records a reader wants: every given condition must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {

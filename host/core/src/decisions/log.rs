@@ -84,25 +84,16 @@ impl Decision<'_> {
             self.about
                 .iter()
                 .take(audit::MAX_TARGETS - targets.len())
-                .map(|t| cut(t, audit::MAX_TARGET_BYTES)),
+                .map(|t| audit::truncated(t, audit::MAX_TARGET_BYTES)),
         );
         Record {
             at_ms,
             actor: format!("plugin:{}@{}", self.world, &plugin[..plugin.len().min(12)]),
             event: format!("{EVENT_PREFIX}{}/{}", self.world, self.function),
             targets,
-            detail: Some(cut(self.output, audit::MAX_DETAIL_BYTES)),
+            detail: Some(audit::truncated(self.output, audit::MAX_DETAIL_BYTES)),
         }
     }
-}
-
-/// `text` cut to at most `max` bytes, on a character boundary.
-fn cut(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }
 
 /// A uniform draw below one million, for [`Decision::logged`]; 0 (log it)

@@ -482,11 +482,4 @@ pub(crate) fn refusal_record(
     }
 }
 
-/// `text` cut to at most `max` bytes, on a character boundary.
-pub(crate) fn truncated(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
+pub(crate) use custodian_core::audit::truncated;

@@ -28,6 +28,7 @@
 //! printed.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -76,6 +77,34 @@ pub enum SignatureError {
         /// What does not match.
         reason: String,
     },
+}
+
+/// Where a plugin file's signature is kept: `PLUGIN.sig` beside it, where
+/// a host loading the plugin from its configuration, `custodian plugin
+/// swap` and `custodian plugin diff` look for it.
+pub fn path_beside(plugin: &Path) -> PathBuf {
+    let mut name = plugin.as_os_str().to_owned();
+    name.push(".sig");
+    PathBuf::from(name)
+}
+
+/// The signature file at `path`, `None` when there is none.
+///
+/// # Errors
+/// [`SignatureError::Malformed`], naming the file, when it exists and
+/// cannot be read or parsed: a plugin is never taken as unsigned because
+/// its signature is broken.
+pub fn read_file(path: &Path) -> Result<Option<Signature>, SignatureError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Signature::parse(&text)
+            .map(Some)
+            .map_err(|e| SignatureError::Malformed(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(SignatureError::Malformed(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
 }
 
 /// An ed25519 public key, written `ed25519:BASE64`.

@@ -319,16 +319,7 @@ fn swap(
     let bytes = std::fs::read(plugin)
         .with_context(|| format!("cannot read {}", plugin.display()))
         .map_err(Failure::Usage)?;
-    let signature = match signature {
-        Some(path) => Some(signing::read_signature(path)?),
-        None => {
-            let beside = signing::signature_path(plugin);
-            beside
-                .exists()
-                .then(|| signing::read_signature(&beside))
-                .transpose()?
-        }
-    };
+    let signature = signing::signature_for(plugin, signature)?;
     let mut url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
     if dry_run {
         url.push_str("?dry_run=true");

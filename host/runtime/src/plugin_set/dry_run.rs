@@ -249,10 +249,7 @@ fn differences(was: &Planned, will: &Planned) -> Vec<String> {
     if was_commit.batch.preconditions != will_commit.batch.preconditions {
         found.push("the plan's guards".to_owned());
     }
-    let events = |commit: &custodian_core::timers::StepCommit| -> Vec<String> {
-        commit.audit.iter().map(|e| format!("{e:?}")).collect()
-    };
-    if events(was_commit) != events(will_commit) {
+    if was_commit.audit != will_commit.audit {
         found.push("the audit entries".to_owned());
     }
     if found.len() > MAX_DIFFERENCES {

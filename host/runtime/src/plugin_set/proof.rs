@@ -39,31 +39,10 @@ pub fn read_source(
         Source::File(path) => {
             let bytes = std::fs::read(path)
                 .map_err(|e| SwapError::Refused(format!("cannot read {}: {e}", path.display())))?;
-            let signature = read_signature(path)?;
+            let signature = crate::signature::read_file(&crate::signature::path_beside(path))
+                .map_err(|e| SwapError::Refused(e.to_string()))?;
             Ok((bytes, path.display().to_string(), signature))
         }
-    }
-}
-
-/// The signature beside the plugin file `path` (`PATH.sig`), if there is
-/// one.
-///
-/// # Errors
-/// [`SwapError::Refused`] when it exists and cannot be read or parsed: a
-/// plugin is never loaded as unsigned because its signature is broken.
-pub fn read_signature(path: &std::path::Path) -> Result<Option<Signature>, SwapError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".sig");
-    let sig = std::path::PathBuf::from(name);
-    match std::fs::read_to_string(&sig) {
-        Ok(text) => Signature::parse(&text)
-            .map(Some)
-            .map_err(|e| SwapError::Refused(format!("{}: {e}", sig.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(SwapError::Refused(format!(
-            "cannot read {}: {e}",
-            sig.display()
-        ))),
     }
 }
 

@@ -43,16 +43,7 @@ pub(super) fn run(global: &Global, args: &DiffArgs) -> Outcome {
     let bytes = std::fs::read(&args.plugin)
         .with_context(|| format!("cannot read {}", args.plugin.display()))
         .map_err(Failure::Usage)?;
-    let signature = match &args.signature {
-        Some(path) => Some(signing::read_signature(path)?),
-        None => {
-            let beside = signing::signature_path(&args.plugin);
-            beside
-                .exists()
-                .then(|| signing::read_signature(&beside))
-                .transpose()?
-        }
-    };
+    let signature = signing::signature_for(&args.plugin, args.signature.as_deref())?;
     // The retention settings do not matter to a replay, which asks no
     // retention question of its own; the defaults stand in.
     let retention = RetentionArgs {

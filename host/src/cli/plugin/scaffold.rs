@@ -359,3 +359,32 @@ fn readme(name: &str, world: &str, lang: Lang, build: &str, test: &str) -> Strin
          - signed, for servers with `[plugins] trusted_keys`: `custodian plugin sign PLUGIN --key KEY`\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `.wit` file under `dir`, relative to `root`, `/`-separated.
+    fn wit_files(root: &Path, dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                wit_files(root, &path, found);
+            } else if path.extension().is_some_and(|e| e == "wit") {
+                let relative = path.strip_prefix(root).unwrap();
+                found.push(relative.to_str().unwrap().replace('\\', "/"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_project_gets_every_file_of_the_contract() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/wit"));
+        let mut on_disk = Vec::new();
+        wit_files(root, root, &mut on_disk);
+        on_disk.sort();
+        let mut embedded: Vec<String> = WIT.iter().map(|(p, _)| (*p).to_owned()).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk, "scaffold.rs's WIT list is out of date");
+    }
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, anyhow};
 use clap::Args;
 use custodian::runtime::content_hash;
-use custodian::runtime::signature::{SecretKey, Signature, Trust};
+use custodian::runtime::signature::{self, SecretKey, Signature, Trust};
 use serde_json::json;
 
 use crate::cli::{Failure, Outcome};
@@ -58,21 +58,21 @@ pub struct VerifyArgs {
     pub json: bool,
 }
 
-/// `PLUGIN.sig`: where a plugin's signature is looked for.
-pub(crate) fn signature_path(plugin: &Path) -> PathBuf {
-    let mut name = plugin.as_os_str().to_owned();
-    name.push(".sig");
-    PathBuf::from(name)
-}
-
-/// The signature in `path`.
-pub(crate) fn read_signature(path: &Path) -> Result<Signature, Failure> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the signature {}", path.display()))
-        .map_err(Failure::Usage)?;
-    Signature::parse(&text)
-        .with_context(|| format!("{} is not a plugin signature", path.display()))
-        .map_err(Failure::Usage)
+/// The signature a command sends or checks with `plugin`: the file
+/// `explicit` names, which must exist, else `PLUGIN.sig` when it exists.
+pub(crate) fn signature_for(
+    plugin: &Path,
+    explicit: Option<&Path>,
+) -> Result<Option<Signature>, Failure> {
+    let path = explicit.map_or_else(|| signature::path_beside(plugin), Path::to_path_buf);
+    let found = signature::read_file(&path).map_err(|e| Failure::Usage(e.into()))?;
+    if found.is_none() && explicit.is_some() {
+        return Err(Failure::Usage(anyhow!(
+            "cannot read the signature {}: no such file",
+            path.display()
+        )));
+    }
+    Ok(found)
 }
 
 pub(super) fn keygen(args: &KeygenArgs) -> Outcome {
@@ -120,7 +120,7 @@ pub(super) fn sign(args: &SignArgs) -> Outcome {
     let output = args
         .output
         .clone()
-        .unwrap_or_else(|| signature_path(&args.plugin));
+        .unwrap_or_else(|| signature::path_beside(&args.plugin));
     std::fs::write(&output, signature.to_json() + "\n")
         .with_context(|| format!("cannot write {}", output.display()))
         .map_err(Failure::Failed)?;
@@ -149,11 +149,13 @@ pub(super) fn verify(args: &VerifyArgs) -> Outcome {
     let bytes = std::fs::read(&args.plugin)
         .with_context(|| format!("cannot read {}", args.plugin.display()))
         .map_err(Failure::Usage)?;
-    let path = args
-        .signature
-        .clone()
-        .unwrap_or_else(|| signature_path(&args.plugin));
-    let signature = read_signature(&path)?;
+    let signature = signature_for(&args.plugin, args.signature.as_deref())?.ok_or_else(|| {
+        Failure::Usage(anyhow!(
+            "{} is not signed: no {} beside it (`custodian plugin sign` writes one)",
+            args.plugin.display(),
+            signature::path_beside(&args.plugin).display()
+        ))
+    })?;
     let trust = Trust::new(&args.trusted_keys).map_err(|e| Failure::Usage(e.into()))?;
     let name = args.plugin.display().to_string();
     let admitted = trust

@@ -401,9 +401,7 @@ async fn log_decision(
         return;
     }
     let mut about = vec![format!("principal:{}", asked.principal.name)];
-    about.extend(
-        refusal_record(host, &asked.principal, asked.action, &asked.target, "", "").targets,
-    );
+    about.extend(target_labels(asked.action, &asked.target));
     let input = format!("{asked:?}");
     let record = log::Decision {
         world: "access",
@@ -457,6 +455,18 @@ pub(crate) fn refusal_record(
     event: &str,
     reason: &str,
 ) -> Record {
+    Record {
+        at_ms: host.clock.now_ms(),
+        actor: principal.actor(),
+        event: event.into(),
+        targets: target_labels(action, target),
+        detail: Some(truncated(reason, audit::MAX_DETAIL_BYTES)),
+    }
+}
+
+/// `action:A` and each part of `target` (`store:`, `repo:`, `key:`,
+/// `version:`, `subject:`), as audit targets.
+fn target_labels(action: Action, target: &Target) -> Vec<String> {
     let mut targets = vec![format!("action:{action}")];
     let parts = [
         ("store", &target.store),
@@ -473,13 +483,7 @@ pub(crate) fn refusal_record(
             ));
         }
     }
-    Record {
-        at_ms: host.clock.now_ms(),
-        actor: principal.actor(),
-        event: event.into(),
-        targets,
-        detail: Some(truncated(reason, audit::MAX_DETAIL_BYTES)),
-    }
+    targets
 }
 
 pub(crate) use custodian_core::audit::truncated;

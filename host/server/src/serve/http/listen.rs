@@ -255,7 +255,7 @@ async fn serve_connection(
         let answered = router.clone().oneshot(Request::from_parts(head, body));
         async move {
             let mut response = answered.await?;
-            if !read.load(Ordering::Acquire) {
+            if read.is_some_and(|read| !read.load(Ordering::Acquire)) {
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -291,14 +291,15 @@ async fn serve_connection(
 /// A request body that records when it has been read to its end.
 struct Tracked {
     inner: Incoming,
-    /// True once the body has no more frames (at once for a request
-    /// without one).
-    read: Arc<AtomicBool>,
+    /// True once the body has no more frames; `None` for a request
+    /// without a body (most reads), which has nothing to track and
+    /// costs no allocation.
+    read: Option<Arc<AtomicBool>>,
 }
 
 impl Tracked {
-    fn new(inner: Incoming) -> (Self, Arc<AtomicBool>) {
-        let read = Arc::new(AtomicBool::new(inner.is_end_stream()));
+    fn new(inner: Incoming) -> (Self, Option<Arc<AtomicBool>>) {
+        let read = (!inner.is_end_stream()).then(|| Arc::new(AtomicBool::new(false)));
         let tracked = Self {
             inner,
             read: read.clone(),
@@ -318,8 +319,10 @@ impl Body for Tracked {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         // A reader may stop at the last frame without polling for the
         // end: a body of known length ends with its last byte.
-        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
-            self.read.store(true, Ordering::Release);
+        if (matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream())
+            && let Some(read) = &self.read
+        {
+            read.store(true, Ordering::Release);
         }
         polled
     }

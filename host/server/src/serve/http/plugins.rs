@@ -64,8 +64,8 @@ async fn swap(
             "limit applies to a dry run (dry_run=true) only",
         ));
     }
-    let limit = query.limit.unwrap_or(DEFAULT_DRY_RUN_ITEMS);
-    if limit == 0 || limit > MAX_DRY_RUN_ITEMS {
+    let items = query.limit.unwrap_or(DEFAULT_DRY_RUN_ITEMS);
+    if items == 0 || items > MAX_DRY_RUN_ITEMS {
         return Err(ApiError::invalid(format!(
             "limit must be 1 to {MAX_DRY_RUN_ITEMS}"
         )));
@@ -78,7 +78,6 @@ async fn swap(
         .map_or_else(|| format!("upload by {}", caller.0.name), str::to_owned);
     let signature = signature(&headers)?;
     // Read last, so a swap the headers refuse costs no upload.
-    let dry_run_items = limit;
     let limit = BodyLimit {
         bytes: host.limits.max_plugin_bytes,
         per: "plugin",
@@ -88,7 +87,7 @@ async fn swap(
     if query.dry_run {
         return match host
             .plugins
-            .dry_run(world, Vec::from(bytes), source, signature, dry_run_items)
+            .dry_run(world, Vec::from(bytes), source, signature, items)
             .await
         {
             Ok(report) => Ok(Json(json!(report))),

@@ -347,3 +347,55 @@ fn every_access_denial_is_in_the_decision_log_with_the_deciding_plugin_and_both_
     assert_eq!(lines.len(), 1, "{stdout}");
     assert_eq!(lines[0]["event"], "decision/access/decide");
 }
+
+#[test]
+fn a_dry_run_of_an_access_plugin_replays_the_logged_requests_and_reports_each_decision_it_changes()
+{
+    // Every allow logged, so the replay has the reads and writes to ask.
+    let server = Server::start("[audit]\nroutine_decisions = 1.0\n");
+    let base = &server.base;
+    let (status, body) = admin(base, "PUT", "/v1/stores/serving/objects/k", b"x");
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = admin(base, "GET", "/v1/stores/serving/objects/k", b"");
+    assert_eq!(status, 200);
+    // Sampled allows are written off the request path.
+    wait_for("the allows in the log", Duration::from_secs(10), || {
+        let logged = audit_events(base, "&event=decision/access/&target=outcome:allow");
+        ["action:write", "action:read"].iter().all(|action| {
+            logged
+                .iter()
+                .any(|r| r["targets"].as_array().unwrap().iter().any(|t| t == action))
+        })
+    });
+    let before = crate::serve::plugin_hash(&server, "access");
+
+    let wasm = std::fs::read(gatekeeper()).unwrap();
+    let (status, report) = admin(base, "PUT", "/v1/plugins/access?dry_run=true", &wasm);
+    assert_eq!(status, 200, "{report}");
+    let changed = report["changed"].as_array().unwrap();
+    // The gatekeeper lets reads through and denies the rest.
+    let write = changed
+        .iter()
+        .find(|c| {
+            let item = c["item"].as_str().unwrap();
+            item.starts_with("access ") && item.ends_with(" write store:serving key:k")
+        })
+        .unwrap_or_else(|| panic!("the write is a change: {report}"));
+    assert_eq!(write["before"], "allow");
+    assert!(
+        write["after"].as_str().unwrap().starts_with("deny: "),
+        "{report}"
+    );
+    assert!(
+        !changed
+            .iter()
+            .any(|c| c["item"].as_str().unwrap().contains(" read ")),
+        "a read is decided alike: {report}"
+    );
+    assert!(report["unchanged"].as_u64().unwrap() >= 1, "{report}");
+
+    // Nothing swapped: the bundled policy still lets the admin write.
+    assert_eq!(crate::serve::plugin_hash(&server, "access"), before);
+    let (status, body) = admin(base, "PUT", "/v1/stores/serving/objects/k2", b"y");
+    assert_eq!(status, 201, "{body}");
+}

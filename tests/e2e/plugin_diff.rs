@@ -4,6 +4,7 @@
 //! takedown timers through the serving plugin and the candidate, and
 //! changing nothing.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,7 +17,7 @@ use crate::support::{outcome, run, stepper};
 /// server says go on (`Expect: 100-continue`), as `custodian plugin
 /// swap` sends them: a query refused before the body is read is answered,
 /// not cut off mid-upload.
-fn put(server: &Server, query: &str, plugin: &std::path::Path) -> (u16, Value) {
+fn put(server: &Server, query: &str, plugin: &Path) -> (u16, Value) {
     answer(
         agent()
             .put(&server.url(&format!("/v1/plugins/takedown?{query}")))
@@ -121,5 +122,114 @@ fn a_dry_run_reports_each_changed_step_online_and_offline_and_swaps_nothing() {
     assert!(
         !audit.iter().any(|r| r["event"] == "plugin/swap"),
         "no swap was audited"
+    );
+}
+
+/// `custodian plugin diff ARGS --json` (offline): the report.
+fn diff(args: &[&str]) -> Value {
+    let mut all = vec!["plugin", "diff", "--json"];
+    all.extend(args);
+    let (code, stdout, stderr) = outcome(&run(&all));
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn a_diff_of_a_stricter_retention_plugin_shows_exactly_the_retained_requests_whose_purge_eligibility_it_changes()
+ {
+    use crate::takedown::{DAY, MINUTE, T0, audit, ok, push, status, tick};
+    let dir = tempfile::tempdir().unwrap();
+    let data_path = dir.path().join("data");
+    let data = data_path.to_str().unwrap();
+    let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+    std::fs::write(&a, b"filed long ago").unwrap();
+    std::fs::write(&b, b"filed later").unwrap();
+    let pushed = push(data, "acme/site", &[&a, &b]);
+    // Both kept 60 days as filed, so both are still in retain at the diff.
+    let file = |path: &str, at: u64| -> String {
+        let created: Value = serde_json::from_str(&ok(&[
+            "takedown",
+            "create",
+            "acme/site",
+            "--object",
+            pushed[path]["id"].as_str().unwrap(),
+            "--data",
+            data,
+            "--now",
+            &at.to_string(),
+            "--retention-ms",
+            &(60 * DAY).to_string(),
+            "--json",
+        ]))
+        .unwrap();
+        tick(data, at, at + 30 * MINUTE);
+        let id = created["id"].as_str().unwrap().to_owned();
+        assert_eq!(status(data, &id)["phase"], "retain");
+        id
+    };
+    let ancient = file("a.txt", T0);
+    let recent = file("b.txt", T0 + 15 * DAY);
+    let audited = audit(data).len();
+
+    // At T0 + 35 days with 10 days' retention, the bundled policy lets both
+    // go; the strict one (30 days at least) lets the ancient one go too,
+    // and keeps the recent one until it is 30 days old.
+    let now = (T0 + 35 * DAY).to_string();
+    let ten_days = (10 * DAY).to_string();
+    let diff_with = |plugin: &Path| {
+        diff(&[
+            "--world",
+            "retention",
+            plugin.to_str().unwrap(),
+            "--data",
+            data,
+            "--now",
+            &now,
+            "--retention-ms",
+            &ten_days,
+        ])
+    };
+    let report = diff_with(crate::support::strict());
+    assert_eq!(report["items"], 2, "{report}");
+    assert_eq!(report["unchanged"], 1, "{report}");
+    let changed = report["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 1, "{report}");
+    let change = &changed[0];
+    assert!(
+        change["item"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("request {recent}")),
+        "{report}"
+    );
+    assert!(!report.to_string().contains(&ancient), "{report}");
+    assert_eq!(change["before"], "may be purged now", "{report}");
+    let kept_until = T0 + 15 * DAY + 30 * DAY;
+    assert_eq!(
+        change["differences"],
+        serde_json::json!([format!("purgeable now → kept until {kept_until}")]),
+        "{report}"
+    );
+
+    // The serving policy's own build changes nothing; neither diff wrote.
+    let same = diff_with(crate::support::retention());
+    assert_eq!(
+        (same["items"].as_u64(), same["unchanged"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(audit(data).len(), audited, "a diff writes nothing");
+}
+
+#[test]
+fn the_strict_test_guest_is_the_readme_retention_example_word_for_word() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let opening = "cat > plugins/strict/src/lib.rs <<'EOF'\n";
+    let start = readme.find(opening).expect("the README's example") + opening.len();
+    let end = start + readme[start..].find("\nEOF\n").unwrap() + 1;
+    let guest = std::fs::read_to_string(root.join("tests/guests/strict/src/lib.rs")).unwrap();
+    assert!(
+        guest.ends_with(&readme[start..end]),
+        "tests/guests/strict/src/lib.rs must end with the README's example"
     );
 }

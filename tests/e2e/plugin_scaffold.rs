@@ -69,35 +69,36 @@ fn passes_its_table(dir: &Path, plugin: &Path, at_least: u64) {
 }
 
 #[test]
-fn a_new_rust_project_builds_outside_the_repository_and_passes_its_table() {
+fn new_rust_projects_build_outside_the_repository_and_pass_their_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join("my-retention");
-    let report = new("retention", &project, "rust");
-    assert!(
-        std::fs::read_to_string(project.join("Cargo.toml"))
-            .unwrap()
-            .contains("custodian-sdk"),
-    );
-    // A target directory kept between runs: the SDK and wit-bindgen
-    // compile once.
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
-    succeeds(
-        Command::new(env!("CARGO"))
-            .args(["build", "--release", "--target", "wasm32-wasip2"])
-            .current_dir(&project)
-            .env("CARGO_TARGET_DIR", &target)
-            .env_remove("RUSTFLAGS"),
-        "cargo build of the new project",
-    );
-    let built = target.join("wasm32-wasip2/release/my_retention.wasm");
-    assert!(
-        report["plugin"]
-            .as_str()
-            .unwrap()
-            .ends_with("my_retention.wasm"),
-        "{report}"
-    );
-    passes_its_table(&project, &built, 6);
+    for (world, cases) in [("retention", 6), ("purge", 6)] {
+        let name = format!("my-{world}");
+        let project = dir.path().join(&name);
+        let report = new(world, &project, "rust");
+        assert!(
+            std::fs::read_to_string(project.join("Cargo.toml"))
+                .unwrap()
+                .contains("custodian-sdk"),
+        );
+        // A target directory kept between runs: the SDK and wit-bindgen
+        // compile once.
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
+        succeeds(
+            Command::new(env!("CARGO"))
+                .args(["build", "--release", "--target", "wasm32-wasip2"])
+                .current_dir(&project)
+                .env("CARGO_TARGET_DIR", &target)
+                .env_remove("RUSTFLAGS"),
+            "cargo build of the new project",
+        );
+        let file = format!("{}.wasm", name.replace('-', "_"));
+        let built = target.join("wasm32-wasip2/release").join(&file);
+        assert!(
+            report["plugin"].as_str().unwrap().ends_with(&file),
+            "{report}"
+        );
+        passes_its_table(&project, &built, cases);
+    }
 }
 
 #[test]
@@ -106,7 +107,7 @@ fn new_python_projects_build_with_componentize_py_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [("retention", 6), ("access", 5)] {
+    for (world, cases) in [("retention", 6), ("access", 5), ("purge", 6)] {
         let project = dir.path().join(format!("{world}-py"));
         let report = new(world, &project, "python");
         assert!(
@@ -140,7 +141,7 @@ fn new_javascript_projects_build_with_jco_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [("retention", 6), ("access", 5)] {
+    for (world, cases) in [("retention", 6), ("access", 5), ("purge", 6)] {
         let project = dir.path().join(format!("{world}-js"));
         let report = new(world, &project, "js");
         let package: Value =

@@ -31,6 +31,7 @@ fn guests() -> &'static [PathBuf] {
                 "custodian-guest-trapper",
                 "custodian-guest-legacy",
                 "custodian-guest-gatekeeper",
+                "custodian-guest-strict",
             ],
         )
         .unwrap_or_else(|e| panic!("{e}"))
@@ -69,6 +70,12 @@ pub fn legacy_contract() -> &'static Path {
 /// only, and traps for a principal named `trap`.
 pub fn gatekeeper() -> &'static Path {
     &guests()[5]
+}
+
+/// `tests/guests/strict`: the README's retention example (30 days at
+/// least, a hold always wins).
+pub fn strict() -> &'static Path {
+    &guests()[6]
 }
 
 /// The bundled retention plugin, as built from `plugins/retention`.

@@ -146,6 +146,7 @@ fn check(data: &Path) {
     }
     let mut counted: BTreeMap<(String, String), u32> = BTreeMap::new();
     let mut host_steps: BTreeMap<(String, String), u32> = BTreeMap::new();
+    let mut finished: BTreeMap<String, u32> = BTreeMap::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
         let (records, next) = io
@@ -161,6 +162,14 @@ fn check(data: &Path) {
             match r.event.as_str() {
                 "Counted" => *counted.entry(key).or_default() += 1,
                 "timer/step" | "timer/done" => *host_steps.entry(key).or_default() += 1,
+                // The decision log: a step that ends its timer always, a
+                // routine one as sampled; each committed with its step.
+                "decision/takedown/step" => {
+                    if r.targets.iter().any(|t| t == "outcome:done") {
+                        let timer = r.targets.iter().find(|t| t.starts_with("timer:"));
+                        *finished.entry(timer.cloned().unwrap()).or_default() += 1;
+                    }
+                }
                 other => panic!("unexpected audit event {other}"),
             }
         }
@@ -173,5 +182,11 @@ fn check(data: &Path) {
     assert_eq!(counted.len(), total, "one Counted record per step");
     assert!(counted.values().all(|n| *n == 1), "{counted:?}");
     assert_eq!(host_steps.len(), total, "one timer record per step");
+    assert_eq!(
+        finished.len(),
+        usize::try_from(TIMERS).unwrap(),
+        "each timer's end is logged"
+    );
+    assert!(finished.values().all(|n| *n == 1), "{finished:?}");
     assert!(host_steps.values().all(|n| *n == 1), "{host_steps:?}");
 }

@@ -203,11 +203,35 @@ pub async fn read(
     cursor: Option<&[u8]>,
     limit: u32,
 ) -> Result<(Vec<Record>, Option<Vec<u8>>), KvError> {
+    read_between(kv, since_ms, None, cursor, limit).await
+}
+
+/// As [`read`], of the records written before `until_ms` (when given)
+/// only: how a reader walks back through the log a window at a time.
+///
+/// # Errors
+/// As for [`read`].
+pub async fn read_between(
+    kv: &dyn Kv,
+    since_ms: u64,
+    until_ms: Option<u64>,
+    cursor: Option<&[u8]>,
+    limit: u32,
+) -> Result<(Vec<Record>, Option<Vec<u8>>), KvError> {
     let start = since_ms.to_be_bytes();
+    let end = until_ms.map(u64::to_be_bytes);
     // A cursor from before `since` (a caller that changed its mind) starts
     // at `since` instead of being refused.
     let cursor = cursor.filter(|c| *c >= start.as_slice());
-    let page = kv.scan(&partition(), &start, None, cursor, limit).await?;
+    let page = kv
+        .scan(
+            &partition(),
+            &start,
+            end.as_ref().map(<[u8; 8]>::as_slice),
+            cursor,
+            limit,
+        )
+        .await?;
     let records = page
         .entries
         .iter()

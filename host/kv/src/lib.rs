@@ -67,10 +67,11 @@ pub use custodian_contract::limits::{
 
 /// Operations the host reserves for its own rows when it commits a step:
 /// the timer guard, delete and reschedule (3), the fence guard and
-/// deadline (2), the step claim's release (1), and the step's own audit
-/// record and up to 8 more, each with its guard (18): 24, with room.
+/// deadline (2), the step claim's release (1), the plugin set's guard
+/// (1), and the step's own audit record, up to 8 of the policy's and one
+/// decision record, each with its guard (20): 27, with room.
 pub const HOST_RESERVED_OPS: usize = 32;
-/// Bytes the host reserves for its own rows: 8 audit records at their
+/// Bytes the host reserves for its own rows: 10 audit records at their
 /// bounds (about 21 KiB each as JSON) plus timer and fence rows.
 pub const HOST_RESERVED_BYTES: usize = 256 * 1024;
 /// Most operations a backend accepts in one [`Kv::apply`]: 128, etcd's

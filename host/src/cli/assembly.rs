@@ -31,8 +31,9 @@ pub(super) struct Assembled {
 
 /// What a command asks of the plugins on top of the configuration.
 pub(super) struct Request<'a> {
-    /// The retention plugin and settings from the command line.
-    pub retention: &'a RetentionArgs,
+    /// The retention plugin and settings from the command line; `None`
+    /// keeps the configured ones.
+    pub retention: Option<&'a RetentionArgs>,
     /// The takedown plugin the command line names, if any.
     pub takedown: Option<Source>,
     /// Whether the command changes state.
@@ -49,23 +50,26 @@ pub(super) fn open(
     request: Request<'_>,
     adjust: impl FnOnce(&mut PluginPlan),
 ) -> Result<Assembled, Failure> {
-    let retention = request.retention;
-    if retention.retention_ms == 0 {
-        return Err(Failure::Usage(anyhow!("--retention-ms must be positive")));
-    }
     let mut named = std::collections::BTreeMap::new();
-    if let Some(spec) = &retention.retention_plugin {
-        named.insert(World::Retention, source(spec, World::Retention)?);
+    if let Some(retention) = request.retention {
+        if retention.retention_ms == 0 {
+            return Err(Failure::Usage(anyhow!("--retention-ms must be positive")));
+        }
+        if let Some(spec) = &retention.retention_plugin {
+            named.insert(World::Retention, source(spec, World::Retention)?);
+        }
     }
     if let Some(takedown) = request.takedown {
         named.insert(World::Takedown, takedown);
     }
     let config = super::config(global)?.unwrap_or_default();
     let mut plan = PluginPlan::configured(&config).map_err(node_failure)?;
-    plan.retention = Settings {
-        retention_ms: retention.retention_ms,
-        noncurrent_retention_ms: retention.noncurrent_retention_ms,
-    };
+    if let Some(retention) = request.retention {
+        plan.retention = Settings {
+            retention_ms: retention.retention_ms,
+            noncurrent_retention_ms: retention.noncurrent_retention_ms,
+        };
+    }
     adjust(&mut plan);
     let io = io_runtime()?;
     let node = io

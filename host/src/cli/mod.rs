@@ -211,6 +211,20 @@ fn config(global: &Global) -> Result<Option<custodian::config::Config>, Failure>
 }
 
 /// A runtime for the async mechanisms a command drives.
+/// A progress bar on stderr drawn with `template` (indicatif's), or
+/// `None` when stderr is not a terminal: a script reading the output gets
+/// no control characters.
+fn progress_bar(template: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    })
+}
+
 fn io_runtime() -> Result<tokio::runtime::Runtime, Failure> {
     use anyhow::Context;
     tokio::runtime::Builder::new_multi_thread()

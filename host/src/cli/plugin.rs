@@ -63,9 +63,12 @@ pub enum PluginCommand {
     /// What swapping a plugin in would change, offline on a data
     /// directory: the candidate is proven as a swap proves it, then the
     /// state is replayed read-only through the serving plugin and the
-    /// candidate, and each decision that differs is listed (takedown:
-    /// the next step of each due timer). Nothing is written; a server
-    /// does the same for `PUT /v1/plugins/WORLD?dry_run=true`.
+    /// candidate, and each decision that differs is listed. Takedown: the
+    /// next step of each due timer. Retention: when each request in
+    /// retain may be purged, with the configured settings (or
+    /// --retention-ms). Access: the recent requests the decision log kept.
+    /// Nothing is written; a server does the same for `PUT
+    /// /v1/plugins/WORLD?dry_run=true`.
     ///
     /// Exit 0 with the report (changes or none), 1 when the candidate
     /// would be refused, with the reason.

@@ -171,7 +171,7 @@ impl TakedownPolicyArgs {
             .map(|spec| source(spec, World::Takedown))
             .transpose()?;
         let request = assembly::Request {
-            retention: &self.retention,
+            retention: Some(&self.retention),
             takedown,
             changes,
         };

@@ -101,7 +101,7 @@ pub(super) fn run(global: &Global, args: &TickArgs) -> Outcome {
         None => Arc::new(SystemClock),
     };
     let request = assembly::Request {
-        retention: &args.retention,
+        retention: Some(&args.retention),
         takedown: takedown_source(&args.plugins)?,
         changes: true,
     };

@@ -1,7 +1,6 @@
 //! `custodian versions …`: verify pinned object versions against a
 //! versioned store, and fetch their bytes into a content-addressed cache.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -17,7 +16,6 @@ use custodian::versions::dvc::Pointers;
 use custodian::versions::hops::HopPolicy;
 use custodian::versions::verify::{Problem, require_versioned};
 use custodian::versions::{VersionsError, fetch, verify};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::manifests::ManifestArgs;
 use super::options::{Global, StoreArgs};
@@ -179,15 +177,9 @@ pub(super) fn run(global: &Global, command: VersionsCommand) -> Outcome {
                 let opened = open(config.as_ref(), &store).await?;
                 let resolved = addressed::resolve(opened.as_ref(), pointers).await;
                 let total = resolved.pins.len() + resolved.problems.len();
-                let bar = std::io::stderr().is_terminal().then(|| {
-                    let bar = ProgressBar::new(0);
-                    if let Ok(style) = ProgressStyle::with_template(
-                        "{spinner} fetching [{bar:40}] {pos}/{len} objects {elapsed}",
-                    ) {
-                        bar.set_style(style.progress_chars("=> "));
-                    }
-                    bar
-                });
+                let bar = super::progress_bar(
+                    "{spinner} fetching [{bar:40}] {pos}/{len} objects {elapsed}",
+                );
                 let mut report = if resolved.problems.is_empty() {
                     fetch::fetch(
                         opened.as_ref(),

@@ -152,6 +152,24 @@ pub struct Target {
     pub subject: Option<String>,
 }
 
+impl Target {
+    /// Each part the target has, as `LABEL:VALUE` (`store:`, `repo:`,
+    /// `key:`, `version:`, `subject:`): how audit records and reports name
+    /// it.
+    pub fn labels(&self) -> Vec<String> {
+        [
+            ("store", &self.store),
+            ("repo", &self.repository),
+            ("key", &self.key),
+            ("version", &self.version),
+            ("subject", &self.subject),
+        ]
+        .into_iter()
+        .filter_map(|(label, value)| value.as_ref().map(|v| format!("{label}:{v}")))
+        .collect()
+    }
+}
+
 /// One question for the access policy.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AccessRequest {

@@ -8,9 +8,14 @@
 //! - always: a denial, and a decision that lets something be destroyed
 //!   (the retention answer before a destructive operation on a `locked`
 //!   store, allow or deny);
-//! - otherwise a sample, [`ROUTINE_PER_MILLION`] of them (an access
-//!   allow is asked on every request: logging each would double the
-//!   writes of a read).
+//! - otherwise a sample, [`Sampling`] of them (1% unless `[audit]
+//!   routine_decisions` says otherwise: an access allow is asked on every
+//!   request, and logging each would double the writes of a read).
+//!
+//! A record's detail is `{"input": …, "output": …}`: the input itself is
+//! kept when the detail has room for it (the bound is
+//! [`audit::MAX_DETAIL_BYTES`]), so a dry run can ask a candidate plugin
+//! the questions the serving one was asked; its digest is kept always.
 //!
 //! A record that cannot be written is logged instead and the decision
 //! stands: refusing requests because the log is unavailable would turn a
@@ -25,12 +30,65 @@ use custodian_kv::Kv;
 use crate::audit::{self, Record};
 use crate::decisions::PolicyError;
 use crate::decisions::purge::{Candidate, Governance, PurgeJudge, Verdict};
+use crate::timers::{self, DueTimer, Fired, StepFailure};
 
 /// The event prefix of every decision record.
 pub const EVENT_PREFIX: &str = "decision/";
 
-/// Routine decisions logged per million: 1%.
+/// Routine decisions logged per million by default: 1%.
 pub const ROUTINE_PER_MILLION: u32 = 10_000;
+
+/// How many routine decisions in a million are logged (denials and
+/// destructive decisions always are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    per_million: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            per_million: ROUTINE_PER_MILLION,
+        }
+    }
+}
+
+impl Sampling {
+    /// Logs `fraction` of routine decisions: 0 logs none, 1 every one.
+    ///
+    /// # Errors
+    /// A fraction outside `0..=1` (or not a number), named.
+    pub fn of(fraction: f64) -> Result<Self, String> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(format!(
+                "a fraction of routine decisions must be within 0..=1, not {fraction}"
+            ));
+        }
+        // Within 0..=1, the product is within 0..=1e6: exact enough and in
+        // range for a u32.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let per_million = (fraction * 1e6).round() as u32;
+        Ok(Self { per_million })
+    }
+
+    /// Routine decisions logged per million.
+    pub fn per_million(self) -> u32 {
+        self.per_million
+    }
+
+    /// Whether a decision of `weight` is logged, given `draw`, a uniform
+    /// random number below one million.
+    pub fn logs(self, weight: Weight, draw: u32) -> bool {
+        weight == Weight::Always || draw < self.per_million
+    }
+
+    /// Whether a decision of `weight` is logged this time.
+    pub fn draw(self, weight: Weight) -> bool {
+        // No draw is needed for what is always logged, nor for a rate of
+        // none: a draw reads the OS's randomness.
+        weight == Weight::Always || (self.per_million > 0 && self.logs(weight, draw()))
+    }
+}
 
 /// How much a decision matters to the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +101,7 @@ pub enum Weight {
 }
 
 /// One decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision<'a> {
     /// The world (`retention`, `access`).
     pub world: &'a str,
@@ -51,33 +109,26 @@ pub struct Decision<'a> {
     pub function: &'a str,
     /// The deciding plugin's content hash, when known.
     pub plugin: Option<&'a str>,
-    /// The input, in a stable text form: its digest is recorded.
-    pub input: &'a str,
+    /// The input: its digest is a target, and it is kept in the detail
+    /// when there is room.
+    pub input: serde_json::Value,
     /// The outcome in a word (`allow`, `deny`, `unanswered`).
     pub outcome: &'a str,
-    /// The output, as JSON text (cut to the audit detail bound).
-    pub output: &'a str,
+    /// The output.
+    pub output: serde_json::Value,
     /// What the decision was about (`store:NAME`, `key:K`, `version:V`,
     /// `principal:NAME`, `action:A`).
     pub about: Vec<String>,
 }
 
 impl Decision<'_> {
-    /// Whether a decision of `weight` is logged, given `draw`, a uniform
-    /// random number below one million.
-    pub fn logged(weight: Weight, draw: u32) -> bool {
-        weight == Weight::Always || draw < ROUTINE_PER_MILLION
-    }
-
     /// The audit record of this decision at `at_ms`.
     pub fn record(&self, at_ms: u64) -> Record {
         let plugin = self.plugin.unwrap_or("unknown");
+        let input = self.input.to_string();
         let mut targets = vec![
             format!("plugin:{plugin}"),
-            format!(
-                "input:blake3:{}",
-                &blake3::hash(self.input.as_bytes()).to_hex()[..32]
-            ),
+            format!("input:{}", input_digest(&input)),
             format!("outcome:{}", self.outcome),
         ];
         targets.extend(
@@ -91,19 +142,130 @@ impl Decision<'_> {
             actor: format!("plugin:{}@{}", self.world, &plugin[..plugin.len().min(12)]),
             event: format!("{EVENT_PREFIX}{}/{}", self.world, self.function),
             targets,
-            detail: Some(audit::truncated(self.output, audit::MAX_DETAIL_BYTES)),
+            detail: Some(self.detail(&input)),
         }
+    }
+
+    /// `{"input": …, "output": …}`; without the input when both do not
+    /// fit, and cut (no longer JSON) when the output alone does not.
+    fn detail(&self, input: &str) -> String {
+        let output = self.output.to_string();
+        let whole = format!(r#"{{"input":{input},"output":{output}}}"#);
+        if whole.len() <= audit::MAX_DETAIL_BYTES {
+            return whole;
+        }
+        audit::truncated(
+            &format!(r#"{{"output":{output}}}"#),
+            audit::MAX_DETAIL_BYTES,
+        )
     }
 }
 
-/// A uniform draw below one million, for [`Decision::logged`]; 0 (log it)
+/// The digest a decision record names its input by: `blake3:` and the
+/// first 128 bits of the BLAKE3 hash of the input's JSON text.
+pub fn input_digest(input: &str) -> String {
+    format!("blake3:{}", &blake3::hash(input.as_bytes()).to_hex()[..32])
+}
+
+/// The input a decision record kept, if it kept one (see the module
+/// documentation).
+pub fn kept_input(record: &Record) -> Option<serde_json::Value> {
+    let detail: serde_json::Value = serde_json::from_str(record.detail.as_deref()?).ok()?;
+    detail.get("input").cloned()
+}
+
+/// A uniform draw below one million, for [`Sampling::logs`]; 0 (log it)
 /// when no randomness is available, so a fault logs more, never less.
-pub fn draw() -> u32 {
+fn draw() -> u32 {
     let mut bytes = [0u8; 4];
     match getrandom::fill(&mut bytes) {
         Ok(()) => u32::from_le_bytes(bytes) % 1_000_000,
         Err(_) => 0,
     }
+}
+
+/// The input of a step of `timer` at `now_ms`, as a step's decision
+/// record keeps it.
+fn step_input(timer: &DueTimer, now_ms: u64) -> serde_json::Value {
+    serde_json::json!({
+        "kind": timer.kind,
+        "reference": timers::display_reference(&timer.reference),
+        "due-ms": timer.due_ms,
+        "steps": timer.steps,
+        "failures": timer.failures,
+        "now-ms": now_ms,
+    })
+}
+
+/// What a step's decision is about: its timer.
+fn step_about(timer: &DueTimer) -> Vec<String> {
+    vec![format!(
+        "timer:{}/{}",
+        timer.kind,
+        timers::display_reference(&timer.reference)
+    )]
+}
+
+/// The decision record of a step of `timer` by the plugin `plugin` of
+/// `world` that answered `fired` at `now_ms`, if `sampling` logs it: a
+/// step that ends its timer always, one that steps again as sampled. What
+/// a step destroys is recorded as it happens (the retention answer on a
+/// `locked` store, and the policy's own entries committed with the step).
+pub fn step_decision(
+    sampling: Sampling,
+    (world, plugin): (&str, &str),
+    timer: &DueTimer,
+    fired: &Fired,
+    now_ms: u64,
+) -> Option<Record> {
+    let (weight, outcome, next, commit) = match fired {
+        Fired::Reschedule { due_ms, commit } => {
+            (Weight::Routine, "reschedule", Some(*due_ms), commit)
+        }
+        Fired::Done(commit) => (Weight::Always, "done", None, commit),
+    };
+    if !sampling.draw(weight) {
+        return None;
+    }
+    let events: Vec<&str> = commit.audit.iter().map(|e| e.event.as_str()).collect();
+    let decision = Decision {
+        world,
+        function: "step",
+        plugin: Some(plugin),
+        input: step_input(timer, now_ms),
+        outcome,
+        output: serde_json::json!({
+            "next-ms": next,
+            "writes": commit.batch.writes.len(),
+            "events": events,
+        }),
+        about: step_about(timer),
+    };
+    Some(decision.record(now_ms))
+}
+
+/// The decision record of a step of `timer` that failed with `failure`:
+/// always logged, as a denial is (the policy refused, or could not
+/// answer).
+pub fn step_failure(
+    (world, plugin): (&str, &str),
+    timer: &DueTimer,
+    failure: &StepFailure,
+    now_ms: u64,
+) -> Record {
+    Decision {
+        world,
+        function: "step",
+        plugin: Some(plugin),
+        input: step_input(timer, now_ms),
+        outcome: "failed",
+        output: serde_json::json!({
+            "cause": failure.cause,
+            "error": failure.message,
+        }),
+        about: step_about(timer),
+    }
+    .record(now_ms)
 }
 
 /// A purge judge whose every judgement is logged: a deletion is
@@ -131,25 +293,26 @@ impl PurgeJudge for LoggedJudge {
     ) -> Result<Verdict, PolicyError> {
         let verdict = self.inner.judge(candidate, governance, now_ms).await;
         let (outcome, output) = match &verdict {
-            Ok(Verdict::Delete) => ("delete", "\"delete\"".to_owned()),
-            Ok(Verdict::Retain(reason)) => (
-                "retain",
-                serde_json::json!({ "retain": reason }).to_string(),
-            ),
+            Ok(Verdict::Delete) => ("delete", serde_json::json!("delete")),
+            Ok(Verdict::Retain(reason)) => ("retain", serde_json::json!({ "retain": reason })),
             Err(error) => (
                 "unanswered",
-                serde_json::json!({ "error": error.to_string() }).to_string(),
+                serde_json::json!({ "error": error.to_string() }),
             ),
         };
         let hash = self.inner.plugin_hash();
-        let input = format!("{candidate:?} {governance:?} now {now_ms}");
+        let input = serde_json::json!({
+            "candidate": candidate,
+            "governance": format!("{governance:?}"),
+            "now-ms": now_ms,
+        });
         let record = Decision {
             world: "purge",
             function: "judge",
             plugin: hash.as_deref(),
-            input: &input,
+            input,
             outcome,
-            output: &output,
+            output,
             about: vec![
                 format!("key:{}", candidate.key),
                 format!("version:{}", candidate.version_id),
@@ -176,9 +339,9 @@ mod tests {
             world: "retention",
             function: "assess",
             plugin: Some("ab12cd34ef56ab12cd34ef56"),
-            input: "item created 1 at 2",
+            input: serde_json::json!({"created-ms": 1, "now-ms": 2}),
             outcome: "deny",
-            output: r#"{"deny":"retained until 5"}"#,
+            output: serde_json::json!({"deny": "retained until 5"}),
             about: vec!["store:docs".into(), "key:a.txt".into()],
         }
     }
@@ -195,8 +358,9 @@ mod tests {
         assert_eq!(record.targets[3..], ["store:docs", "key:a.txt"]);
         assert_eq!(
             record.detail.as_deref(),
-            Some(r#"{"deny":"retained until 5"}"#)
+            Some(r#"{"input":{"created-ms":1,"now-ms":2},"output":{"deny":"retained until 5"}}"#)
         );
+        assert_eq!(kept_input(&record), Some(decision().input));
         assert!(record.validate().is_ok());
         let mut same_input = decision();
         same_input.outcome = "allow";
@@ -205,15 +369,42 @@ mod tests {
 
     #[test]
     fn denials_and_destructive_decisions_are_always_logged_and_routine_ones_sampled() {
-        assert!(Decision::logged(Weight::Always, 999_999));
-        assert!(Decision::logged(Weight::Routine, 0));
-        assert!(Decision::logged(Weight::Routine, ROUTINE_PER_MILLION - 1));
-        assert!(!Decision::logged(Weight::Routine, ROUTINE_PER_MILLION));
+        let sampling = Sampling::default();
+        assert!(sampling.logs(Weight::Always, 999_999));
+        assert!(sampling.logs(Weight::Routine, 0));
+        assert!(sampling.logs(Weight::Routine, ROUTINE_PER_MILLION - 1));
+        assert!(!sampling.logs(Weight::Routine, ROUTINE_PER_MILLION));
         let logged = (0..100_000)
-            .filter(|_| Decision::logged(Weight::Routine, draw()))
+            .filter(|_| sampling.draw(Weight::Routine))
             .count();
         // 1% of 100,000 is 1,000; 5 standard deviations (~31 each) either side.
         assert!((840..=1_160).contains(&logged), "{logged}");
+    }
+
+    #[test]
+    fn a_sampling_rate_is_a_fraction_from_none_to_every_decision() {
+        let none = Sampling::of(0.0).unwrap();
+        assert!(!(0..1_000).any(|_| none.draw(Weight::Routine)));
+        assert!(none.draw(Weight::Always));
+        let every = Sampling::of(1.0).unwrap();
+        assert!((0..1_000).all(|_| every.draw(Weight::Routine)));
+        assert_eq!(Sampling::of(0.25).unwrap().per_million(), 250_000);
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            assert!(Sampling::of(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_input_too_big_for_the_detail_is_left_out_and_its_digest_kept() {
+        let mut d = decision();
+        d.input = serde_json::json!("x".repeat(audit::MAX_DETAIL_BYTES));
+        let record = d.record(1);
+        assert_eq!(kept_input(&record), None);
+        assert_eq!(
+            record.detail.as_deref(),
+            Some(r#"{"output":{"deny":"retained until 5"}}"#)
+        );
+        assert!(record.targets[1].starts_with("input:blake3:"));
     }
 
     struct Fixed(Verdict);
@@ -272,10 +463,41 @@ mod tests {
     }
 
     #[test]
+    fn a_step_that_ends_its_timer_or_fails_is_always_logged_and_one_that_goes_on_as_sampled() {
+        use crate::timers::{FailureCause, StepCommit};
+        let timer = DueTimer {
+            kind: "takedown".into(),
+            reference: b"r1".to_vec(),
+            due_ms: 5,
+            steps: 3,
+            failures: 0,
+        };
+        let on = Fired::Reschedule {
+            due_ms: 9,
+            commit: StepCommit::default(),
+        };
+        let done = Fired::Done(StepCommit::default());
+        let none = Sampling::of(0.0).unwrap();
+        let decider = ("takedown", "abc123");
+        assert!(step_decision(none, decider, &timer, &on, 7).is_none());
+        let record = step_decision(none, decider, &timer, &done, 7).expect("always");
+        assert_eq!(record.event, "decision/takedown/step");
+        assert!(record.targets.contains(&"outcome:done".to_owned()));
+        let every = Sampling::of(1.0).unwrap();
+        let record = step_decision(every, decider, &timer, &on, 7).expect("sampled");
+        assert!(record.targets.contains(&"outcome:reschedule".to_owned()));
+        assert_eq!(kept_input(&record).unwrap()["steps"], 3);
+        let failure = StepFailure::because(FailureCause::Trap, "wasm trap");
+        let record = step_failure(decider, &timer, &failure, 7);
+        assert!(record.targets.contains(&"outcome:failed".to_owned()));
+        assert!(record.detail.unwrap().contains("wasm trap"));
+    }
+
+    #[test]
     fn a_huge_output_or_target_is_cut_to_the_audit_bounds() {
         let long = "é".repeat(10_000);
         let mut d = decision();
-        d.output = &long;
+        d.output = serde_json::json!(long);
         d.about = vec![long.clone(); 100];
         let record = d.record(1);
         assert!(record.validate().is_ok());

@@ -15,7 +15,8 @@ pub struct Settings {
 }
 
 /// Where an item stands in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Stage {
     /// Being worked on.
     Active,
@@ -27,8 +28,10 @@ pub enum Stage {
     Purged,
 }
 
-/// What the host knows about one item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the host knows about one item (serialized as the WIT record is
+/// written in JSON: `created-ms`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Item {
     /// Creation time, ms since the epoch.
     pub created_ms: u64,
@@ -41,7 +44,8 @@ pub struct Item {
 }
 
 /// An answer to "may I?".
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Yes.
     Allow,
@@ -50,7 +54,8 @@ pub enum Verdict {
 }
 
 /// The policy's assessment of one item now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Assessment {
     /// First instant retention no longer protects the item.
     pub retain_until_ms: u64,

@@ -260,21 +260,19 @@ impl Gate {
         about: Vec<String>,
     ) {
         let (outcome, output) = match verdict {
-            Ok(Verdict::Allow) => ("allow", "{\"may-delete\":\"allow\"}".to_owned()),
-            Ok(Verdict::Deny(reason)) => (
-                "deny",
-                serde_json::json!({"may-delete": {"deny": reason}}).to_string(),
-            ),
-            Err(Unanswered(why)) => ("unanswered", serde_json::json!({"error": why}).to_string()),
+            Ok(Verdict::Allow) => ("allow", serde_json::json!({"may-delete": "allow"})),
+            Ok(Verdict::Deny(reason)) => {
+                ("deny", serde_json::json!({"may-delete": {"deny": reason}}))
+            }
+            Err(Unanswered(why)) => ("unanswered", serde_json::json!({"error": why})),
         };
-        let input = format!("{item:?} now {now}");
         let decision = log::Decision {
             world: "retention",
             function: "assess",
             plugin: by,
-            input: &input,
+            input: serde_json::json!({"item": item, "now-ms": now}),
             outcome,
-            output: &output,
+            output,
             about,
         };
         if let Err(error) = audit::append(self.kv.as_ref(), &decision.record(now)).await {

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use super::governor::{self, Governor, GovernorConfig};
 use super::in_flight::InFlight;
 use super::*;
+use crate::audit::Record;
 use crate::budget::{SliceBudget, budgeted_kv};
 use crate::fence::{Coordinator, FenceConfig, Namespace, ShardId};
 use custodian_base::clock::{Clock, FixedClock};
@@ -50,6 +51,9 @@ struct Handler {
     /// What every commit of its steps carries (see
     /// [`TimerHandler::guards`]).
     guards: Vec<Precondition>,
+    /// Logs each step's decision (see [`TimerHandler::decision`]), and
+    /// plans as many audit entries as a step may.
+    decides: bool,
 }
 
 impl Handler {
@@ -62,6 +66,7 @@ impl Handler {
             barrier: None,
             actor: None,
             guards: Vec::new(),
+            decides: false,
         }
     }
 }
@@ -85,6 +90,28 @@ impl TimerHandler for Handler {
         &self.guards
     }
 
+    fn decision(&self, timer: &DueTimer, fired: &Fired, now_ms: u64) -> Option<Record> {
+        let outcome = match fired {
+            Fired::Reschedule { .. } => "outcome:reschedule",
+            Fired::Done(_) => "outcome:done",
+        };
+        self.decides.then(|| Record {
+            at_ms: now_ms,
+            actor: "plugin:test@feedface".into(),
+            event: "decision/test/step".into(),
+            targets: vec![
+                "plugin:feedface".into(),
+                outcome.into(),
+                format!(
+                    "timer:{}/{}",
+                    timer.kind,
+                    display_reference(&timer.reference)
+                ),
+            ],
+            detail: None,
+        })
+    }
+
     async fn fire(
         &self,
         timer: &DueTimer,
@@ -102,13 +129,17 @@ impl TimerHandler for Handler {
         };
         let mut key = timer.reference.clone();
         key.extend_from_slice(format!("/step{}/fire{fire}", timer.steps + 1).as_bytes());
+        let entries = if self.decides { MAX_STEP_AUDIT } else { 1 };
         let commit = |batch: Batch| StepCommit {
             batch,
-            audit: vec![AuditEntry {
-                event: "Counted".into(),
-                targets: vec![display_reference(&timer.reference)],
-                detail: Some(format!("step {}", timer.steps + 1)),
-            }],
+            audit: vec![
+                AuditEntry {
+                    event: "Counted".into(),
+                    targets: vec![display_reference(&timer.reference)],
+                    detail: Some(format!("step {}", timer.steps + 1)),
+                };
+                entries
+            ],
         };
         match self.mode {
             Mode::Count { steps } => {
@@ -258,6 +289,44 @@ async fn a_step_commits_its_batch_audit_and_reschedule_together() {
     assert_eq!(events.iter().filter(|e| *e == "Counted").count(), 3);
     assert_eq!(events.last().map(String::as_str), Some("Counted"));
     assert!(events.contains(&"timer/done".to_owned()));
+}
+
+#[tokio::test]
+async fn a_handlers_decision_record_commits_with_its_step_beside_as_many_entries_as_the_policy_may_plan()
+ {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let mut handler = Handler::new("work", Mode::Count { steps: 2 });
+    handler.decides = true;
+    let worker = worker(&kv, &clock, vec![Arc::new(handler)]);
+    for at in [START, START + 1_000] {
+        clock.set(at);
+        worker.tick().await.unwrap();
+    }
+    let (records, _) = crate::audit::read(kv.as_ref(), 0, None, 1000)
+        .await
+        .unwrap();
+    let decisions: Vec<_> = records
+        .iter()
+        .filter(|r| r.event == "decision/test/step")
+        .collect();
+    assert_eq!(decisions.len(), 2, "{records:?}");
+    assert!(
+        decisions[0]
+            .targets
+            .contains(&"outcome:reschedule".to_owned())
+    );
+    assert!(decisions[1].targets.contains(&"outcome:done".to_owned()));
+    assert!(decisions[1].targets.contains(&"plugin:feedface".to_owned()));
+    assert!(
+        decisions[1].targets.contains(&"timer:work/r".to_owned()),
+        "{:?}",
+        decisions[1]
+    );
+    assert_eq!(
+        records.iter().filter(|r| r.event == "Counted").count(),
+        2 * MAX_STEP_AUDIT
+    );
 }
 
 #[tokio::test]

@@ -203,6 +203,14 @@ pub trait TimerHandler: Send + Sync {
         &[]
     }
 
+    /// The decision-log record of a step that answered `fired`, committed
+    /// with the step beside the policy's own entries (and not counted
+    /// against [`MAX_STEP_AUDIT`], which bounds the policy); `None` logs
+    /// nothing. Called only for steps that will be committed.
+    fn decision(&self, _timer: &DueTimer, _fired: &Fired, _now_ms: u64) -> Option<Record> {
+        None
+    }
+
     /// Runs one step of `timer` at `now_ms`, charging every store call the
     /// step makes to `budget` (wrap the stores in [`crate::budget`]'s
     /// budgeted wrappers). The worker commits nothing of a step whose
@@ -716,6 +724,7 @@ impl Worker {
                     .await;
             }
         };
+        let decision = handler.decision(&due, &fired, now);
         let (commit, next_due) = match fired {
             Fired::Reschedule { due_ms, commit } => {
                 let soonest = now.saturating_add(self.config.min_step_interval_ms.max(1));
@@ -736,7 +745,7 @@ impl Worker {
             value,
             now,
         };
-        let (batch, layout) = match step.batch(commit, next_due) {
+        let (batch, layout) = match step.batch(commit, next_due, decision) {
             Ok(planned) => planned,
             Err(failure) => {
                 return self
@@ -914,6 +923,7 @@ impl PlannedStep<'_> {
         &self,
         commit: StepCommit,
         next_due: Option<u64>,
+        decision: Option<Record>,
     ) -> Result<(Batch, GuardLayout), StepFailure> {
         let Self {
             actor,
@@ -970,6 +980,7 @@ impl PlannedStep<'_> {
             targets: entry.targets,
             detail: entry.detail,
         }));
+        records.extend(decision);
         let unique = [key, value].concat();
         for (i, record) in (0u8..).zip(&records) {
             let (guard, write) = audit::plan(record, &unique, i)

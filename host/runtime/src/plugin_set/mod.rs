@@ -69,7 +69,7 @@ pub mod shared;
 #[cfg(test)]
 mod tests;
 
-pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS};
+pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS, Progress, Replay};
 pub use events::{NoEvents, SetEvents};
 use proof::read_source;
 pub use rollback::LastSwap;
@@ -96,6 +96,7 @@ use crate::{
 use custodian_base::clock::Clock;
 use custodian_base::error::ErrorKind;
 use custodian_core::audit::{self, Record};
+use custodian_core::decisions::log::Sampling;
 use custodian_core::fence::{Coordinator, FenceError, FenceKind, Namespace};
 use custodian_core::timers::{self, Handlers};
 use custodian_kv::{Kv, KvError, Precondition};
@@ -150,6 +151,8 @@ pub struct PluginSetParts {
     /// any, every plugin this host loads, from any source, must carry a
     /// signature by one ([`crate::signature`], "The rule").
     pub trust: Trust,
+    /// How much of the routine decision log is kept.
+    pub sampling: Sampling,
 }
 
 /// One loaded plugin of a world, wrapped for its driver.
@@ -426,6 +429,8 @@ pub struct PluginSet {
     /// What plugins granted nothing run with: a clock and the I/O runtime.
     isolated: Arc<Services>,
     retention: Arc<CurrentRetention>,
+    /// How much of the routine decision log is kept.
+    sampling: Sampling,
     slots: BTreeMap<World, Arc<Slot>>,
     /// The shared set row the slots hold the plugins of: the guard of
     /// every commit planned with them. Replaced only after the slots.
@@ -803,6 +808,7 @@ impl PluginSet {
             services,
             isolated,
             retention,
+            sampling: parts.sampling,
             slots,
             installed: RwLock::new(Arc::new(installed)),
             sync: std::sync::Mutex::new(SharedView {
@@ -874,7 +880,8 @@ impl PluginSet {
                     settings.grants,
                     settings.limits,
                 )
-                .guarded(vec![guard]),
+                .guarded(vec![guard])
+                .logging(self.sampling),
             ));
         }
     }
@@ -905,6 +912,12 @@ impl PluginSet {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// How much of the routine decision log is kept (`[audit]
+    /// routine_decisions`).
+    pub fn sampling(&self) -> Sampling {
+        self.sampling
     }
 
     /// The current plugin of `world`.

@@ -147,6 +147,7 @@ async fn try_test_host(
         settings: BTreeMap::new(),
         node: node.to_owned(),
         trust,
+        sampling: custodian_core::decisions::log::Sampling::default(),
     };
     let plugins = PluginSet::load(parts, sources).await?;
     Ok(Arc::new(TestHost {
@@ -931,7 +932,7 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
             rebuilt(World::Takedown),
             "t.wasm".into(),
             None,
-            100,
+            Replay::quietly(100),
         )
         .await
         .unwrap();
@@ -941,8 +942,8 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
     assert_eq!(report.serving, serving);
     assert_ne!(report.candidate, serving);
 
-    // A world with no replay yet says so; a plugin of another world is
-    // refused as a swap would refuse it.
+    // The filed request is under its lock: another build of the retention
+    // policy assesses it alike.
     let report = host
         .plugins
         .dry_run(
@@ -950,7 +951,24 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
             rebuilt(World::Retention),
             "r.wasm".into(),
             None,
-            100,
+            Replay::quietly(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.items, 1, "{report:?}");
+    assert_eq!(report.unchanged, 1, "{report:?}");
+    assert!(report.replayed.starts_with("takedown requests in retain"));
+
+    // A world with no replay says so; a plugin of another world is
+    // refused as a swap would refuse it.
+    let report = host
+        .plugins
+        .dry_run(
+            World::Purge,
+            rebuilt(World::Purge),
+            "p.wasm".into(),
+            None,
+            Replay::quietly(100),
         )
         .await
         .unwrap();
@@ -967,7 +985,7 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
             rebuilt(World::Retention),
             "r.wasm".into(),
             None,
-            100,
+            Replay::quietly(100),
         )
         .await
         .unwrap_err();

@@ -23,7 +23,9 @@ use crate::host::kv::convert_batch;
 use crate::{
     CallContext, CallError, Grants, LimitExceeded, Limits, LoadError, Plugin, Services, World,
 };
+use custodian_core::audit::{self, Record};
 use custodian_core::budget::{SliceBudget, budgeted_kv, budgeted_store};
+use custodian_core::decisions::log::{self, Sampling};
 use custodian_core::timers::{
     AuditEntry, DueTimer, FailureCause, Fired, StepCommit, StepFailure, TimerHandler,
 };
@@ -552,6 +554,8 @@ pub struct TakedownHandler {
     grants: Grants,
     limits: Limits,
     guards: Vec<Precondition>,
+    /// How many routine steps the decision log keeps.
+    sampling: Sampling,
 }
 
 impl TakedownHandler {
@@ -568,7 +572,21 @@ impl TakedownHandler {
             grants,
             limits,
             guards: Vec::new(),
+            sampling: Sampling::default(),
         }
+    }
+
+    /// This handler logging its routine steps as `sampling` says (see
+    /// [`custodian_core::decisions::log::step_decision`]).
+    #[must_use]
+    pub fn logging(mut self, sampling: Sampling) -> Self {
+        self.sampling = sampling;
+        self
+    }
+
+    /// Who decides, for the decision log: the world and the plugin's hash.
+    fn decider(&self) -> (&str, &str) {
+        ("takedown", self.policy.plugin().info().hash.as_str())
     }
 
     /// This handler with `guards` on every step commit (see
@@ -617,6 +635,10 @@ impl TimerHandler for TakedownHandler {
         &self.guards
     }
 
+    fn decision(&self, timer: &DueTimer, fired: &Fired, now_ms: u64) -> Option<Record> {
+        log::step_decision(self.sampling, self.decider(), timer, fired, now_ms)
+    }
+
     async fn fire(
         &self,
         timer: &DueTimer,
@@ -630,9 +652,9 @@ impl TimerHandler for TakedownHandler {
             actor: self.actor(),
         });
         let policy = self.policy.clone();
-        let timer = timer.clone();
+        let owned = timer.clone();
         let (answer, blamed) = tokio::task::spawn_blocking(move || {
-            crate::blame::watch(|| policy.step(call, &timer, now_ms))
+            crate::blame::watch(|| policy.step(call, &owned, now_ms))
         })
         .await
         .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;
@@ -654,9 +676,14 @@ impl TimerHandler for TakedownHandler {
         };
         // A plugin the step asked that failed to answer (the retention
         // plugin) is blamed, not this one that passed its failure on.
-        Err(match blamed {
+        let failure = match blamed {
             Some(plugin) => failure.blaming(plugin),
             None => failure,
-        })
+        };
+        let record = log::step_failure(self.decider(), timer, &failure, now_ms);
+        if let Err(error) = audit::append(self.services.kv.as_ref(), &record).await {
+            tracing::warn!(%error, "cannot log a failed takedown step");
+        }
+        Err(failure)
     }
 }

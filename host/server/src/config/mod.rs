@@ -113,6 +113,47 @@ pub struct Config {
     /// The S3 endpoint.
     #[serde(default)]
     pub s3: S3Config,
+    /// What the audit log keeps of routine plugin decisions.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// The `[audit]` section: how much of the decision log is sampled.
+///
+/// ```toml
+/// [audit]
+/// routine_decisions = 0.01   # of allows and other routine decisions;
+///                            # denials and destructive ones: always
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// The fraction of routine plugin decisions logged, `0..=1`.
+    #[serde(default = "default_routine_decisions")]
+    pub routine_decisions: f64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            routine_decisions: default_routine_decisions(),
+        }
+    }
+}
+
+fn default_routine_decisions() -> f64 {
+    f64::from(custodian_core::decisions::log::ROUTINE_PER_MILLION) / 1e6
+}
+
+impl AuditConfig {
+    /// The sampling the fraction sets.
+    ///
+    /// # Errors
+    /// A fraction outside `0..=1`, named.
+    pub fn sampling(&self) -> Result<custodian_core::decisions::log::Sampling, String> {
+        custodian_core::decisions::log::Sampling::of(self.routine_decisions)
+            .map_err(|e| format!("[audit] routine_decisions: {e}"))
+    }
 }
 
 /// The `[s3]` section: the S3-compatible endpoint `custodian serve`
@@ -196,6 +237,7 @@ impl Config {
         config.invalidation.settings()?;
         config.timers.limits()?;
         config.probation.settings()?;
+        config.audit.sampling()?;
         if let Some(node) = &config.server.node {
             server::validate_node(node).map_err(|e| format!("[server] node: {e}"))?;
         }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use custodian_base::error::ErrorKind;
+use custodian_core::decisions::log::Sampling;
 use custodian_core::fence::Coordinator;
 use custodian_core::timers::Handlers;
 use custodian_kv::Kv;
@@ -39,6 +40,8 @@ pub struct PluginPlan {
     pub retention: Settings,
     /// The keys trusted to sign plugins.
     pub trust: Trust,
+    /// How much of the routine decision log is kept.
+    pub sampling: Sampling,
 }
 
 impl PluginPlan {
@@ -76,10 +79,15 @@ impl PluginPlan {
             what: "[plugins] trusted_keys".to_owned(),
             source: e.into(),
         })?;
+        let sampling = config.audit.sampling().map_err(|e| NodeError::Config {
+            what: "[audit]".to_owned(),
+            source: e.into(),
+        })?;
         Ok(Self {
             sources,
             settings,
             trust,
+            sampling,
             retention: Settings {
                 retention_ms: config.retention.retention_ms,
                 noncurrent_retention_ms: config.retention.noncurrent_retention_ms,
@@ -202,6 +210,7 @@ impl Node {
             settings: options.plan.settings,
             node: self.name()?,
             trust: options.plan.trust,
+            sampling: options.plan.sampling,
         };
         let plugins = match &options.entry {
             Entry::Join => PluginSet::load(parts, &options.plan.sources).await?,

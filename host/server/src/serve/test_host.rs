@@ -107,6 +107,7 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         settings: BTreeMap::new(),
         node: node.to_owned(),
         trust: custodian_runtime::signature::Trust::default(),
+        sampling: custodian_core::decisions::log::Sampling::default(),
     };
     let plugins = PluginSet::load(parts, &BTreeMap::new())
         .await

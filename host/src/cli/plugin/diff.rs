@@ -1,19 +1,20 @@
 //! `custodian plugin diff`: what swapping a plugin in would change, found
 //! offline on a data directory (see `custodian_runtime::plugin_set`'s
-//! dry run). Nothing is written.
+//! dry run). Nothing is written. A progress bar shows on stderr when it
+//! is a terminal.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::Args;
-use custodian::clock::SystemClock;
-use custodian::plugin_set::{DryRun, MAX_DRY_RUN_ITEMS};
+use custodian::clock::{Clock, FixedClock, SystemClock};
+use custodian::plugin_set::{DryRun, MAX_DRY_RUN_ITEMS, Progress, Replay};
 use custodian::runtime::World;
 
 use super::signing;
 use crate::cli::assembly::{self, Request};
-use crate::cli::options::{DataArgs, Global, RetentionArgs};
+use crate::cli::options::{DataArgs, Global};
 use crate::cli::{Failure, Outcome};
 
 /// `custodian plugin diff`'s arguments.
@@ -32,6 +33,17 @@ pub struct DiffArgs {
     #[arg(long, default_value_t = 1_000, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DRY_RUN_ITEMS)))]
     pub limit: u32,
+    /// The retention settings the retention world is replayed with
+    /// [default: `[retention]` of --config].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub retention_ms: Option<u64>,
+    /// How long a version is kept after it stopped being current
+    /// [default: `[retention]` of --config].
+    #[arg(long, value_name = "MS")]
+    pub noncurrent_retention_ms: Option<u64>,
+    /// "Now" for the replay, ms since the epoch [default: now].
+    #[arg(long, value_name = "MS")]
+    pub now: Option<u64>,
     #[command(flatten)]
     pub data: DataArgs,
     /// Print JSON instead of text.
@@ -44,34 +56,51 @@ pub(super) fn run(global: &Global, args: &DiffArgs) -> Outcome {
         .with_context(|| format!("cannot read {}", args.plugin.display()))
         .map_err(Failure::Usage)?;
     let signature = signing::signature_for(&args.plugin, args.signature.as_deref())?;
-    // The retention settings do not matter to a replay, which asks no
-    // retention question of its own; the defaults stand in.
-    let retention = RetentionArgs {
-        retention_plugin: None,
-        retention_ms: 30 * 24 * 3_600_000,
-        noncurrent_retention_ms: 0,
+    let clock: Arc<dyn Clock> = match args.now {
+        Some(now) => Arc::new(FixedClock::new(now)),
+        None => Arc::new(SystemClock),
     };
     let opened = assembly::open(
         global,
         &args.data,
-        Arc::new(SystemClock),
+        clock,
         Request {
-            retention: &retention,
+            retention: None,
             takedown: None,
             changes: false,
         },
-        |_| {},
+        |plan| {
+            if let Some(ms) = args.retention_ms {
+                plan.retention.retention_ms = ms;
+            }
+            if let Some(ms) = args.noncurrent_retention_ms {
+                plan.retention.noncurrent_retention_ms = ms;
+            }
+        },
     )?;
     let source = args.plugin.display().to_string();
-    let report = opened
-        .io
-        .block_on(
-            opened
-                .assembly
-                .plugins
-                .dry_run(args.world, bytes, source, signature, args.limit),
-        )
-        .map_err(|e| Failure::Failed(anyhow!(e)))?;
+    let bar =
+        crate::cli::progress_bar("{spinner} replaying [{bar:40}] {pos}/{len} items {elapsed}");
+    let progress = bar.clone().map(|bar| -> Progress {
+        Arc::new(move |done, of| {
+            bar.set_length(u64::from(of));
+            bar.set_position(u64::from(done));
+        })
+    });
+    let report = opened.io.block_on(opened.assembly.plugins.dry_run(
+        args.world,
+        bytes,
+        source,
+        signature,
+        Replay {
+            limit: args.limit,
+            progress,
+        },
+    ));
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = report.map_err(|e| Failure::Failed(anyhow!(e)))?;
     if args.json {
         println!(
             "{}",

@@ -83,8 +83,8 @@ pub enum Lang {
 /// `custodian plugin new`'s arguments.
 #[derive(Debug, Args)]
 pub struct NewArgs {
-    /// The world the plugin implements: retention or access (the worlds
-    /// with a starting policy so far).
+    /// The world the plugin implements: retention, access or purge (the
+    /// worlds with a starting policy so far).
     pub world: World,
     /// The directory to create (it must not exist, or be empty).
     pub dir: PathBuf,
@@ -185,16 +185,20 @@ fn starting_policy(world: World, lang: Lang) -> Result<(&'static str, &'static s
         (World::Access, Lang::Rust) => include_str!("templates/access.rs"),
         (World::Access, Lang::Python) => include_str!("templates/access.py"),
         (World::Access, Lang::Js) => include_str!("templates/access.js"),
+        (World::Purge, Lang::Rust) => include_str!("templates/purge.rs"),
+        (World::Purge, Lang::Python) => include_str!("templates/purge.py"),
+        (World::Purge, Lang::Js) => include_str!("templates/purge.js"),
         (world, _) => {
             return Err(Failure::Usage(anyhow!(
-                "there is no starting policy for the {world} world yet (retention and access \
-                 have one); `custodian plugin export {world}` writes the bundled plugin, and \
+                "there is no starting policy for the {world} world yet (retention, access and \
+                 purge have one); `custodian plugin export {world}` writes the bundled plugin, and \
                  plugins/{world}/ in the repository holds its Rust source"
             )));
         }
     };
     let cases = match world {
         World::Retention => include_str!("templates/retention.cases.json"),
+        World::Purge => include_str!("templates/purge.cases.json"),
         _ => include_str!("templates/access.cases.json"),
     };
     Ok((policy, cases))

@@ -385,31 +385,31 @@ async fn log_decision(
 ) {
     use custodian_core::decisions::log::{self, Weight};
     let (weight, outcome, output) = match answer {
-        Ok(Decision::Allow) => (Weight::Routine, "allow", "\"allow\"".to_owned()),
+        Ok(Decision::Allow) => (Weight::Routine, "allow", serde_json::json!("allow")),
         Ok(Decision::Deny(reason)) => (
             Weight::Always,
             "deny",
-            serde_json::json!({ "deny": reason }).to_string(),
+            serde_json::json!({ "deny": reason }),
         ),
         Err(unanswered) => (
             Weight::Always,
             "unanswered",
-            serde_json::json!({ "error": unanswered.to_string() }).to_string(),
+            serde_json::json!({ "error": unanswered.to_string() }),
         ),
     };
-    if !log::Decision::logged(weight, log::draw()) {
+    if !host.plugins.sampling().draw(weight) {
         return;
     }
     let mut about = vec![format!("principal:{}", asked.principal.name)];
     about.extend(target_labels(asked.action, &asked.target));
-    let input = format!("{asked:?}");
     let record = log::Decision {
         world: "access",
         function: "decide",
         plugin: Some(hash),
-        input: &input,
+        // Kept whole where it fits: a dry run asks a candidate plugin it.
+        input: serde_json::to_value(asked).unwrap_or_default(),
         outcome,
-        output: &output,
+        output,
         about,
     }
     .record(host.clock.now_ms());
@@ -468,21 +468,12 @@ pub(crate) fn refusal_record(
 /// `version:`, `subject:`), as audit targets.
 fn target_labels(action: Action, target: &Target) -> Vec<String> {
     let mut targets = vec![format!("action:{action}")];
-    let parts = [
-        ("store", &target.store),
-        ("repo", &target.repository),
-        ("key", &target.key),
-        ("version", &target.version),
-        ("subject", &target.subject),
-    ];
-    for (label, value) in parts {
-        if let Some(value) = value {
-            targets.push(truncated(
-                &format!("{label}:{value}"),
-                audit::MAX_TARGET_BYTES,
-            ));
-        }
-    }
+    targets.extend(
+        target
+            .labels()
+            .iter()
+            .map(|label| truncated(label, audit::MAX_TARGET_BYTES)),
+    );
     targets
 }
 

@@ -17,7 +17,7 @@ use super::error::one_line;
 use super::extract::{BodyLimit, Received, path, read_body};
 use crate::serve::Host;
 use custodian_runtime::World;
-use custodian_runtime::plugin_set::{MAX_DRY_RUN_ITEMS, SwapError};
+use custodian_runtime::plugin_set::{MAX_DRY_RUN_ITEMS, Replay, SwapError};
 use custodian_runtime::signature::Signature;
 
 pub(super) fn routes() -> Router<Arc<Host>> {
@@ -87,7 +87,13 @@ async fn swap(
     if query.dry_run {
         return match host
             .plugins
-            .dry_run(world, Vec::from(bytes), source, signature, items)
+            .dry_run(
+                world,
+                Vec::from(bytes),
+                source,
+                signature,
+                Replay::quietly(items),
+            )
             .await
         {
             Ok(report) => Ok(Json(json!(report))),

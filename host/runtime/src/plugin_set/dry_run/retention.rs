@@ -1,0 +1,209 @@
+//! The retention world's replay: each takedown request in retain,
+//! assessed by both plugins as a filing assesses it (its creation, its
+//! hold, stage `retaining`, the deployer's settings), compared on when it
+//! may be purged.
+//!
+//! A request's purge eligibility is `now` when `may-purge` allows it, and
+//! otherwise the `retain-until` the plugin answered: two plugins that
+//! both let a request go now decide alike whatever instants they name,
+//! and two that keep it differ when they keep it to different instants.
+
+use std::sync::Arc;
+
+use super::{Compared, Replay, blocking};
+use crate::plugin_set::{PluginSet, SwapError, World};
+use crate::policy::PolicyError;
+use crate::policy::retention::{Assessment, Item, RetentionPolicy, Settings, Stage, Verdict};
+use crate::{CallContext, Grants};
+use custodian_contract::lock::{REQUEST_TAG, RequestLock, RowKey, parse_key};
+use custodian_kv::Kv;
+
+/// Lock rows read per page while looking for requests in retain.
+const PAGE: u32 = 1_000;
+
+/// The settings, for a person.
+pub(super) fn describe(settings: Settings) -> String {
+    format!(
+        "retention {} ms, noncurrent retention {} ms",
+        settings.retention_ms, settings.noncurrent_retention_ms
+    )
+}
+
+/// When a request may be purged, as one plugin decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Eligibility {
+    /// Purging may begin now.
+    Now,
+    /// Not before this instant (and only then if no hold is set).
+    Kept {
+        /// The plugin's retain-until.
+        until_ms: u64,
+    },
+    /// The plugin answered an error.
+    Refused(String),
+    /// No answer: a trap, a limit.
+    Failed(String),
+}
+
+impl Eligibility {
+    fn of(answer: Result<Result<Assessment, PolicyError>, crate::CallError>) -> (Self, String) {
+        match answer {
+            Ok(Ok(assessment)) => match assessment.may_purge {
+                Verdict::Allow => (Self::Now, "may be purged now".to_owned()),
+                Verdict::Deny(reason) => (
+                    Self::Kept {
+                        until_ms: assessment.retain_until_ms,
+                    },
+                    format!("kept until {}: {reason}", assessment.retain_until_ms),
+                ),
+            },
+            Ok(Err(error)) => {
+                let why = error.to_string();
+                (
+                    Self::Refused(why.clone()),
+                    format!("answers an error: {why}"),
+                )
+            }
+            Err(error) => {
+                let why = error.to_string();
+                (Self::Failed(why.clone()), format!("no answer: {why}"))
+            }
+        }
+    }
+}
+
+/// Up to `limit` takedown requests whose lock is not yet purging, by id.
+async fn requests_in_retain(
+    kv: &dyn Kv,
+    limit: u32,
+) -> Result<Vec<([u8; 32], RequestLock)>, SwapError> {
+    let partition = custodian_core::locks::partition();
+    let unreadable = |e: String| SwapError::Refused(format!("cannot read the locks: {e}"));
+    let (start, end) = ([REQUEST_TAG], [REQUEST_TAG + 1]);
+    let mut found = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(&partition, &start, Some(&end), cursor.as_deref(), PAGE)
+            .await
+            .map_err(|e| unreadable(e.to_string()))?;
+        for (key, value) in &page.entries {
+            let Some(RowKey::Request(id)) = parse_key(key) else {
+                continue;
+            };
+            let lock = RequestLock::decode(value).map_err(|e| unreadable(e.to_string()))?;
+            if !lock.purging {
+                found.push((id, lock));
+                if found.len() >= limit as usize {
+                    return Ok(found);
+                }
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(found),
+        }
+    }
+}
+
+impl PluginSet {
+    /// Assesses up to `replay.limit` requests in retain with both
+    /// plugins.
+    pub(super) async fn replay_retention(
+        &self,
+        before: Arc<RetentionPolicy>,
+        after: Arc<RetentionPolicy>,
+        replay: &Replay,
+    ) -> Result<Vec<Compared>, SwapError> {
+        let requests = requests_in_retain(self.services.kv.as_ref(), replay.limit()).await?;
+        let settings = self.retention.settings;
+        let limits = self.settings(World::Retention).limits;
+        let now = self.clock.now_ms();
+        // As the host asks retention: granted nothing.
+        let call = |policy: &RetentionPolicy| {
+            Arc::new(CallContext {
+                services: self.isolated.clone(),
+                grants: Grants::none(),
+                limits: limits.clone(),
+                actor: policy.plugin().info().actor(),
+            })
+        };
+        let (before_call, after_call) = (call(&before), call(&after));
+        let replay = replay.clone();
+        blocking(move || {
+            let mut compared = Vec::with_capacity(requests.len());
+            for (done, (id, lock)) in requests.iter().enumerate() {
+                let item = Item {
+                    created_ms: lock.created_ms,
+                    noncurrent_since_ms: None,
+                    hold: lock.hold,
+                    stage: Stage::Retaining,
+                };
+                let (was, before_text) =
+                    Eligibility::of(before.assess(before_call.clone(), settings, item, now));
+                let (will, after_text) =
+                    Eligibility::of(after.assess(after_call.clone(), settings, item, now));
+                compared.push(Compared {
+                    item: format!(
+                        "request {} (filed at {}, retained until {} as filed{})",
+                        hex::encode(id),
+                        lock.created_ms,
+                        lock.retain_until_ms,
+                        if lock.hold { ", held" } else { "" }
+                    ),
+                    differences: differences(&was, &will),
+                    before: before_text,
+                    after: after_text,
+                });
+                replay.tell(done + 1, requests.len());
+            }
+            compared
+        })
+        .await
+    }
+}
+
+/// Where two eligibilities differ; none when they are alike.
+fn differences(was: &Eligibility, will: &Eligibility) -> Vec<String> {
+    if was == will {
+        return Vec::new();
+    }
+    vec![match (was, will) {
+        (Eligibility::Now, Eligibility::Kept { until_ms }) => {
+            format!("purgeable now → kept until {until_ms}")
+        }
+        (Eligibility::Kept { until_ms }, Eligibility::Now) => {
+            format!("kept until {until_ms} → purgeable now")
+        }
+        (Eligibility::Kept { until_ms: a }, Eligibility::Kept { until_ms: b }) => {
+            format!("kept until {a} → {b}")
+        }
+        _ => "the outcome".to_owned(),
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_plugins_that_both_let_a_request_go_now_decide_alike_whatever_instants_they_name() {
+        let now = Eligibility::Now;
+        assert!(differences(&now, &Eligibility::Now).is_empty());
+        assert_eq!(
+            differences(&now, &Eligibility::Kept { until_ms: 9 }),
+            ["purgeable now → kept until 9"]
+        );
+        assert_eq!(
+            differences(
+                &Eligibility::Kept { until_ms: 5 },
+                &Eligibility::Kept { until_ms: 9 }
+            ),
+            ["kept until 5 → 9"]
+        );
+        assert_eq!(
+            differences(&now, &Eligibility::Failed("trap".into())),
+            ["the outcome"]
+        );
+    }
+}

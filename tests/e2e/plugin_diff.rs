@@ -233,3 +233,82 @@ fn the_strict_test_guest_is_the_readme_retention_example_word_for_word() {
         "tests/guests/strict/src/lib.rs must end with the README's example"
     );
 }
+
+#[test]
+fn a_retention_diff_with_a_purge_plan_shows_each_version_the_run_would_keep_that_it_would_have_deleted()
+ {
+    use crate::takedown::DAY;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let source = dir.path().join("a.txt");
+    // Two versions of one key in the data directory's serving store.
+    let store = format!("file://{}", data.join("serving").display());
+    let mut versions = Vec::new();
+    let mut condition = vec!["--if-none-match".to_owned()];
+    for body in ["first", "second"] {
+        std::fs::write(&source, body).unwrap();
+        let mut args = vec!["object", "put", "--store", &store, "docs/a.txt"];
+        args.extend([source.to_str().unwrap(), "--json"]);
+        args.extend(condition.iter().map(String::as_str));
+        let (code, stdout, stderr) = outcome(&run(&args));
+        assert_eq!(code, 0, "{stderr}");
+        let meta: Value = serde_json::from_str(&stdout).unwrap();
+        versions.push(meta["version_id"].as_str().unwrap().to_owned());
+        condition = vec!["--if-match".into(), meta["etag"].as_str().unwrap().into()];
+    }
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        serde_json::json!([{"pointer": "docs/a.txt.dvc", "object": "docs/a.txt", "version_id": versions[0]}])
+            .to_string(),
+    )
+    .unwrap();
+
+    // Twenty days on, with ten days' retention, the bundled policy would
+    // let the run delete both; the strict one keeps each 30 days.
+    let now = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+        + 20 * DAY;
+    let (now, ten_days) = (now.to_string(), (10 * DAY).to_string());
+    let with_plan = |world: &str, plugin: &Path| -> Vec<String> {
+        let mut args = vec!["plugin", "diff", "--json", "--world", world];
+        args.extend([plugin.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+        args.extend(["--plan", plan.to_str().unwrap(), "--store", "serving"]);
+        args.iter().map(|a| (*a).to_owned()).collect()
+    };
+    let mut args = with_plan("retention", crate::support::strict());
+    args.extend(["--now".into(), now, "--retention-ms".into(), ten_days]);
+    let (code, stdout, stderr) =
+        outcome(&run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(code, 0, "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["items"], 2, "every version of the key: {report}");
+    let changed = report["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 2, "{report}");
+    for (change, version) in changed.iter().zip(versions.iter().rev()) {
+        assert_eq!(
+            change["item"],
+            format!("version serving/docs/a.txt@{version}"),
+            "newest first: {report}"
+        );
+        assert_eq!(change["before"], "may be deleted now", "{report}");
+        assert!(
+            change["differences"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("deletable now → kept until "),
+            "{report}"
+        );
+    }
+
+    // A plan needs its store, and only a retention diff takes one.
+    let args = with_plan("takedown", stepper());
+    let (code, _, stderr) = outcome(&run(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--world retention"), "{stderr}");
+}

@@ -71,7 +71,7 @@ fn passes_its_table(dir: &Path, plugin: &Path, at_least: u64) {
 #[test]
 fn new_rust_projects_build_outside_the_repository_and_pass_their_tables() {
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [("retention", 6), ("purge", 6)] {
+    for (world, cases) in [("retention", 6), ("purge", 6), ("archive", 5)] {
         let name = format!("my-{world}");
         let project = dir.path().join(&name);
         let report = new(world, &project, "rust");
@@ -107,7 +107,12 @@ fn new_python_projects_build_with_componentize_py_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [("retention", 6), ("access", 5), ("purge", 6)] {
+    for (world, cases) in [
+        ("retention", 6),
+        ("access", 5),
+        ("purge", 6),
+        ("archive", 5),
+    ] {
         let project = dir.path().join(format!("{world}-py"));
         let report = new(world, &project, "python");
         assert!(
@@ -141,7 +146,12 @@ fn new_javascript_projects_build_with_jco_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [("retention", 6), ("access", 5), ("purge", 6)] {
+    for (world, cases) in [
+        ("retention", 6),
+        ("access", 5),
+        ("purge", 6),
+        ("archive", 5),
+    ] {
         let project = dir.path().join(format!("{world}-js"));
         let report = new(world, &project, "js");
         let package: Value =

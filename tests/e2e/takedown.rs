@@ -541,7 +541,8 @@ fn on_moto_a_takedown_preserves_to_and_purges_from_an_s3_preserved_store() {
             .output()
             .unwrap();
         let (code, stdout, stderr) = outcome(&output);
-        assert_eq!(code, 0, "custodian {args:?}: {stderr}");
+        // stdout has the report of each step, a failed one's error too.
+        assert_eq!(code, 0, "custodian {args:?}: {stderr}\n{stdout}");
         stdout
     };
     let file = dir.path().join("big.bin");

@@ -7,13 +7,16 @@
 //! - [`crate::decisions::purge`]: the purge policy's decision per version;
 //! - [`run`]: the runner, which establishes the facts, asks the purge and
 //!   retention policies, deletes exact versions and verifies they are gone;
-//! - [`report`]: what it did.
+//! - [`report`]: what it did;
+//! - [`touched`]: the versions a run of a plan would ask retention about,
+//!   for a dry run of a retention plugin.
 
 pub mod error;
 pub mod plan;
 pub mod published;
 pub mod report;
 pub mod run;
+pub mod touched;
 
 #[cfg(test)]
 mod tests;

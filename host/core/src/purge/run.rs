@@ -70,13 +70,28 @@ pub const MAX_LISTED_VERSIONS: usize = 1_000_000;
 
 /// A listed version and when it stopped being current.
 #[derive(Debug, Clone)]
-struct Found {
-    version: ListedVersion,
-    noncurrent_since_ms: Option<u64>,
+pub(super) struct Found {
+    pub(super) version: ListedVersion,
+    pub(super) noncurrent_since_ms: Option<u64>,
+}
+
+impl Found {
+    /// What retention is told of this version before it is deleted: its
+    /// write time as `created_ms` (0 if unknown), when the next newer
+    /// version was written as `noncurrent_since_ms`, no hold, stage
+    /// `Retaining`.
+    pub(super) fn retention_item(&self) -> Item {
+        Item {
+            created_ms: self.version.last_modified_ms.unwrap_or(0),
+            noncurrent_since_ms: self.noncurrent_since_ms,
+            hold: false,
+            stage: Stage::Retaining,
+        }
+    }
 }
 
 /// Every version under `prefix` (with `exact`, only of the key `prefix`).
-async fn list(
+pub(super) async fn list(
     store: &dyn ObjectStore,
     prefix: &str,
     exact: bool,
@@ -159,15 +174,9 @@ impl Runner<'_> {
         if let Verdict::Retain(reason) = verdict {
             return Ok(Some(format!("purge policy: {reason}")));
         }
-        let item = Item {
-            created_ms: v.last_modified_ms.unwrap_or(0),
-            noncurrent_since_ms: found.noncurrent_since_ms,
-            hold: false,
-            stage: Stage::Retaining,
-        };
         let assessment = self
             .retention
-            .assess(item, self.now_ms)
+            .assess(found.retention_item(), self.now_ms)
             .map_err(|error| PurgeError::Retention { object, error })?;
         Ok(match assessment.may_delete {
             RetentionVerdict::Allow => None,

@@ -69,7 +69,7 @@ pub mod shared;
 #[cfg(test)]
 mod tests;
 
-pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS, Progress, Replay};
+pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS, PlanReplay, Progress, Replay};
 pub use events::{NoEvents, SetEvents};
 use proof::read_source;
 pub use rollback::LastSwap;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use custodian::clock::{Clock, FixedClock, SystemClock};
-use custodian::plugin_set::{DryRun, MAX_DRY_RUN_ITEMS, Progress, Replay};
+use custodian::plugin_set::{DryRun, MAX_DRY_RUN_ITEMS, PlanReplay, Progress, Replay};
+use custodian::purge::plan::Plan;
 use custodian::runtime::World;
 
 use super::signing;
@@ -41,6 +42,15 @@ pub struct DiffArgs {
     /// [default: `[retention]` of --config].
     #[arg(long, value_name = "MS")]
     pub noncurrent_retention_ms: Option<u64>,
+    /// For the retention world: a purge plan (as `custodian purge delete`
+    /// takes it) whose versions are replayed too: whether each may be
+    /// deleted. Needs --store.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub plan: Option<PathBuf>,
+    /// The store the plan is for: `serving`, `preserved` or a store of
+    /// --config.
+    #[arg(long, value_name = "NAME", requires = "plan")]
+    pub store: Option<String>,
     /// "Now" for the replay, ms since the epoch [default: now].
     #[arg(long, value_name = "MS")]
     pub now: Option<u64>,
@@ -56,6 +66,23 @@ pub(super) fn run(global: &Global, args: &DiffArgs) -> Outcome {
         .with_context(|| format!("cannot read {}", args.plugin.display()))
         .map_err(Failure::Usage)?;
     let signature = signing::signature_for(&args.plugin, args.signature.as_deref())?;
+    let plan = match (&args.plan, &args.store) {
+        (Some(file), Some(store)) => {
+            if args.world != World::Retention {
+                return Err(Failure::Usage(anyhow!(
+                    "--plan replays retention decisions: it needs --world retention"
+                )));
+            }
+            let plan = Plan::read(file)
+                .with_context(|| format!("cannot use {} as a purge plan", file.display()))
+                .map_err(Failure::Usage)?;
+            Some(PlanReplay {
+                store: store.clone(),
+                plan: Arc::new(plan),
+            })
+        }
+        _ => None,
+    };
     let clock: Arc<dyn Clock> = match args.now {
         Some(now) => Arc::new(FixedClock::new(now)),
         None => Arc::new(SystemClock),
@@ -95,6 +122,7 @@ pub(super) fn run(global: &Global, args: &DiffArgs) -> Outcome {
         Replay {
             limit: args.limit,
             progress,
+            plan,
         },
     ));
     if let Some(bar) = bar {

@@ -83,8 +83,9 @@ pub enum Lang {
 /// `custodian plugin new`'s arguments.
 #[derive(Debug, Args)]
 pub struct NewArgs {
-    /// The world the plugin implements: retention, access or purge (the
-    /// worlds with a starting policy so far).
+    /// The world the plugin implements: retention, access, purge or
+    /// archive (takedown has no starting policy: start from its bundled
+    /// source).
     pub world: World,
     /// The directory to create (it must not exist, or be empty).
     pub dir: PathBuf,
@@ -178,30 +179,32 @@ pub(super) fn run(args: &NewArgs) -> Outcome {
 
 /// The starting policy's source and its table, by world and language.
 fn starting_policy(world: World, lang: Lang) -> Result<(&'static str, &'static str), Failure> {
-    let policy = match (world, lang) {
-        (World::Retention, Lang::Rust) => include_str!("templates/retention.rs"),
-        (World::Retention, Lang::Python) => include_str!("templates/retention.py"),
-        (World::Retention, Lang::Js) => include_str!("templates/retention.js"),
-        (World::Access, Lang::Rust) => include_str!("templates/access.rs"),
-        (World::Access, Lang::Python) => include_str!("templates/access.py"),
-        (World::Access, Lang::Js) => include_str!("templates/access.js"),
-        (World::Purge, Lang::Rust) => include_str!("templates/purge.rs"),
-        (World::Purge, Lang::Python) => include_str!("templates/purge.py"),
-        (World::Purge, Lang::Js) => include_str!("templates/purge.js"),
-        (world, _) => {
+    macro_rules! by_lang {
+        ($world:literal) => {
+            (
+                match lang {
+                    Lang::Rust => include_str!(concat!("templates/", $world, ".rs")),
+                    Lang::Python => include_str!(concat!("templates/", $world, ".py")),
+                    Lang::Js => include_str!(concat!("templates/", $world, ".js")),
+                },
+                include_str!(concat!("templates/", $world, ".cases.json")),
+            )
+        };
+    }
+    Ok(match world {
+        World::Retention => by_lang!("retention"),
+        World::Access => by_lang!("access"),
+        World::Purge => by_lang!("purge"),
+        World::Archive => by_lang!("archive"),
+        World::Takedown => {
             return Err(Failure::Usage(anyhow!(
-                "there is no starting policy for the {world} world yet (retention, access and \
-                 purge have one); `custodian plugin export {world}` writes the bundled plugin, and \
-                 plugins/{world}/ in the repository holds its Rust source"
+                "there is no starting policy for the takedown world: its policy is the whole \
+                 takedown workflow (every other world has one); `custodian plugin export \
+                 takedown` writes the bundled plugin, and plugins/takedown/ in the repository \
+                 holds its Rust source"
             )));
         }
-    };
-    let cases = match world {
-        World::Retention => include_str!("templates/retention.cases.json"),
-        World::Purge => include_str!("templates/purge.cases.json"),
-        _ => include_str!("templates/access.cases.json"),
-    };
-    Ok((policy, cases))
+    })
 }
 
 /// How a Rust project names the SDK in its `Cargo.toml`.

@@ -12,7 +12,9 @@
 //!   writes and audit entries.
 //! - **retention** ([`retention`]): every takedown request in retain (its
 //!   lock not yet purging), assessed by each plugin as a filing assesses
-//!   it, with the deployer's settings: when it may be purged.
+//!   it, with the deployer's settings: when it may be purged; and, given a
+//!   purge plan, every version a run of it would ask retention about:
+//!   whether it may be deleted.
 //! - **access** ([`access`]): the most recent distinct access requests the
 //!   decision log kept (every denial, and the sampled allows), decided by
 //!   each plugin.
@@ -43,6 +45,15 @@ const MAX_DIFFERENCES: usize = 8;
 /// (known once the state is read).
 pub type Progress = Arc<dyn Fn(u32, u32) + Send + Sync>;
 
+/// A purge plan whose versions a retention dry run replays.
+#[derive(Clone)]
+pub struct PlanReplay {
+    /// The store the plan is for, by its name in the deployment.
+    pub store: String,
+    /// The plan.
+    pub plan: Arc<custodian_core::purge::plan::Plan>,
+}
+
 /// What a dry run replays, and who hears of its progress.
 #[derive(Clone)]
 pub struct Replay {
@@ -51,6 +62,9 @@ pub struct Replay {
     pub limit: u32,
     /// Told after each item.
     pub progress: Option<Progress>,
+    /// For the retention world: a purge plan whose versions are replayed
+    /// too.
+    pub plan: Option<PlanReplay>,
 }
 
 impl Replay {
@@ -59,6 +73,7 @@ impl Replay {
         Self {
             limit,
             progress: None,
+            plan: None,
         }
     }
 
@@ -149,8 +164,13 @@ impl PluginSet {
                     "takedown requests in retain: when each may be purged, as each plugin \
                      assesses it with the configured settings ({}); a request keeps the \
                      retain-until it was filed with (or an operator extended it to), so a \
-                     swap changes it for requests filed after the swap",
-                    retention::describe(self.retention.settings)
+                     swap changes it for requests filed after the swap{}",
+                    retention::describe(self.retention.settings),
+                    replay.plan.as_ref().map_or(String::new(), |p| format!(
+                        "; then the versions of {} a run of the purge plan would ask \
+                         retention about: when each may be deleted",
+                        p.store
+                    ))
                 ),
                 self.replay_retention(before.clone(), after.clone(), &replay)
                     .await?,

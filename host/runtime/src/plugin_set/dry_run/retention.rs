@@ -1,12 +1,14 @@
 //! The retention world's replay: each takedown request in retain,
 //! assessed by both plugins as a filing assesses it (its creation, its
 //! hold, stage `retaining`, the deployer's settings), compared on when it
-//! may be purged.
+//! may be purged; then, given a purge plan, each version a run of it
+//! would ask retention about, compared on when it may be deleted.
 //!
-//! A request's purge eligibility is `now` when `may-purge` allows it, and
-//! otherwise the `retain-until` the plugin answered: two plugins that
-//! both let a request go now decide alike whatever instants they name,
-//! and two that keep it differ when they keep it to different instants.
+//! Eligibility is `now` when the verdict (`may-purge` for a request,
+//! `may-delete` for a version) allows, and otherwise the `retain-until`
+//! the plugin answered: two plugins that both let an item go now decide
+//! alike whatever instants they name, and two that keep it differ when
+//! they keep it to different instants.
 
 use std::sync::Arc;
 
@@ -45,11 +47,33 @@ enum Eligibility {
     Failed(String),
 }
 
+/// Which of an assessment's verdicts decides.
+#[derive(Debug, Clone, Copy)]
+enum Asked {
+    /// `may-purge`, of a request.
+    Purge,
+    /// `may-delete`, of a version.
+    Delete,
+}
+
 impl Eligibility {
-    fn of(answer: Result<Result<Assessment, PolicyError>, crate::CallError>) -> (Self, String) {
+    fn of(
+        answer: Result<Result<Assessment, PolicyError>, crate::CallError>,
+        asked: Asked,
+    ) -> (Self, String) {
         match answer {
-            Ok(Ok(assessment)) => match assessment.may_purge {
-                Verdict::Allow => (Self::Now, "may be purged now".to_owned()),
+            Ok(Ok(assessment)) => match match asked {
+                Asked::Purge => assessment.may_purge,
+                Asked::Delete => assessment.may_delete,
+            } {
+                Verdict::Allow => (
+                    Self::Now,
+                    match asked {
+                        Asked::Purge => "may be purged now",
+                        Asked::Delete => "may be deleted now",
+                    }
+                    .to_owned(),
+                ),
                 Verdict::Deny(reason) => (
                     Self::Kept {
                         until_ms: assessment.retain_until_ms,
@@ -107,15 +131,58 @@ async fn requests_in_retain(
 }
 
 impl PluginSet {
-    /// Assesses up to `replay.limit` requests in retain with both
-    /// plugins.
+    /// Assesses up to `replay.limit` requests in retain, then versions of
+    /// the plan, with both plugins.
     pub(super) async fn replay_retention(
         &self,
         before: Arc<RetentionPolicy>,
         after: Arc<RetentionPolicy>,
         replay: &Replay,
     ) -> Result<Vec<Compared>, SwapError> {
-        let requests = requests_in_retain(self.services.kv.as_ref(), replay.limit()).await?;
+        let limit = replay.limit();
+        let mut items: Vec<(String, Item, Asked)> =
+            requests_in_retain(self.services.kv.as_ref(), limit)
+                .await?
+                .into_iter()
+                .map(|(id, lock)| {
+                    let item = Item {
+                        created_ms: lock.created_ms,
+                        noncurrent_since_ms: None,
+                        hold: lock.hold,
+                        stage: Stage::Retaining,
+                    };
+                    let name = format!(
+                        "request {} (filed at {}, retained until {} as filed{})",
+                        hex::encode(id),
+                        lock.created_ms,
+                        lock.retain_until_ms,
+                        if lock.hold { ", held" } else { "" }
+                    );
+                    (name, item, Asked::Purge)
+                })
+                .collect();
+        if let Some(planned) = &replay.plan {
+            let store = self.services.stores.get(&planned.store).ok_or_else(|| {
+                SwapError::Refused(format!(
+                    "no store named {:?} to replay the purge plan on",
+                    planned.store
+                ))
+            })?;
+            let room = (limit as usize).saturating_sub(items.len());
+            let touched =
+                custodian_core::purge::touched::touched(store.as_ref(), &planned.plan, room)
+                    .await
+                    .map_err(|e| {
+                        SwapError::Refused(format!("cannot list the plan's versions: {e}"))
+                    })?;
+            items.extend(touched.into_iter().map(|t| {
+                (
+                    format!("version {}/{}@{}", planned.store, t.key, t.version_id),
+                    t.item,
+                    Asked::Delete,
+                )
+            }));
+        }
         let settings = self.retention.settings;
         let limits = self.settings(World::Retention).limits;
         let now = self.clock.now_ms();
@@ -131,31 +198,23 @@ impl PluginSet {
         let (before_call, after_call) = (call(&before), call(&after));
         let replay = replay.clone();
         blocking(move || {
-            let mut compared = Vec::with_capacity(requests.len());
-            for (done, (id, lock)) in requests.iter().enumerate() {
-                let item = Item {
-                    created_ms: lock.created_ms,
-                    noncurrent_since_ms: None,
-                    hold: lock.hold,
-                    stage: Stage::Retaining,
-                };
-                let (was, before_text) =
-                    Eligibility::of(before.assess(before_call.clone(), settings, item, now));
-                let (will, after_text) =
-                    Eligibility::of(after.assess(after_call.clone(), settings, item, now));
+            let mut compared = Vec::with_capacity(items.len());
+            for (done, (name, item, asked)) in items.iter().enumerate() {
+                let (was, before_text) = Eligibility::of(
+                    before.assess(before_call.clone(), settings, *item, now),
+                    *asked,
+                );
+                let (will, after_text) = Eligibility::of(
+                    after.assess(after_call.clone(), settings, *item, now),
+                    *asked,
+                );
                 compared.push(Compared {
-                    item: format!(
-                        "request {} (filed at {}, retained until {} as filed{})",
-                        hex::encode(id),
-                        lock.created_ms,
-                        lock.retain_until_ms,
-                        if lock.hold { ", held" } else { "" }
-                    ),
-                    differences: differences(&was, &will),
+                    item: name.clone(),
+                    differences: differences(&was, &will, *asked),
                     before: before_text,
                     after: after_text,
                 });
-                replay.tell(done + 1, requests.len());
+                replay.tell(done + 1, items.len());
             }
             compared
         })
@@ -164,16 +223,20 @@ impl PluginSet {
 }
 
 /// Where two eligibilities differ; none when they are alike.
-fn differences(was: &Eligibility, will: &Eligibility) -> Vec<String> {
+fn differences(was: &Eligibility, will: &Eligibility, asked: Asked) -> Vec<String> {
     if was == will {
         return Vec::new();
     }
+    let now = match asked {
+        Asked::Purge => "purgeable now",
+        Asked::Delete => "deletable now",
+    };
     vec![match (was, will) {
         (Eligibility::Now, Eligibility::Kept { until_ms }) => {
-            format!("purgeable now → kept until {until_ms}")
+            format!("{now} → kept until {until_ms}")
         }
         (Eligibility::Kept { until_ms }, Eligibility::Now) => {
-            format!("kept until {until_ms} → purgeable now")
+            format!("kept until {until_ms} → {now}")
         }
         (Eligibility::Kept { until_ms: a }, Eligibility::Kept { until_ms: b }) => {
             format!("kept until {a} → {b}")
@@ -189,20 +252,25 @@ mod tests {
     #[test]
     fn two_plugins_that_both_let_a_request_go_now_decide_alike_whatever_instants_they_name() {
         let now = Eligibility::Now;
-        assert!(differences(&now, &Eligibility::Now).is_empty());
+        assert!(differences(&now, &Eligibility::Now, Asked::Purge).is_empty());
         assert_eq!(
-            differences(&now, &Eligibility::Kept { until_ms: 9 }),
+            differences(&now, &Eligibility::Kept { until_ms: 9 }, Asked::Purge),
             ["purgeable now → kept until 9"]
+        );
+        assert_eq!(
+            differences(&Eligibility::Kept { until_ms: 9 }, &now, Asked::Delete),
+            ["kept until 9 → deletable now"]
         );
         assert_eq!(
             differences(
                 &Eligibility::Kept { until_ms: 5 },
-                &Eligibility::Kept { until_ms: 9 }
+                &Eligibility::Kept { until_ms: 9 },
+                Asked::Purge
             ),
             ["kept until 5 → 9"]
         );
         assert_eq!(
-            differences(&now, &Eligibility::Failed("trap".into())),
+            differences(&now, &Eligibility::Failed("trap".into()), Asked::Delete),
             ["the outcome"]
         );
     }

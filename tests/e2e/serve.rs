@@ -484,8 +484,23 @@ fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
         .env("CUSTODIAN_TOKEN", TOKEN)
         .output()
         .unwrap();
-    assert_eq!(swapped.status.code(), Some(1));
+    assert_eq!(
+        swapped.status.code(),
+        Some(2),
+        "refused: the plugin's fault"
+    );
     let stderr = String::from_utf8_lossy(&swapped.stderr);
+    assert!(stderr.contains("trapper traps on status"), "{stderr}");
+    // `plugin check` passes it unless asked for the swap's smoke call.
+    let trapper_path = trapper().to_str().unwrap();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["plugin", "check", trapper_path, "--world", "takedown"];
+        args.extend(extra);
+        outcome(&run(&args))
+    };
+    assert_eq!(check(&[]).0, 0);
+    let (code, _, stderr) = check(&["--smoke"]);
+    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("trapper traps on status"), "{stderr}");
     assert_eq!(
         metric(
@@ -735,5 +750,75 @@ fn sigterm_abandons_a_step_still_running_after_the_drain_period_and_it_commits_n
             .iter()
             .all(|r| r["actor"] != "system:timer"),
         "no step is audited"
+    );
+}
+
+/// The source `GET /v1/plugins` names `world`'s plugin by.
+fn plugin_source(server: &Server, world: &str) -> String {
+    plugins(server)["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["world"] == world)
+        .unwrap()["source"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn the_bundled_plugin_swaps_back_in_by_name_and_is_named_builtin_however_its_bytes_arrive() {
+    let server = Server::start("");
+    let upload = |bytes: &[u8]| {
+        let (status, body) = answer(
+            agent()
+                .put(&server.url("/v1/plugins/retention"))
+                .header("authorization", &bearer())
+                .send(bytes),
+        );
+        assert_eq!(status, 200, "{body}");
+    };
+    let strict = std::fs::read(crate::support::strict()).unwrap();
+    upload(&strict);
+    assert!(plugin_source(&server, "retention").starts_with("upload by "));
+    let swap_back = |spec: &str| {
+        custodian()
+            .args([
+                "plugin",
+                "swap",
+                "--world",
+                "retention",
+                "--server",
+                &server.base,
+                spec,
+            ])
+            .env("CUSTODIAN_TOKEN", TOKEN)
+            .output()
+            .unwrap()
+    };
+    let swapped = swap_back("builtin:retention");
+    assert!(
+        swapped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&swapped.stderr)
+    );
+    assert_eq!(plugin_source(&server, "retention"), "builtin:retention");
+    assert_eq!(
+        plugin_hash(&server, "retention"),
+        plugin_hash_of(crate::support::retention())
+    );
+
+    // The bundled bytes uploaded as a file are named for what they are.
+    upload(&strict);
+    upload(&std::fs::read(crate::support::retention()).unwrap());
+    assert_eq!(plugin_source(&server, "retention"), "builtin:retention");
+
+    // Another world's bundled plugin is the caller's mistake.
+    let refused = swap_back("builtin:takedown");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not a retention plugin"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
     );
 }

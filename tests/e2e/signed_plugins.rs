@@ -211,13 +211,13 @@ fn a_swap_needs_a_signature_by_a_trusted_key_and_the_set_records_the_signer() {
 
     let unsigned = rebuilt_takedown(dir.path(), "unsigned");
     let (code, stderr) = swap(&server, &unsigned);
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "refused: the plugin's fault: {stderr}");
     assert!(stderr.contains("is not signed"), "{stderr}");
 
     let by_stranger = rebuilt_takedown(dir.path(), "stranger");
     sign(&by_stranger, &stranger);
     let (code, stderr) = swap(&server, &by_stranger);
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "refused: the plugin's fault: {stderr}");
     assert!(stderr.contains("not among the trusted keys"), "{stderr}");
 
     // A signature moved to other bytes does not verify.
@@ -230,7 +230,7 @@ fn a_swap_needs_a_signature_by_a_trusted_key_and_the_set_records_the_signer() {
     )
     .unwrap();
     let (code, stderr) = swap(&server, &moved);
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "refused: the plugin's fault: {stderr}");
     assert!(stderr.contains("does not verify"), "{stderr}");
     assert_eq!(
         plugins(&server)["plugins"],

@@ -1,15 +1,18 @@
 //! `custodian plugin …`: inspect, check, list and export plugins.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use clap::Subcommand;
 use custodian::bundled;
+use custodian::clock::SystemClock;
+use custodian::plugin_set::smoke_test;
 use custodian::runtime::World;
 use serde_json::json;
 
 use super::options::Global;
-use super::plugin_spec::load;
+use super::plugin_spec::{self, load};
 use super::{Failure, Outcome, runtime};
 
 mod cases;
@@ -29,13 +32,19 @@ pub enum PluginCommand {
         json: bool,
     },
     /// Check that a plugin loads (and, with --world, implements that world);
-    /// exit 0 if so, 2 with the reason if not.
+    /// exit 0 if so, 2 with the reason if not. With --smoke, also make the
+    /// smoke call a start or a swap makes (one harmless call in isolation),
+    /// so a plugin that traps on every call is refused here, not by the
+    /// server.
     Check {
         /// A `.wasm` file, or `builtin:WORLD` for a bundled plugin.
         plugin: String,
         /// The world it must implement.
         #[arg(long)]
         world: Option<World>,
+        /// Prove it as a swap does: load, world, and a smoke call.
+        #[arg(long)]
+        smoke: bool,
     },
     /// Run a table of cases against a plugin, in any language: each case
     /// calls one function with JSON input and gives the answer it must
@@ -106,7 +115,8 @@ pub enum PluginCommand {
     /// it: calls already running finish on the old plugin, and once the
     /// command reports success no step of the old plugin can commit. A
     /// refused plugin leaves the old one serving; the reason is printed
-    /// and the exit code is 1.
+    /// and the exit code is 2, as `plugin check` exits for a plugin that
+    /// cannot serve (1 when the server fails).
     ///
     /// The plugin's signature (PLUGIN.sig, or --signature) goes with it;
     /// a server with `[plugins] trusted_keys` refuses a plugin without a
@@ -119,8 +129,9 @@ pub enum PluginCommand {
         /// The world to swap.
         #[arg(long)]
         world: World,
-        /// The new `.wasm` file.
-        plugin: PathBuf,
+        /// The new `.wasm` file, or `builtin:WORLD` to swap the bundled
+        /// plugin back in.
+        plugin: String,
         /// Its signature [default: PLUGIN.sig, when it exists].
         #[arg(long, value_name = "FILE")]
         signature: Option<PathBuf>,
@@ -147,7 +158,11 @@ pub enum PluginCommand {
 pub(super) fn run(global: &Global, command: PluginCommand) -> Outcome {
     match command {
         PluginCommand::Inspect { plugin, json } => inspect(global, &plugin, json),
-        PluginCommand::Check { plugin, world } => check(global, &plugin, world),
+        PluginCommand::Check {
+            plugin,
+            world,
+            smoke,
+        } => check(global, &plugin, world, smoke),
         PluginCommand::Test(args) => cases::run(global, &args),
         PluginCommand::New(args) => scaffold::run(&args),
         PluginCommand::Diff(args) => diff::run(global, &args),
@@ -223,7 +238,7 @@ fn inspect(global: &Global, spec: &str, as_json: bool) -> Outcome {
     Ok(())
 }
 
-fn check(global: &Global, spec: &str, world: Option<World>) -> Outcome {
+fn check(global: &Global, spec: &str, world: Option<World>, smoke: bool) -> Outcome {
     let runtime = runtime(global)?;
     let plugin = load(&runtime, spec)?;
     if let Some(world) = world {
@@ -238,12 +253,32 @@ fn check(global: &Global, spec: &str, world: Option<World>) -> Outcome {
             info.source
         )));
     }
+    if smoke {
+        let (bytes, _) = plugin_spec::bytes(spec)?;
+        let runtime = Arc::new(runtime);
+        let io = super::io_runtime()?;
+        for world in world.map_or_else(|| info.worlds.clone(), |w| vec![w]) {
+            io.block_on(smoke_test(
+                &runtime,
+                Arc::new(SystemClock),
+                world,
+                bytes.clone(),
+                info.source.clone(),
+            ))
+            .map_err(|e| Failure::Usage(anyhow!(e)))?;
+        }
+    }
     let worlds: Vec<&str> = info.worlds.iter().map(|w| w.name()).collect();
     println!(
-        "ok: {} is a {} plugin (custodian:policy@{})",
+        "ok: {} is a {} plugin (custodian:policy@{}){}",
         info.source,
         worlds.join(", "),
-        info.policy_version.as_deref().unwrap_or("-")
+        info.policy_version.as_deref().unwrap_or("-"),
+        if smoke {
+            ", and answers its smoke call"
+        } else {
+            ""
+        }
     );
     Ok(())
 }
@@ -311,7 +346,7 @@ fn client_token(token_file: Option<&Path>) -> Result<String, Failure> {
 
 fn swap(
     world: World,
-    plugin: &Path,
+    plugin: &str,
     signature: Option<&Path>,
     dry_run: bool,
     server: &str,
@@ -319,10 +354,18 @@ fn swap(
     as_json: bool,
 ) -> Outcome {
     let token = client_token(token_file)?;
-    let bytes = std::fs::read(plugin)
-        .with_context(|| format!("cannot read {}", plugin.display()))
-        .map_err(Failure::Usage)?;
-    let signature = signing::signature_for(plugin, signature)?;
+    let (bytes, bundled_world) = plugin_spec::bytes(plugin)?;
+    let (signature, source) = match bundled_world {
+        Some(named) if named != world => {
+            return Err(Failure::Usage(anyhow!("{plugin} is not a {world} plugin")));
+        }
+        // The bundled plugins need no signature: they are the binary's.
+        Some(_) => (None, bundled::name(world)),
+        None => (
+            signing::signature_for(Path::new(plugin), signature)?,
+            plugin.to_owned(),
+        ),
+    };
     let mut url = format!("{}/v1/plugins/{world}", server.trim_end_matches('/'));
     if dry_run {
         url.push_str("?dry_run=true");
@@ -339,7 +382,7 @@ fn swap(
     }
     let mut response = request
         .header("authorization", &format!("Bearer {token}"))
-        .header("x-custodian-source", &plugin.display().to_string())
+        .header("x-custodian-source", &source)
         .header("content-type", "application/wasm")
         // The server answers a refusal (a bad token, a bad world) before
         // reading the body; waiting for its go-ahead means the refusal
@@ -364,11 +407,12 @@ fn swap(
         let message = body["error"]["message"].as_str().unwrap_or("");
         let error = anyhow!("the swap was not done ({status}, {code}): {message}");
         // A deliberate exception to `Failure::of_kind`: this is the
-        // server's answer, known only by its API code, and the two codes
-        // that mean the user's own input (their token, the world they
-        // named) is wrong are bad usage; `unauthorized` has no kind.
+        // server's answer, known only by its API code, and the codes that
+        // mean the user's own input (their token, the world they named,
+        // the plugin they sent) is wrong are bad usage; `unauthorized`
+        // has no kind.
         return Err(match code {
-            "unauthorized" | "not_found" => Failure::Usage(error),
+            "unauthorized" | "not_found" | "plugin_refused" => Failure::Usage(error),
             _ => Failure::Failed(error),
         });
     }

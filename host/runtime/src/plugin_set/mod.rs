@@ -72,6 +72,7 @@ mod tests;
 pub use dry_run::{Change, DryRun, MAX_DRY_RUN_ITEMS, PlanReplay, Progress, Replay};
 pub use events::{NoEvents, SetEvents};
 use proof::read_source;
+pub use proof::smoke_test;
 pub use rollback::LastSwap;
 
 use std::collections::BTreeMap;

@@ -61,6 +61,14 @@ pub(super) async fn prove(
     let clock = clock.clone();
     let settings = settings.clone();
     // Compiling and the smoke call are synchronous and may take a while.
+    // The bundled plugin's bytes, however they came (swapped back in
+    // through the API, exported and loaded from a file), are named as the
+    // bundled plugin: that is what they are.
+    let source = if crate::bundled::plugin(world) == Some(bytes.as_slice()) {
+        crate::bundled::name(world)
+    } else {
+        source
+    };
     tokio::task::spawn_blocking(move || {
         let refused = |e: LoadError| SwapError::Refused(e.to_string());
         let plugin = Arc::new(runtime.load_bytes(&bytes, &source).map_err(refused)?);
@@ -94,6 +102,27 @@ pub(super) async fn prove(
     })
     .await
     .map_err(|e| SwapError::Refused(format!("the plugin's check could not finish: {e}")))?
+}
+
+/// Proves `bytes` as a plugin of `world` as a start or a swap proves it
+/// (it loads, implements the world and answers a smoke call), with the
+/// world's default limits and grants and no signature check: `custodian
+/// plugin check --smoke`.
+///
+/// # Errors
+/// [`SwapError::Refused`] with the reason.
+pub async fn smoke_test(
+    runtime: &Arc<Runtime>,
+    clock: Arc<dyn Clock>,
+    world: World,
+    bytes: Vec<u8>,
+    source: String,
+) -> Result<(), SwapError> {
+    let isolated = Services::isolated(clock.clone(), tokio::runtime::Handle::current());
+    let settings = super::world_settings(&BTreeMap::new(), world);
+    prove(runtime, &isolated, &clock, world, &settings, bytes, source)
+        .await
+        .map(drop)
 }
 
 /// One harmless call of the world's interface in isolation: an empty

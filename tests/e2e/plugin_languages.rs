@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::server::{Server, TOKEN};
-use crate::support::{custodian, outcome, run};
+use crate::server::Server;
+use crate::support::{outcome, run};
 
 /// The built example plugins: (language, path), or `None` (after saying
 /// why) when this is not CI and they were not built.
@@ -82,20 +82,7 @@ fn a_running_server_swaps_in_each_language_s_plugin_and_lists_it() {
     let Some(plugins) = examples() else { return };
     let server = Server::start_with("", &[]);
     for (language, plugin) in plugins {
-        let swapped = custodian()
-            .args([
-                "plugin",
-                "swap",
-                "--world",
-                "retention",
-                "--json",
-                "--server",
-                &server.base,
-            ])
-            .arg(&plugin)
-            .env("CUSTODIAN_TOKEN", TOKEN)
-            .output()
-            .unwrap();
+        let swapped = crate::serve::swap_with_cli(&server, "retention", &plugin, &["--json"]);
         assert!(
             swapped.status.success(),
             "{language}: {}",

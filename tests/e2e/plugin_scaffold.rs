@@ -12,6 +12,14 @@ use serde_json::Value;
 
 use crate::support::{outcome, run};
 
+/// Every world with a starting policy, and the cases of its table.
+const WORLDS: [(&str, u64); 4] = [
+    ("retention", 6),
+    ("access", 5),
+    ("purge", 6),
+    ("archive", 5),
+];
+
 /// The tool `var` names, or `None` (after saying why) outside CI.
 fn tool(var: &str) -> Option<PathBuf> {
     if let Some(path) = std::env::var_os(var)
@@ -107,12 +115,7 @@ fn new_python_projects_build_with_componentize_py_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [
-        ("retention", 6),
-        ("access", 5),
-        ("purge", 6),
-        ("archive", 5),
-    ] {
+    for (world, cases) in WORLDS {
         let project = dir.path().join(format!("{world}-py"));
         let report = new(world, &project, "python");
         assert!(
@@ -146,12 +149,7 @@ fn new_javascript_projects_build_with_jco_and_pass_their_tables() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for (world, cases) in [
-        ("retention", 6),
-        ("access", 5),
-        ("purge", 6),
-        ("archive", 5),
-    ] {
+    for (world, cases) in WORLDS {
         let project = dir.path().join(format!("{world}-js"));
         let report = new(world, &project, "js");
         let package: Value =

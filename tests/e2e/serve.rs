@@ -48,13 +48,19 @@ pub fn plugins(server: &Server) -> Value {
     body
 }
 
-pub fn plugin_hash(server: &Server, world: &str) -> String {
+/// `field` of `world`'s plugin in `GET /v1/plugins` of `server`.
+pub fn plugin_field(server: &Server, world: &str, field: &str) -> Value {
     plugins(server)["plugins"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["world"] == world)
-        .unwrap()["hash"]
+        .unwrap()[field]
+        .clone()
+}
+
+pub fn plugin_hash(server: &Server, world: &str) -> String {
+    plugin_field(server, world, "hash")
         .as_str()
         .unwrap()
         .to_owned()
@@ -88,17 +94,30 @@ pub fn push(server: &Server, repo: &str, path: &str, bytes: &[u8]) -> String {
     body["id"].as_str().unwrap().to_owned()
 }
 
-/// `custodian plugin swap --world takedown --json [extra] PLUGIN` against
-/// `server`, which must succeed; its report.
-pub fn swap_takedown_with_cli(server: &Server, plugin: &Path, extra: &[&str]) -> Value {
-    let swapped = custodian()
-        .args(["plugin", "swap", "--world", "takedown", "--json"])
+/// `custodian plugin swap --world WORLD [extra] PLUGIN` against `server`,
+/// with its token: how it ended.
+pub fn swap_with_cli(
+    server: &Server,
+    world: &str,
+    plugin: impl AsRef<std::ffi::OsStr>,
+    extra: &[&str],
+) -> std::process::Output {
+    custodian()
+        .args(["plugin", "swap", "--world", world])
         .args(extra)
         .args(["--server", &server.base])
         .arg(plugin)
         .env("CUSTODIAN_TOKEN", TOKEN)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// `custodian plugin swap --world takedown --json [extra] PLUGIN` against
+/// `server`, which must succeed; its report.
+pub fn swap_takedown_with_cli(server: &Server, plugin: &Path, extra: &[&str]) -> Value {
+    let mut flags = vec!["--json"];
+    flags.extend(extra);
+    let swapped = swap_with_cli(server, "takedown", plugin, &flags);
     assert!(
         swapped.status.success(),
         "custodian plugin swap: {}",
@@ -471,19 +490,7 @@ fn refused_swaps_say_why_and_leave_the_old_plugin_serving() {
         assert_eq!(plugin_hash(&server, "takedown"), old_hash, "{case}");
     }
     // The trap is named, not just "unreachable".
-    let swapped = custodian()
-        .args([
-            "plugin",
-            "swap",
-            "--world",
-            "takedown",
-            "--server",
-            &server.base,
-        ])
-        .arg(trapper())
-        .env("CUSTODIAN_TOKEN", TOKEN)
-        .output()
-        .unwrap();
+    let swapped = swap_with_cli(&server, "takedown", trapper(), &[]);
     assert_eq!(
         swapped.status.code(),
         Some(2),
@@ -755,12 +762,7 @@ fn sigterm_abandons_a_step_still_running_after_the_drain_period_and_it_commits_n
 
 /// The source `GET /v1/plugins` names `world`'s plugin by.
 fn plugin_source(server: &Server, world: &str) -> String {
-    plugins(server)["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["world"] == world)
-        .unwrap()["source"]
+    plugin_field(server, world, "source")
         .as_str()
         .unwrap()
         .to_owned()
@@ -781,21 +783,7 @@ fn the_bundled_plugin_swaps_back_in_by_name_and_is_named_builtin_however_its_byt
     let strict = std::fs::read(crate::support::strict()).unwrap();
     upload(&strict);
     assert!(plugin_source(&server, "retention").starts_with("upload by "));
-    let swap_back = |spec: &str| {
-        custodian()
-            .args([
-                "plugin",
-                "swap",
-                "--world",
-                "retention",
-                "--server",
-                &server.base,
-                spec,
-            ])
-            .env("CUSTODIAN_TOKEN", TOKEN)
-            .output()
-            .unwrap()
-    };
+    let swap_back = |spec: &str| swap_with_cli(&server, "retention", spec, &[]);
     let swapped = swap_back("builtin:retention");
     assert!(
         swapped.status.success(),

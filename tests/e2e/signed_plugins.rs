@@ -38,20 +38,7 @@ fn sign(plugin: &Path, key: &Path) {
 
 /// `custodian plugin swap` of the takedown world: (exit code, stderr).
 fn swap(server: &Server, plugin: &Path) -> (i32, String) {
-    let swapped = custodian()
-        .args([
-            "plugin",
-            "swap",
-            "--world",
-            "takedown",
-            "--json",
-            "--server",
-            &server.base,
-        ])
-        .arg(plugin)
-        .env("CUSTODIAN_TOKEN", TOKEN)
-        .output()
-        .unwrap();
+    let swapped = crate::serve::swap_with_cli(server, "takedown", plugin, &["--json"]);
     (
         swapped.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&swapped.stderr).into_owned(),
@@ -59,14 +46,7 @@ fn swap(server: &Server, plugin: &Path) -> (i32, String) {
 }
 
 fn takedown_signer(server: &Server) -> Value {
-    let listed = plugins(server);
-    listed["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["world"] == "takedown")
-        .unwrap()["signer"]
-        .clone()
+    crate::serve::plugin_field(server, "takedown", "signer")
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::policy::purge::PurgePolicy;
 use crate::policy::retention::{self, Item, RetentionPolicy, Stage};
 use crate::policy::takedown::{self, TakedownPolicy};
 use crate::signature::Signature;
-use crate::{CallContext, CallError, Grants, LoadError, Plugin, Runtime, Services, World};
+use crate::{CallContext, CallError, LoadError, Plugin, Runtime, Services, World};
 use custodian_base::clock::Clock;
 use custodian_core::decisions::purge::{Candidate, Governance};
 use custodian_core::versions::hops::VersionRef;
@@ -164,12 +164,8 @@ fn smoke(
             policy.status(call, &[0; 32]).map(drop)
         }
         Policy::Retention(policy) => {
-            let call = Arc::new(CallContext {
-                services: isolated.clone(),
-                grants: Grants::none(),
-                limits: settings.limits.clone(),
-                actor: plugin.info().actor(),
-            });
+            let call =
+                crate::policy::isolated_call(plugin, isolated.clone(), settings.limits.clone());
             let item = Item {
                 created_ms: now,
                 noncurrent_since_ms: None,

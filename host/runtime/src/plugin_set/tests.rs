@@ -169,6 +169,28 @@ fn rebuilt(world: World) -> Vec<u8> {
     bytes
 }
 
+/// A dry run on `host` of the bundled plugin of `candidate`, rebuilt, as
+/// `world`'s plugin, replaying up to 100 items.
+async fn dry_run(host: &TestHost, world: World, candidate: World) -> Result<DryRun, SwapError> {
+    host.plugins
+        .dry_run(
+            world,
+            rebuilt(candidate),
+            format!("{candidate}.wasm"),
+            None,
+            Replay::quietly(100),
+        )
+        .await
+}
+
+/// Who signed `host`'s takedown plugin, if anyone did.
+fn takedown_signer(host: &TestHost) -> Option<String> {
+    host.plugins
+        .current(World::Takedown)
+        .view(World::Takedown)
+        .signer
+}
+
 /// Swaps `host`'s takedown plugin for [`rebuilt`]'s, as operator alice.
 async fn swap_in_rebuilt(host: &TestHost) -> SwapReport {
     host.plugins
@@ -865,13 +887,7 @@ async fn a_host_with_trusted_keys_does_not_adopt_an_unsigned_plugin_another_host
         .unwrap();
     assert_eq!(beta.plugins.follow().await.unwrap(), vec![World::Takedown]);
     assert_eq!(hash_of(&beta, World::Takedown), report.current.hash);
-    assert_eq!(
-        beta.plugins
-            .current(World::Takedown)
-            .view(World::Takedown)
-            .signer,
-        Some(key.public().to_string())
-    );
+    assert_eq!(takedown_signer(&beta), Some(key.public().to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -901,13 +917,7 @@ async fn a_configured_plugin_without_a_trusted_signature_stops_the_host_from_sta
 
     std::fs::write(&sig, key.sign(&crate::content_hash(&bytes)).to_json()).unwrap();
     let host = start().await.expect("signed by a trusted key, it loads");
-    assert_eq!(
-        host.plugins
-            .current(World::Takedown)
-            .view(World::Takedown)
-            .signer,
-        Some(key.public().to_string())
-    );
+    assert_eq!(takedown_signer(&host), Some(key.public().to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -925,15 +935,7 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
     let row = shared::read(host.kv.as_ref()).await.unwrap();
 
     // Another build of the same policy decides every step alike.
-    let report = host
-        .plugins
-        .dry_run(
-            World::Takedown,
-            rebuilt(World::Takedown),
-            "t.wasm".into(),
-            None,
-            Replay::quietly(100),
-        )
+    let report = dry_run(&host, World::Takedown, World::Takedown)
         .await
         .unwrap();
     assert!(report.items >= 1, "{report:?}");
@@ -944,15 +946,7 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
 
     // The filed request is under its lock: another build of the retention
     // policy assesses it alike.
-    let report = host
-        .plugins
-        .dry_run(
-            World::Retention,
-            rebuilt(World::Retention),
-            "r.wasm".into(),
-            None,
-            Replay::quietly(100),
-        )
+    let report = dry_run(&host, World::Retention, World::Retention)
         .await
         .unwrap();
     assert_eq!(report.items, 1, "{report:?}");
@@ -961,32 +955,14 @@ async fn a_dry_run_replays_due_takedown_steps_through_both_plugins_and_changes_n
 
     // A world with no replay says so; a plugin of another world is
     // refused as a swap would refuse it.
-    let report = host
-        .plugins
-        .dry_run(
-            World::Purge,
-            rebuilt(World::Purge),
-            "p.wasm".into(),
-            None,
-            Replay::quietly(100),
-        )
-        .await
-        .unwrap();
+    let report = dry_run(&host, World::Purge, World::Purge).await.unwrap();
     assert_eq!(report.items, 0);
     assert!(
         report.replayed.starts_with("nothing"),
         "{}",
         report.replayed
     );
-    let refused = host
-        .plugins
-        .dry_run(
-            World::Takedown,
-            rebuilt(World::Retention),
-            "r.wasm".into(),
-            None,
-            Replay::quietly(100),
-        )
+    let refused = dry_run(&host, World::Takedown, World::Retention)
         .await
         .unwrap_err();
     assert!(matches!(refused, SwapError::Refused(_)), "{refused}");

@@ -119,7 +119,11 @@ fn instantiate<T>(
 /// A call context for `plugin` granting nothing: for policies that decide
 /// from what the host hands them (`services` supplies only the clock and
 /// the I/O runtime).
-fn isolated_call(plugin: &Plugin, services: Arc<Services>, limits: Limits) -> Arc<CallContext> {
+pub(crate) fn isolated_call(
+    plugin: &Plugin,
+    services: Arc<Services>,
+    limits: Limits,
+) -> Arc<CallContext> {
     Arc::new(CallContext {
         services,
         grants: Grants::none(),

@@ -59,26 +59,31 @@ async fn recent_requests(
                     .await
                     .map_err(unreadable)?;
             read += u32::try_from(records.len()).unwrap_or(u32::MAX);
-            in_window.extend(
-                records
-                    .iter()
-                    .filter(|r| r.event == EVENT)
-                    .filter_map(log::kept_input)
-                    .filter_map(|input| serde_json::from_value::<AccessRequest>(input).ok()),
-            );
+            in_window.extend(records.into_iter().filter(|r| r.event == EVENT));
             match next {
                 Some(next) if read < MAX_RECORDS_READ => cursor = Some(next),
                 _ => break,
             }
         }
-        // A window is read oldest first; the replay wants the newest.
-        for request in in_window.into_iter().rev() {
-            let digest = serde_json::to_string(&request).unwrap_or_default();
-            if seen.insert(digest) {
-                found.push(request);
-                if found.len() >= limit as usize {
-                    break;
-                }
+        // A window is read oldest first; the replay wants the newest. Equal
+        // inputs have equal digests (a target of every decision record), so
+        // a repeated request is skipped before its input is parsed.
+        for record in in_window.iter().rev() {
+            let Some(digest) = record.targets.iter().find(|t| t.starts_with("input:")) else {
+                continue;
+            };
+            if seen.contains(digest) {
+                continue;
+            }
+            let Some(request) = log::kept_input(record)
+                .and_then(|input| serde_json::from_value::<AccessRequest>(input).ok())
+            else {
+                continue;
+            };
+            seen.insert(digest.clone());
+            found.push(request);
+            if found.len() >= limit as usize {
+                break;
             }
         }
         until = since;

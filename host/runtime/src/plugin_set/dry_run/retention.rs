@@ -14,9 +14,8 @@ use std::sync::Arc;
 
 use super::{Compared, Replay, blocking};
 use crate::plugin_set::{PluginSet, SwapError, World};
-use crate::policy::PolicyError;
 use crate::policy::retention::{Assessment, Item, RetentionPolicy, Settings, Stage, Verdict};
-use crate::{CallContext, Grants};
+use crate::policy::{PolicyError, isolated_call};
 use custodian_contract::lock::{REQUEST_TAG, RequestLock, RowKey, parse_key};
 use custodian_kv::Kv;
 
@@ -188,12 +187,7 @@ impl PluginSet {
         let now = self.clock.now_ms();
         // As the host asks retention: granted nothing.
         let call = |policy: &RetentionPolicy| {
-            Arc::new(CallContext {
-                services: self.isolated.clone(),
-                grants: Grants::none(),
-                limits: limits.clone(),
-                actor: policy.plugin().info().actor(),
-            })
+            isolated_call(policy.plugin(), self.isolated.clone(), limits.clone())
         };
         let (before_call, after_call) = (call(&before), call(&after));
         let replay = replay.clone();

@@ -12,10 +12,11 @@
 //! - `native`: `custodian-plugin-takedown` linked into this binary, its
 //!   host calls answered by the SDK's in-memory host, retention by
 //!   `custodian-plugin-retention` linked natively — the reference;
-//! - `wasm`: the bundled takedown component on the host's runtime (a
-//!   fresh instance per step, every host call through the component
-//!   boundary, the memory KV and stores), retention asked of the bundled
-//!   retention component (a second fresh instance per question).
+//! - `wasm`: the bundled takedown component on the host's runtime (warm
+//!   instances, each step bound to its own call context as the timer
+//!   worker binds it, every host call through the component boundary, the
+//!   memory KV and stores), retention asked of the bundled retention
+//!   component (warm too).
 //!
 //! The ratio is wasm throughput over native (higher is better; the target
 //! is ≥ 0.8).

@@ -66,10 +66,11 @@ pub use custodian_contract::limits::{
 };
 
 /// Operations the host reserves for its own rows when it commits a step:
-/// the timer guard, delete and reschedule (3), the fence guard and
-/// deadline (2), the step claim's release (1), the plugin set's guard
-/// (1), and the step's own audit record, up to 8 of the policy's and one
-/// decision record, each with its guard (20): 27, with room.
+/// the timer guard, delete, and reschedule or removal of its due and index
+/// rows (4), the fence guard and deadline (2), the step claim's release or
+/// its carry to the next due row (1), the plugin set's guard (1), and the
+/// step's own audit record, up to 8 of the policy's and one decision
+/// record, each with its guard (20): 28, with room.
 pub const HOST_RESERVED_OPS: usize = 32;
 /// Bytes the host reserves for its own rows: 10 audit records at their
 /// bounds (about 21 KiB each as JSON) plus timer and fence rows.

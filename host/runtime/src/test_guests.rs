@@ -6,19 +6,31 @@ use std::sync::OnceLock;
 
 include!("../build/wasm.rs");
 
+/// Every guest below, by package, in one build (one cargo run, however
+/// many tests ask).
+const GUESTS: [&str; 2] = ["custodian-guest-gatekeeper", "custodian-guest-stepper"];
+
+fn built(index: usize) -> &'static [u8] {
+    static BYTES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    &BYTES.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        build_wasm(&root, crate::bundled::wasm_target_dir(), &GUESTS)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|path| std::fs::read(path).expect("the built guest is readable"))
+            .collect()
+    })[index]
+}
+
 /// `tests/guests/gatekeeper`: an access-world guest that lets reads
 /// through, denies the rest, and misbehaves when its principal's name
 /// asks it to.
 pub(crate) fn gatekeeper() -> &'static [u8] {
-    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let built = build_wasm(
-            &root,
-            crate::bundled::wasm_target_dir(),
-            &["custodian-guest-gatekeeper"],
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        std::fs::read(&built[0]).expect("the built guest is readable")
-    })
+    built(0)
+}
+
+/// `tests/guests/stepper`: a takedown-world guest whose step does what
+/// its timer's reference says (count, trap, fail, spin, overspend).
+pub(crate) fn stepper() -> &'static [u8] {
+    built(1)
 }

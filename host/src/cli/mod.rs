@@ -163,9 +163,12 @@ fn runtime(global: &Global) -> Result<Runtime, Failure> {
 
 /// The runtime settings the global options describe, for a command.
 fn runtime_config(global: &Global) -> RuntimeConfig {
-    // One command makes one call at a time; a small pool reserves less.
+    // One command makes one call at a time (two, when a step asks the
+    // retention plugin), but keeps an idle warm instance of each plugin it
+    // asked (a dry run asks two takedown and two retention plugins); a
+    // small pool reserves less address space.
     let mut config = RuntimeConfig {
-        concurrent_calls: 4,
+        concurrent_calls: 8,
         ..RuntimeConfig::default()
     };
     if global.no_cache {

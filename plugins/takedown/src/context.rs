@@ -8,7 +8,7 @@ use custodian_sdk::{Batch, Commit, Error, kv};
 
 use crate::codec::{Id, encode, hex};
 use crate::denial::DenialState;
-use crate::keys::{self, PARTITION};
+use crate::keys::PARTITION;
 use crate::lock;
 use crate::request::{self, APPLY_WINDOW_MS, Request};
 use crate::state::{self, Phase, State};
@@ -91,7 +91,7 @@ impl Step {
 
     /// The state row's key.
     pub fn state_key(&self) -> Vec<u8> {
-        keys::key(keys::STATE, &self.id, &[])
+        state::key(&self.id)
     }
 
     /// Whether this request may remove serving copies now: its denial is
@@ -113,26 +113,56 @@ impl Step {
     }
 }
 
-/// The request a timer steps: its id and record.
-pub fn request_of(timer: &Timer) -> Result<(Id, Request), Error> {
+/// What every step reads first, in one read (a step's host calls are
+/// its cost on a networked KV): the request a timer steps, its `denial`
+/// row and its state row.
+pub struct Read {
+    /// The request id.
+    pub id: Id,
+    /// The request.
+    pub request: Request,
+    /// Its denial state.
+    pub denial: crate::denial::Loaded,
+    /// Its state row as read, for [`load`].
+    state: Option<Vec<u8>>,
+}
+
+/// Reads the rows every step of a timer's request needs ([`Read`]).
+pub fn read(timer: &Timer) -> Result<Read, Error> {
     let id = Id::try_from(timer.reference.as_slice()).map_err(|_| {
         Error::InvalidArgument("a takedown timer's reference is a 32-byte request id".into())
     })?;
-    Ok((id, request::require(&id)?))
+    let keys = [
+        request::key(&id),
+        crate::denial::state_key(&id),
+        state::key(&id),
+    ];
+    let [request, denial, state]: [Option<Vec<u8>>; 3] =
+        kv::get_many(PARTITION, &keys)?.try_into().map_err(|_| {
+            Error::Corrupt("the host answered a read of 3 rows with another count".into())
+        })?;
+    let request = request::decode_record(&request.ok_or_else(|| request::not_found(&id))?)?;
+    let denial = crate::denial::loaded(denial, &request)?;
+    Ok(Read {
+        id,
+        request,
+        denial,
+        state,
+    })
 }
 
-/// Reads the state a timer's step of request `id` works on; `denial` is
-/// the request's (settled) `denial` row as read, and `denial_state` it
-/// decoded.
-pub fn load(
-    timer: &Timer,
-    id: Id,
-    request: Request,
-    denial: Option<Vec<u8>>,
-    denial_state: DenialState,
-) -> Result<Step, Error> {
+/// The step of a timer whose request `read` holds, once its denial is
+/// settled: decodes the state it read, and reads the request's lock.
+pub fn load(timer: &Timer, read: Read) -> Result<Step, Error> {
+    let Read {
+        id,
+        request,
+        denial,
+        state,
+    } = read;
+    let (denial, denial_state) = (denial.raw, denial.state);
     let now = timer.now_ms;
-    let loaded = state::load(&id, &request, now)?;
+    let loaded = state::loaded(state, &request, now)?;
     let lock = lock::load(&id, &request)?;
     Ok(Step {
         id,

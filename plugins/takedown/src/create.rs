@@ -74,7 +74,7 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     let preservation = state::first(&request, now)?;
     let unlocked = Loaded::default();
     let lock = unlocked.next(&request, &preservation);
-    let state_key = keys::key(keys::STATE, &id, &[]);
+    let state_key = state::key(&id);
     let mut batch = Batch::new()
         .require_absent(PARTITION, key.clone())
         .not_after(now.saturating_add(APPLY_WINDOW_MS))

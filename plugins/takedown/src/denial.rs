@@ -186,7 +186,12 @@ pub fn state_key(id: &Id) -> Vec<u8> {
 /// The denial state of request `id`; a request without one (filed by an
 /// older version of this policy) is settled, denying nothing.
 pub fn load(id: &Id, request: &Request) -> Result<Loaded, Error> {
-    let raw = kv::get(PARTITION, &state_key(id))?;
+    loaded(kv::get(PARTITION, &state_key(id))?, request)
+}
+
+/// The denial state in `raw`, request `id`'s `denial` row as read (see
+/// [`load`]).
+pub fn loaded(raw: Option<Vec<u8>>, request: &Request) -> Result<Loaded, Error> {
     let state = match &raw {
         Some(raw) => decode(raw, "the denial state")?,
         None => DenialState::legacy(request),

@@ -8,7 +8,7 @@ use custodian_sdk::steps::WitCommit;
 use custodian_sdk::{Batch, Commit, Error, retention_oracle};
 
 use crate::codec::{encode, hex};
-use crate::keys::{self, PARTITION};
+use crate::keys::PARTITION;
 use crate::lock;
 use crate::request::{self, APPLY_WINDOW_MS};
 use crate::state;
@@ -30,7 +30,7 @@ pub fn plan(request_id: &[u8], enabled: bool, now: u64) -> Result<WitCommit, Err
     let item = state.item(&request, state.schedule_stage());
     state.hold = retention_oracle::set_hold(item, enabled)?.hold;
     state.check(&request)?;
-    let key = keys::key(keys::STATE, &id, &[]);
+    let key = state::key(&id);
     let batch = Batch::new()
         .require_observed(PARTITION, key.clone(), loaded.raw.as_deref())
         .not_after(now.saturating_add(APPLY_WINDOW_MS))

@@ -20,7 +20,7 @@ use custodian_sdk::{Error, checksum};
 use crate::codec::{Id, decode, describe, hex};
 use crate::copy::{PIECE_BYTES, Piece};
 use crate::keys::{self, PARTITION, PRESERVED};
-use crate::state::{ObjectInfo, Phase, State};
+use crate::state::{self, ObjectInfo, Phase, State};
 use crate::survey::{self, get_paged};
 
 /// Why a preserved copy could not be read.
@@ -65,10 +65,7 @@ pub fn pick_among(object: &Id, requests: &[Id]) -> Result<Option<Copy>, Error> {
         .collect();
     let states = get_paged(
         PARTITION,
-        &verified
-            .iter()
-            .map(|r| keys::key(keys::STATE, r, &[]))
-            .collect::<Vec<_>>(),
+        &verified.iter().map(state::key).collect::<Vec<_>>(),
     )?;
     for (request, state) in verified.iter().zip(states) {
         let live = state

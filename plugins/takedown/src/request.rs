@@ -149,10 +149,14 @@ pub fn encode_record(request: &Request) -> Result<Vec<u8>, Error> {
 
 /// Request `id`, `None` if it does not exist.
 pub fn load(id: &Id) -> Result<Option<Request>, Error> {
-    let Some(raw) = kv::get(PARTITION, &key(id))? else {
-        return Ok(None);
-    };
-    let stored: Stored = decode(&raw, "the request record")?;
+    kv::get(PARTITION, &key(id))?
+        .map(|raw| decode_record(&raw))
+        .transpose()
+}
+
+/// The request a `request` row holds.
+pub fn decode_record(raw: &[u8]) -> Result<Request, Error> {
+    let stored: Stored = decode(raw, "the request record")?;
     let bad = |what: &str| corrupt(format!("the request record: {what}"));
     if stored.version != 1 {
         return Err(bad("unknown version"));
@@ -167,12 +171,12 @@ pub fn load(id: &Id) -> Result<Option<Request>, Error> {
         .as_deref()
         .map(|p| id_from_hex(p, "the request's pack"))
         .transpose()?;
-    Ok(Some(Request {
+    Ok(Request {
         repository,
         created_ms: stored.created_ms,
         objects: stored.objects,
         pack,
-    }))
+    })
 }
 
 /// The objects request `id` names, in the order filed.
@@ -190,7 +194,12 @@ pub fn actions(id: &Id, request: &Request) -> Result<Vec<Id>, Error> {
 
 /// Request `id`, or `not-found`.
 pub fn require(id: &Id) -> Result<Request, Error> {
-    load(id)?.ok_or_else(|| Error::NotFound(format!("takedown request {}", hex(id))))
+    load(id)?.ok_or_else(|| not_found(id))
+}
+
+/// `not-found`, naming request `id`.
+pub fn not_found(id: &Id) -> Error {
+    Error::NotFound(format!("takedown request {}", hex(id)))
 }
 
 /// A request id from bytes a caller passed: `invalid-argument` unless 32

@@ -271,7 +271,17 @@ pub fn first(request: &Request, now: u64) -> Result<State, Error> {
 /// The state of request `id`, or its first state ([`first`]) when none is
 /// stored (a request filed before its filing wrote one).
 pub fn load(id: &Id, request: &Request, now: u64) -> Result<Loaded, Error> {
-    let raw = kv::get(PARTITION, &keys::key(keys::STATE, id, &[]))?;
+    loaded(kv::get(PARTITION, &key(id))?, request, now)
+}
+
+/// The `state` row's key of request `id`.
+pub fn key(id: &Id) -> Vec<u8> {
+    keys::key(keys::STATE, id, &[])
+}
+
+/// The state in `raw`, request `id`'s state row as read at `now` (see
+/// [`load`]).
+pub fn loaded(raw: Option<Vec<u8>>, request: &Request, now: u64) -> Result<Loaded, Error> {
     let state = match &raw {
         Some(raw) => decode(raw, "the takedown state")?,
         None => first(request, now)?,

@@ -16,18 +16,17 @@ use custodian_sdk::steps::{StepResult, Timer};
 
 use crate::context;
 use crate::state::Phase;
-use crate::{acquire, closure, denial, denial_work, discover, purge, remove, seed};
+use crate::{acquire, closure, denial_work, discover, purge, remove, seed};
 
 /// `step`: see `sdk/wit/takedown.wit`.
 pub fn run(timer: &Timer) -> Result<StepResult, Error> {
-    let (id, request) = context::request_of(timer)?;
-    let denial = denial::load(&id, &request)?;
-    if !denial.state.settled {
+    let read = context::read(timer)?;
+    if !read.denial.state.settled {
         // Denial first: nothing is preserved (or purged) before the
         // content stops being served, or while a withdrawal is lifted.
-        return denial_work::step(&id, &request, &denial, timer);
+        return denial_work::step(&read.id, &read.request, &read.denial, timer);
     }
-    let mut step = context::load(timer, id, request, denial.raw, denial.state)?;
+    let mut step = context::load(timer, read)?;
     // A request without a lock (filed before locks) gets one from this
     // step's commit, and nothing else: no piece is locked to it, nor a
     // purge begun, before its lock is there.

@@ -9,7 +9,7 @@ use custodian_sdk::{Batch, Commit, Error};
 
 use crate::codec::{encode, hex};
 use crate::denial::{load, state_key};
-use crate::keys::{self, PARTITION};
+use crate::keys::PARTITION;
 use crate::request::{self, APPLY_WINDOW_MS};
 use crate::state::{self, Phase};
 
@@ -43,11 +43,7 @@ pub fn plan(request_id: &[u8], now: u64) -> Result<WitCommit, Error> {
     // land after a step that started a purge.
     let batch = Batch::new()
         .require_observed(PARTITION, key.clone(), loaded.raw.as_deref())
-        .require_observed(
-            PARTITION,
-            keys::key(keys::STATE, &id, &[]),
-            preservation.raw.as_deref(),
-        )
+        .require_observed(PARTITION, state::key(&id), preservation.raw.as_deref())
         .not_after(now.saturating_add(APPLY_WINDOW_MS))
         .put(PARTITION, key, encode(&state)?);
     Ok(Commit::new(batch)

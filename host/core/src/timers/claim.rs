@@ -24,6 +24,19 @@
 //!
 //! A worker that dies holding a claim delays the step by at most the claim's
 //! time to live, after which any worker takes it.
+//!
+//! # What a claim costs
+//!
+//! A claim is held by a host, not by one of its worker loops: the loops of
+//! one host share an in-flight set, which keeps them from firing one timer
+//! at once, so any of them may take the host's next step of a timer. The
+//! claim row is read in the same snapshot read as the due row it names
+//! (see [`claim`]), and a step that reschedules its timer soon carries the
+//! claim to the new due row in its own commit ([`carry`]). So a host
+//! working through a timer's steps writes a claim once, on its first step,
+//! and reads nothing extra after: one transaction per step, the step's own.
+//! The carried claim cannot take a step from anyone: nobody could have
+//! claimed a due row that the same commit creates.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,13 +46,16 @@ use custodian_kv::{Batch, Kv, Outcome, Precondition, Write};
 const CLAIM: u8 = b'c';
 /// Format byte leading every stored claim, so the encoding can change.
 const CLAIM_FORMAT: u8 = 1;
-/// Longest holder name: a host's node id and a worker index.
+/// Longest holder name: a host's node name, with room to spare.
 pub const MAX_HOLDER_BYTES: usize = 128;
 
 /// Who claims steps, and for how long.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimConfig {
-    /// The claiming worker, unique across the cluster (`<node>/<worker>`).
+    /// The claiming host, unique across the cluster (its node name). Every
+    /// worker of the host claims under it, and they must share one
+    /// [`super::in_flight::InFlight`] set, which is what keeps two of them
+    /// from firing one timer at once.
     pub holder: String,
     /// How long a claim keeps other workers away, in ms. Longer than a
     /// step may run (its plugin's time limit plus the commit), or a slow
@@ -81,10 +97,19 @@ impl ClaimRow {
     fn excludes(&self, holder: &str, timer: &Timer, now_ms: u64) -> bool {
         self.holder != holder && self.due_ms == timer.due_ms && self.until_ms > now_ms
     }
+
+    /// Whether this is `config`'s own claim on `timer`'s due row with at
+    /// least half its time to live left: long enough for the step, since a
+    /// time to live is longer than a step may run, so it needs no renewal.
+    fn held_by(&self, config: &ClaimConfig, timer: &Timer, now_ms: u64) -> bool {
+        self.holder == config.holder
+            && self.due_ms == timer.due_ms
+            && self.until_ms >= now_ms.saturating_add(config.ttl_ms / 2)
+    }
 }
 
 /// The claim row's key for `(kind, reference)`.
-pub(crate) fn claim_key(kind: &str, reference: &[u8]) -> Vec<u8> {
+pub fn claim_key(kind: &str, reference: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(2 + kind.len() + reference.len());
     key.push(CLAIM);
     key.extend_from_slice(kind.as_bytes());
@@ -101,6 +126,29 @@ pub(crate) fn release(timer: &Timer) -> Write {
     }
 }
 
+/// The write that carries `config`'s claim on `timer` to the due row at
+/// `next_due_ms`, for the batch of a step (at `now_ms`) that reschedules
+/// it; `None` when the next step is not due until the claim would be half
+/// spent, so that a claim written now could not spare its renewal then.
+pub(crate) fn carry(
+    config: &ClaimConfig,
+    timer: &Timer,
+    next_due_ms: u64,
+    now_ms: u64,
+) -> Option<Write> {
+    let until_ms = now_ms.saturating_add(config.ttl_ms);
+    (next_due_ms < now_ms.saturating_add(config.ttl_ms / 2)).then(|| Write::Put {
+        partition: partition(),
+        key: claim_key(&timer.kind, &timer.reference),
+        value: ClaimRow {
+            holder: config.holder.clone(),
+            due_ms: next_due_ms,
+            until_ms,
+        }
+        .encode(),
+    })
+}
+
 /// Whether this worker may fire `timer` now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claimed {
@@ -113,9 +161,12 @@ pub enum Claimed {
     },
 }
 
-/// Claims `timer` for `config.holder` until `now_ms + ttl_ms`: one read
-/// and one batch guarded on the claim row as read, so of two workers
-/// claiming together exactly one gets it.
+/// Claims `timer` for `config.holder` until `now_ms + ttl_ms`, given its
+/// claim row `current` as read (with [`claim_key`], in the same read as
+/// the due row): nothing to write when the claim is already the holder's
+/// own for this due row (carried by its previous step), otherwise one
+/// batch guarded on the claim row as read, so of two hosts claiming
+/// together exactly one gets it.
 ///
 /// # Errors
 /// A KV failure, or a corrupt claim row.
@@ -123,15 +174,18 @@ pub async fn claim(
     kv: &dyn Kv,
     config: &ClaimConfig,
     timer: &Timer,
+    current: Option<Vec<u8>>,
     now_ms: u64,
 ) -> Result<Claimed, TimerError> {
     let partition = partition();
     let key = claim_key(&timer.kind, &timer.reference);
-    let current = kv.get(&partition, &key).await?;
     if let Some(bytes) = &current {
         let row = ClaimRow::decode(bytes)?;
         if row.excludes(&config.holder, timer, now_ms) {
             return Ok(Claimed::Elsewhere { holder: row.holder });
+        }
+        if row.held_by(config, timer, now_ms) {
+            return Ok(Claimed::Held);
         }
     }
     let guard = match current {

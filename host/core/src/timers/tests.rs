@@ -1174,17 +1174,21 @@ fn claiming(
     worker
 }
 
-/// Schedules `work/r1` at [`START`] and claims it for `node-a/0`, as a
-/// worker of another host would.
+/// Schedules `work/r1` at [`START`] and claims it for host `node-a`, as
+/// a worker of that host would.
 async fn claimed_elsewhere(kv: &Arc<dyn Kv>) {
     schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
     let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
     let other = claim::ClaimConfig {
-        holder: "node-a/0".into(),
+        holder: "node-a".into(),
         ttl_ms: 30_000,
     };
+    let current = kv
+        .get(&partition(), &claim::claim_key("work", b"r1"))
+        .await
+        .unwrap();
     assert_eq!(
-        claim::claim(kv.as_ref(), &other, &timer, START)
+        claim::claim(kv.as_ref(), &other, &timer, current, START)
             .await
             .unwrap(),
         claim::Claimed::Held
@@ -1196,7 +1200,7 @@ async fn a_step_claimed_by_another_worker_is_skipped_until_the_claim_lapses() {
     let (kv, clock) = setup();
     claimed_elsewhere(&kv).await;
     let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
-    let worker = claiming(&kv, &clock, "node-b/0", handler.clone());
+    let worker = claiming(&kv, &clock, "node-b", handler.clone());
 
     let report = worker.tick().await.unwrap();
     assert_eq!(report.claimed_elsewhere, 1);
@@ -1220,7 +1224,7 @@ async fn a_claim_on_an_earlier_due_row_of_the_timer_keeps_nobody_away() {
         .unwrap();
     clock.set(START + 10);
     let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
-    let report = claiming(&kv, &clock, "node-b/0", handler)
+    let report = claiming(&kv, &clock, "node-b", handler)
         .tick()
         .await
         .unwrap();
@@ -1228,12 +1232,147 @@ async fn a_claim_on_an_earlier_due_row_of_the_timer_keeps_nobody_away() {
     assert_eq!(report.fired.len(), 1);
 }
 
+/// Counts the reads and the transactions a worker makes.
+#[derive(Default)]
+struct Calls {
+    reads: AtomicU64,
+    applies: AtomicU64,
+}
+
+/// The hook counting into shared [`Calls`].
+struct Counting(Arc<Calls>);
+
+#[async_trait]
+impl Hook for Counting {
+    async fn before(&self, _inner: &dyn Kv, call: Call<'_>) -> Result<(), KvError> {
+        let Counting(calls) = self;
+        let counter = match call {
+            Call::Apply(_) => &calls.applies,
+            _ => &calls.reads,
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Calls {
+    /// (reads, applies) since the last look.
+    fn take(&self) -> (u64, u64) {
+        (
+            self.reads.swap(0, Ordering::SeqCst),
+            self.applies.swap(0, Ordering::SeqCst),
+        )
+    }
+}
+
+/// A claiming worker of host `holder` whose KV calls are counted.
+fn counted_claiming(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    holder: &str,
+    handler: Arc<Handler>,
+) -> (Worker, Arc<Calls>) {
+    let calls = Arc::new(Calls::default());
+    let counted: Arc<dyn Kv> = Arc::new(Intercepted {
+        inner: kv.clone(),
+        hook: Counting(calls.clone()),
+    });
+    (claiming(&counted, clock, holder, handler), calls)
+}
+
 #[tokio::test]
-async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the_last() {
+async fn a_claiming_host_carries_its_claim_to_the_next_step_and_writes_it_once_per_timer() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 3 }));
+    let (worker, calls) = counted_claiming(&kv, &clock, "node-a", handler);
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(
+        calls.take(),
+        (2, 2),
+        "the page, then the due and claim rows in one read; the claim, then the step"
+    );
+    let timer = get(kv.as_ref(), "work", b"r1").await.unwrap().unwrap();
+    let row = claim::current(kv.as_ref(), "work", b"r1")
+        .await
+        .unwrap()
+        .expect("a claim");
+    assert_eq!((row.holder.as_str(), row.due_ms), ("node-a", timer.due_ms));
+
+    clock.set(timer.due_ms);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(calls.take(), (2, 1), "the carried claim needs no write");
+
+    clock.set(clock.now_ms() + 1_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(calls.take(), (2, 1));
+    assert_eq!(
+        claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
+        None,
+        "the last step removed the claim with the timer"
+    );
+}
+
+#[tokio::test]
+async fn another_host_leaves_a_step_whose_claim_was_carried_to_it_until_the_claim_lapses() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 3 }));
+    let first = claiming(&kv, &clock, "node-a", handler.clone());
+    assert_eq!(
+        first.tick().await.unwrap().fired[0].outcome,
+        FireOutcome::Rescheduled
+    );
+
+    let second = claiming(&kv, &clock, "node-b", handler.clone());
+    clock.set(START + 1_000);
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 1);
+    assert!(report.fired.is_empty());
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 1, "no wasted call");
+
+    // node-a died: its claim lapses and node-b takes the step over.
+    clock.set(START + 30_000);
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+}
+
+#[tokio::test]
+async fn a_carried_claim_with_less_than_half_its_time_to_live_left_is_written_again() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 3 }));
+    let (worker, calls) = counted_claiming(&kv, &clock, "node-a", handler);
+    worker.tick().await.unwrap();
+    calls.take();
+
+    // The host fell behind: the step runs 20 s after its claim was
+    // carried, with 10 of the claim's 30 s left.
+    clock.set(START + 20_000);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(calls.take(), (2, 2), "the claim is renewed before the step");
+}
+
+#[tokio::test]
+async fn a_step_due_later_than_half_the_claims_time_to_live_leaves_the_claim_stale() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
     let handler = Arc::new(Handler::new("work", Mode::Count { steps: 2 }));
-    let worker = claiming(&kv, &clock, "node-a/0", handler);
+    // The handler reschedules 1 s later; a claim of 1.5 s would be more
+    // than half spent by then, so it is not carried.
+    let mut worker = worker(&kv, &clock, vec![handler]);
+    worker
+        .claim_steps(claim::ClaimConfig {
+            holder: "node-a".into(),
+            ttl_ms: 1_500,
+        })
+        .unwrap();
 
     let report = worker.tick().await.unwrap();
     assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
@@ -1244,13 +1383,12 @@ async fn a_claiming_worker_leaves_a_stale_claim_between_steps_and_none_after_the
         "the claim names the due row that was fired, now gone"
     );
 
-    clock.set(clock.now_ms() + 1_000);
+    clock.set(timer.due_ms);
     let report = worker.tick().await.unwrap();
     assert_eq!(report.fired[0].outcome, FireOutcome::Done);
     assert_eq!(
         claim::current(kv.as_ref(), "work", b"r1").await.unwrap(),
-        None,
-        "the last step removed the claim with the timer"
+        None
     );
 }
 

@@ -577,21 +577,21 @@ impl Worker {
                             report.busy += 1;
                             continue;
                         };
-                        // The page was read before this worker's earlier
-                        // steps of the tick; another worker may have
-                        // stepped the timer since. Firing a stale row would
-                        // only lose at commit, after a wasted plugin call.
-                        let current = self.kv.get(&partition(), key).await?;
-                        if current.as_deref() != Some(value.as_slice()) {
-                            continue;
-                        }
                         Some(firing)
                     }
                     None => None,
                 };
+                let (current, claim_row) = self.reread(&timer, key).await?;
+                // The page was read before this worker's earlier steps of
+                // the tick; another worker may have stepped the timer
+                // since. Firing a stale row would only lose at commit,
+                // after a wasted plugin call.
+                if current.is_some_and(|row| row.as_deref() != Some(value.as_slice())) {
+                    continue;
+                }
                 if let Some(claims) = &self.claims
                     && let Claimed::Elsewhere { .. } =
-                        claim::claim(self.kv.as_ref(), claims, &timer, now).await?
+                        claim::claim(self.kv.as_ref(), claims, &timer, claim_row, now).await?
                 {
                     report.claimed_elsewhere += 1;
                     continue;
@@ -649,6 +649,31 @@ impl Worker {
                 None => return Ok(report),
             }
         }
+    }
+
+    /// What a worker reads of `timer` before firing it, in one snapshot
+    /// read: its due row `key` as it is now (`Some(None)` once it is gone)
+    /// when other workers of the host may have stepped it since the page
+    /// was read, and its claim row when this worker claims steps. `None`
+    /// for what it need not read.
+    async fn reread(
+        &self,
+        timer: &Timer,
+        key: &[u8],
+    ) -> Result<(Option<Option<Vec<u8>>>, Option<Vec<u8>>), TimerError> {
+        let due = self.in_flight.is_some().then(|| key.to_vec());
+        let claim = self
+            .claims
+            .as_ref()
+            .map(|_| claim::claim_key(&timer.kind, &timer.reference));
+        let keys: Vec<Vec<u8>> = due.iter().chain(&claim).cloned().collect();
+        if keys.is_empty() {
+            return Ok((None, None));
+        }
+        let mut rows = self.kv.get_many(&partition(), &keys).await?.into_iter();
+        let due = due.map(|_| rows.next().flatten());
+        let claim = claim.and_then(|_| rows.next().flatten());
+        Ok((due, claim))
     }
 
     /// Ticks until a tick fires nothing and leaves nothing due for later,
@@ -737,7 +762,7 @@ impl Worker {
         let step = PlannedStep {
             actor: &ran.actor,
             worker: self.fencing.as_ref().map(|f| f.shard.as_str()),
-            claimed: self.claims.is_some(),
+            claims: self.claims.as_ref(),
             fence: &host_guards,
             authority,
             timer: &timer,
@@ -900,9 +925,10 @@ struct PlannedStep<'a> {
     /// The fenced worker's shard (named after its host), so the audit
     /// shows where each step ran.
     worker: Option<&'a str>,
-    /// Whether the worker claimed the step, so its last step removes the
-    /// claim row.
-    claimed: bool,
+    /// How the worker claims steps, if it does: its last step removes the
+    /// claim row, and a step that reschedules soon carries the claim to
+    /// the next due row.
+    claims: Option<&'a ClaimConfig>,
     /// The worker's fence and the handler's guards: a failure of any is
     /// the step being fenced off, not a failure of the step.
     fence: &'a [Precondition],
@@ -928,7 +954,7 @@ impl PlannedStep<'_> {
         let Self {
             actor,
             worker,
-            claimed,
+            claims,
             fence,
             authority,
             timer,
@@ -1010,13 +1036,16 @@ impl PlannedStep<'_> {
                     key: index,
                     value: next.to_be_bytes().to_vec(),
                 });
+                if let Some(carried) = claims.and_then(|c| claim::carry(c, timer, next, now)) {
+                    batch.writes.push(carried);
+                }
             }
             None => {
                 batch.writes.push(Write::Delete {
                     partition,
                     key: index,
                 });
-                if claimed {
+                if claims.is_some() {
                     batch.writes.push(claim::release(timer));
                 }
             }

@@ -160,11 +160,13 @@ impl CallState {
         self.stopped_by.is_none() && self.stderr.contents().is_empty()
     }
 
-    /// Readies the store for its next call: a fresh budget of host calls
-    /// and log lines, and a deadline for host calls from now. (The epoch
-    /// deadline is the store's: see `crate::call::arm_deadline`.)
-    pub(crate) fn rearm(&mut self) {
-        self.meter = Meter::new(&self.call.limits);
+    /// Readies the store for its next call, made under `call`: that call's
+    /// services and grants, a fresh budget of host calls and log lines, and
+    /// a deadline for host calls from now. (The epoch deadline is the
+    /// store's: see `crate::call::arm_deadline`.)
+    pub(crate) fn rebind(&mut self, call: Arc<CallContext>) {
+        self.meter = Meter::new(&call.limits);
+        self.call = call;
     }
 
     /// Charges one capability call against the budget.

@@ -17,7 +17,21 @@
 /// caller reads one answer type. Evaluates to the answer; a call that
 /// fails (a trap, a limit) returns its [`CallError`] from the enclosing
 /// function.
+///
+/// With `warm: $warm;` first, a plugin of the current contract is called
+/// on `$warm`'s instances ([`warm::WarmInstances`]) and a 0.1 one on a
+/// fresh instance, as it was promised; the call's tokens serve both.
 macro_rules! call_export {
+    (warm: $warm:expr; $linked:expr, $plugin:expr, $call:expr, |$i:ident, $s:ident| $current:expr) => {
+        match $linked {
+            $crate::policy::Linked::Current(pre) => {
+                $warm.call($plugin, &$call, |s| pre.instantiate(s), |$i, $s| $current)?
+            }
+            $crate::policy::Linked::V0_1(pre) => $crate::bindings::v0_1::Convert::convert(
+                $crate::policy::call($plugin, $call, |s| pre.instantiate(s), |$i, $s| $current)?,
+            ),
+        }
+    };
     ($linked:expr, $plugin:expr, $call:expr, |$i:ident, $s:ident| $current:expr) => {
         call_export!($linked, $plugin, $call, |$i, $s| $current, v0_1: $current)
     };

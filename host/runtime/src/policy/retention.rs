@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use super::PolicyError;
-use crate::bindings::policy::retention::RetentionPre;
+use super::warm::WarmInstances;
 use crate::bindings::policy::retention::exports::custodian::policy::retention_rules as wit;
+use crate::bindings::policy::retention::{Retention, RetentionPre};
 use crate::bindings::v0_1::policy::retention::RetentionPre as RetentionPreV0_1;
 use crate::host::CallState;
 use crate::{CallContext, CallError, LoadError, Plugin, World};
@@ -15,9 +16,17 @@ pub use custodian_core::decisions::retention::{
 };
 
 /// A loaded retention plugin, ready to be asked.
+///
+/// Questions run on warm instances (see `super::warm` for what that keeps
+/// and what it does not): one is asked before every destructive operation
+/// on a locked store, and a fresh instance costs more than the answer (a
+/// thousand times more for a component carrying a language runtime). A
+/// plugin built against contract 0.1 gets a fresh instance per question,
+/// as it was promised.
 pub struct RetentionPolicy {
     plugin: Arc<Plugin>,
     pre: super::Linked<RetentionPre<CallState>, RetentionPreV0_1<CallState>>,
+    warm: WarmInstances<Retention>,
 }
 
 impl RetentionPolicy {
@@ -33,7 +42,11 @@ impl RetentionPolicy {
             RetentionPre::new,
             RetentionPreV0_1::new,
         )?;
-        Ok(Self { plugin, pre })
+        Ok(Self {
+            plugin,
+            pre,
+            warm: WarmInstances::new(),
+        })
     }
 
     /// The plugin asked.
@@ -57,7 +70,7 @@ impl RetentionPolicy {
         let plugin = &self.plugin;
         // `retention-types` is the 0.2 one in both generations: only the
         // error is converted.
-        let answer = call_export!(&self.pre, plugin, call, |i, s| i
+        let answer = call_export!(warm: self.warm; &self.pre, plugin, call, |i, s| i
             .custodian_policy_retention_rules()
             .call_assess(s, settings, item, now_ms));
         Ok(answer.map(Assessment::from).map_err(PolicyError::from))
@@ -76,7 +89,7 @@ impl RetentionPolicy {
     ) -> Result<Result<Item, PolicyError>, CallError> {
         let item = wit::Item::from(item);
         let plugin = &self.plugin;
-        let answer = call_export!(&self.pre, plugin, call, |i, s| i
+        let answer = call_export!(warm: self.warm; &self.pre, plugin, call, |i, s| i
             .custodian_policy_retention_rules()
             .call_set_hold(s, item, enabled));
         Ok(answer.map(Item::from).map_err(PolicyError::from))
@@ -84,8 +97,8 @@ impl RetentionPolicy {
 }
 
 /// Routes retention questions to a loaded retention plugin with one class
-/// of item's settings. Each question is a call of its own: a fresh
-/// instance, no grants, the route's limits.
+/// of item's settings. Each question is a call of its own: no grants, the
+/// route's limits, on a warm or fresh instance of the plugin.
 pub struct RetentionRoute {
     policy: Arc<RetentionPolicy>,
     settings: Settings,
@@ -234,5 +247,56 @@ impl From<wit::Assessment> for Assessment {
             may_purge: a.may_purge.into(),
             next_check_ms: a.next_check_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Item, RetentionPolicy, Settings, Stage};
+    use crate::{Limits, Runtime, RuntimeConfig, Services, World};
+    use custodian_base::clock::SystemClock;
+
+    #[test]
+    fn questions_are_answered_on_a_warm_instance() {
+        let runtime = Runtime::new(&RuntimeConfig {
+            cache_dir: None,
+            concurrent_calls: 4,
+        })
+        .unwrap();
+        let plugin = runtime
+            .load_bytes(crate::bundled::plugin(World::Retention).unwrap(), "bundled")
+            .unwrap();
+        let policy = RetentionPolicy::new(Arc::new(plugin)).unwrap();
+        let io = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let call = super::super::isolated_call(
+            policy.plugin(),
+            Services::isolated(Arc::new(SystemClock), io.handle().clone()),
+            Limits::default(),
+        );
+        let settings = Settings {
+            retention_ms: 1_000,
+            noncurrent_retention_ms: 0,
+        };
+        let item = Item {
+            created_ms: 0,
+            noncurrent_since_ms: None,
+            hold: false,
+            stage: Stage::Retaining,
+        };
+        for now_ms in [10, 5_000] {
+            let assessed = policy
+                .assess(call.clone(), settings, item, now_ms)
+                .unwrap()
+                .unwrap();
+            assert_eq!(assessed.retain_until_ms, 1_000);
+            assert_eq!(policy.warm.idle_count(), 1);
+        }
+        let held = policy.set_hold(call, item, true).unwrap().unwrap();
+        assert!(held.hold);
+        assert_eq!(policy.warm.idle_count(), 1);
     }
 }

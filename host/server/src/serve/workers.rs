@@ -109,12 +109,13 @@ impl Workers {
                     parts.coordinator.clone(),
                     Namespace::new(timers::FENCE_NAMESPACE).expect("a valid name"),
                     // A node name is at most 32 bytes of the same alphabet.
-                    ShardId::new(name.clone()).expect("a valid shard name"),
+                    ShardId::new(name).expect("a valid shard name"),
                 );
                 if let Some(ttl) = settings.claim {
+                    // Claimed by the host: its loops share `in_flight`.
                     worker
                         .claim_steps(ClaimConfig {
-                            holder: name,
+                            holder: settings.node.clone(),
                             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
                         })
                         .expect("a node-and-index holder and a positive ttl are valid");

@@ -36,7 +36,8 @@ pub(crate) fn build(concurrent_calls: u32) -> Result<Engine, RuntimeError> {
         .max_memories_per_component(4)
         .max_tables_per_component(8)
         .max_memory_size(Limits::MAX_MEMORY_BYTES)
-        // A fresh instance per call makes instantiation the hot path. Keeping
+        // Fresh instances (every call of the rarely called worlds, and each
+        // miss of a warm pool) make instantiation a hot path. Keeping
         // the low pages of a slot resident (reset with memset, not madvise)
         // saves the syscall on release and the page faults on reuse; a Rust
         // guest's stack, data and early heap fit in the first megabyte.

@@ -75,7 +75,8 @@ def _retained_until(retain_until_ms: int) -> Verdict:
 
 
 class RetentionRules(exports.RetentionRules):
-    """The policy; stateless, as every call gets a fresh instance."""
+    """The policy; stateless: a call may run on a fresh instance or on one
+    that served earlier calls, so it decides from its arguments alone."""
 
     def assess(self, settings: Settings, item: Item, now_ms: int) -> Assessment:
         if item.hold and item.stage in PURGE_OWNED:

@@ -18,7 +18,8 @@
 use custodian_sdk::Error;
 use custodian_sdk::purge::{Candidate, Governance, Mapping, PurgeRules, Verdict};
 
-/// The policy; stateless, as every call gets a fresh instance.
+/// The policy; stateless: a call may run on a fresh instance or on one
+/// that served earlier calls, so it decides from its arguments alone.
 pub struct Policy;
 
 /// An etag as compared: S3 quotes them, registries may not.

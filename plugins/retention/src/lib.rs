@@ -19,7 +19,8 @@ const HOUR_MS: u64 = 3_600_000;
 /// languages; a retain-until beyond `i64::MAX` could not be stored there.
 const LATEST_MS: u64 = i64::MAX as u64;
 
-/// The policy; stateless, as every call gets a fresh instance.
+/// The policy; stateless: a call may run on a fresh instance or on one
+/// that served earlier calls, so it decides from its arguments alone.
 pub struct Policy;
 
 fn add(start: u64, duration: u64, what: &str) -> Result<u64, Error> {

@@ -265,7 +265,8 @@ use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::takedown::{Request, RequestStatus, TakedownSteps};
 
-/// The policy; stateless, as every call gets a fresh instance.
+/// The policy; stateless: a call may run on a fresh instance or on one
+/// that served earlier calls, so it decides from its arguments alone.
 pub struct Policy;
 
 impl TakedownSteps for Policy {

@@ -5,9 +5,9 @@
 //! the same step at most one commits. What a claim saves is the loser's
 //! work: a plugin call, its store calls, and the pieces it wrote before
 //! losing. Before firing a timer a claiming worker writes a claim row,
-//! guarded on the row it read, naming itself, the due row it is about to
-//! fire and an expiry; another worker that finds a live claim on the same
-//! due row skips the timer.
+//! guarded on the row it read, naming its host, the due row it is about to
+//! fire and an expiry; a worker of another host that finds a live claim on
+//! the same due row skips the timer.
 //!
 //! # Key layout (partition `custodian.timers`)
 //!
@@ -32,9 +32,9 @@
 //! at once, so any of them may take the host's next step of a timer. The
 //! claim row is read in the same snapshot read as the due row it names
 //! (see [`claim`]), and a step that reschedules its timer soon carries the
-//! claim to the new due row in its own commit ([`carry`]). So a host
-//! working through a timer's steps writes a claim once, on its first step,
-//! and reads nothing extra after: one transaction per step, the step's own.
+//! claim to the new due row in its own commit. So a host working through a
+//! timer's steps writes a claim once, on its first step, and reads nothing
+//! extra after: one transaction per step, the step's own.
 //! The carried claim cannot take a step from anyone: nobody could have
 //! claimed a due row that the same commit creates.
 

@@ -555,7 +555,8 @@ impl From<&Request> for wit::Request {
 
 /// Runs a takedown plugin's steps for the timer worker.
 ///
-/// Each step gets a fresh instance, the plugin's grants and limits, and
+/// Each step gets an instance of its own while it runs (a warm one, see
+/// [`TakedownPolicy`]), the plugin's grants and limits, and
 /// the KV and object stores behind budgeted wrappers charging the step's
 /// [`SliceBudget`]; it runs on a blocking thread because a plugin call is
 /// synchronous.

@@ -9,7 +9,8 @@ use custodian_sdk::retention::{Assessment, Item, RetentionRules, Settings, Stage
 /// How long until the host asks again, while nothing else says when.
 const RECHECK_MS: u64 = 60_000;
 
-/// The policy; stateless, as every call gets a fresh instance.
+/// The policy; stateless: a call may run on a fresh instance or on one
+/// that served earlier calls, so it decides from its arguments alone.
 pub struct Policy;
 
 impl RetentionRules for Policy {

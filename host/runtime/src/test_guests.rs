@@ -1,8 +1,25 @@
 //! The guests of `tests/guests/` this crate's own tests need, built for
-//! wasm32-wasip2 once per test process, beside the bundled plugins.
+//! wasm32-wasip2 once per test process, beside the bundled plugins, and
+//! the one runtime the tests load plugins into.
 
 use std::path::Path;
 use std::sync::OnceLock;
+
+use crate::{Runtime, RuntimeConfig};
+
+/// The runtime every test of this crate loads its plugins into: one
+/// engine and epoch ticker per test process. Its pool has room for the
+/// idle warm instances of every policy the tests hold at once.
+pub(crate) fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Runtime::new(&RuntimeConfig {
+            cache_dir: None,
+            concurrent_calls: 32,
+        })
+        .expect("a WebAssembly runtime")
+    })
+}
 
 include!("../build/wasm.rs");
 

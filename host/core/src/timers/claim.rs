@@ -177,8 +177,6 @@ pub async fn claim(
     current: Option<Vec<u8>>,
     now_ms: u64,
 ) -> Result<Claimed, TimerError> {
-    let partition = partition();
-    let key = claim_key(&timer.kind, &timer.reference);
     if let Some(bytes) = &current {
         let row = ClaimRow::decode(bytes)?;
         if row.excludes(&config.holder, timer, now_ms) {
@@ -188,6 +186,8 @@ pub async fn claim(
             return Ok(Claimed::Held);
         }
     }
+    let partition = partition();
+    let key = claim_key(&timer.kind, &timer.reference);
     let guard = match current {
         Some(value) => Precondition::Equals {
             partition: partition.clone(),

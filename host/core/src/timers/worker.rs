@@ -661,18 +661,20 @@ impl Worker {
         timer: &Timer,
         key: &[u8],
     ) -> Result<(Option<Option<Vec<u8>>>, Option<Vec<u8>>), TimerError> {
-        let due = self.in_flight.is_some().then(|| key.to_vec());
-        let claim = self
-            .claims
-            .as_ref()
-            .map(|_| claim::claim_key(&timer.kind, &timer.reference));
-        let keys: Vec<Vec<u8>> = due.iter().chain(&claim).cloned().collect();
+        let (due, claimed) = (self.in_flight.is_some(), self.claims.is_some());
+        let mut keys = Vec::with_capacity(2);
+        if due {
+            keys.push(key.to_vec());
+        }
+        if claimed {
+            keys.push(claim::claim_key(&timer.kind, &timer.reference));
+        }
         if keys.is_empty() {
             return Ok((None, None));
         }
         let mut rows = self.kv.get_many(&partition(), &keys).await?.into_iter();
-        let due = due.map(|_| rows.next().flatten());
-        let claim = claim.and_then(|_| rows.next().flatten());
+        let due = due.then(|| rows.next().flatten());
+        let claim = claimed.then(|| rows.next().flatten()).flatten();
         Ok((due, claim))
     }
 

@@ -255,17 +255,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Item, RetentionPolicy, Settings, Stage};
-    use crate::{Limits, Runtime, RuntimeConfig, Services, World};
+    use crate::{Limits, Services, World};
     use custodian_base::clock::SystemClock;
 
     #[test]
     fn questions_are_answered_on_a_warm_instance() {
-        let runtime = Runtime::new(&RuntimeConfig {
-            cache_dir: None,
-            concurrent_calls: 4,
-        })
-        .unwrap();
-        let plugin = runtime
+        let plugin = crate::test_guests::runtime()
             .load_bytes(crate::bundled::plugin(World::Retention).unwrap(), "bundled")
             .unwrap();
         let policy = RetentionPolicy::new(Arc::new(plugin)).unwrap();

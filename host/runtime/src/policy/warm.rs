@@ -139,7 +139,7 @@ mod tests {
     use super::WarmInstances;
     use crate::bindings::policy::access::exports::custodian::policy::access_rules as wit;
     use crate::bindings::policy::access::{Access, AccessPre};
-    use crate::{CallContext, Grants, Limits, Runtime, RuntimeConfig, Services};
+    use crate::{CallContext, Grants, Limits, Services};
     use custodian_base::clock::SystemClock;
     use custodian_core::decisions::access::{AccessRequest, Action, Principal, Target};
 
@@ -176,12 +176,7 @@ mod tests {
 
     #[test]
     fn an_idle_instance_made_under_other_limits_is_not_reused() {
-        let runtime = Runtime::new(&RuntimeConfig {
-            cache_dir: None,
-            concurrent_calls: 4,
-        })
-        .unwrap();
-        let plugin = runtime
+        let plugin = crate::test_guests::runtime()
             .load_bytes(crate::test_guests::gatekeeper(), "gatekeeper")
             .unwrap();
         let pre = AccessPre::new(plugin.pre.clone()).unwrap();

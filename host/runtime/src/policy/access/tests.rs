@@ -8,20 +8,9 @@ use serde_json::Value;
 
 use super::{AccessJudge, AccessPolicy, AccessRequest, Action, Decision, Principal, Target};
 use crate::policy::warm::CALLS_PER_INSTANCE;
-use crate::{CallError, LimitExceeded, Limits, LoadError, Runtime, RuntimeConfig, Services, World};
+use crate::{CallError, LimitExceeded, Limits, LoadError, Services, World};
 use custodian_base::clock::SystemClock;
 use custodian_core::decisions::access::{MAX_REASON_BYTES, MAX_ROLES};
-
-fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        Runtime::new(&RuntimeConfig {
-            cache_dir: None,
-            concurrent_calls: 16,
-        })
-        .expect("a WebAssembly runtime")
-    })
-}
 
 /// The I/O runtime isolated calls are handed; an access plugin makes no
 /// call that needs it.
@@ -38,7 +27,11 @@ fn io() -> tokio::runtime::Handle {
 }
 
 fn policy_of(bytes: &[u8], limits: Limits) -> AccessPolicy {
-    let plugin = Arc::new(runtime().load_bytes(bytes, "test").expect("it loads"));
+    let plugin = Arc::new(
+        crate::test_guests::runtime()
+            .load_bytes(bytes, "test")
+            .expect("it loads"),
+    );
     let services = Services::isolated(Arc::new(SystemClock), io());
     AccessPolicy::new(plugin, services, limits).expect("an access plugin")
 }
@@ -202,7 +195,11 @@ fn a_request_outside_the_promised_bounds_is_not_asked() {
 #[test]
 fn a_plugin_of_another_world_is_not_an_access_policy() {
     let retention = crate::bundled::plugin(World::Retention).expect("bundled");
-    let plugin = Arc::new(runtime().load_bytes(retention, "retention").unwrap());
+    let plugin = Arc::new(
+        crate::test_guests::runtime()
+            .load_bytes(retention, "retention")
+            .unwrap(),
+    );
     let services = Services::isolated(Arc::new(SystemClock), io());
     assert!(matches!(
         AccessPolicy::new(plugin, services, Limits::default()),

@@ -5,22 +5,11 @@
 use std::sync::{Arc, OnceLock};
 
 use super::{KIND, PARTITION, TakedownPolicy};
-use crate::{CallContext, CallError, Limits, Runtime, RuntimeConfig, Services};
+use crate::{CallContext, CallError, Limits, Services};
 use custodian_base::clock::SystemClock;
 use custodian_core::timers::{DueTimer, Fired};
 use custodian_kv::memory::MemoryKv;
 use custodian_kv::{Kv, Outcome, Partition};
-
-fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        Runtime::new(&RuntimeConfig {
-            cache_dir: None,
-            concurrent_calls: 8,
-        })
-        .expect("a WebAssembly runtime")
-    })
-}
 
 /// Drives the plugin's KV calls; the steps themselves run on the test's
 /// thread, as the timer worker runs them on a blocking thread.
@@ -36,7 +25,7 @@ fn io() -> &'static tokio::runtime::Runtime {
 }
 
 fn stepper() -> TakedownPolicy {
-    let plugin = runtime()
+    let plugin = crate::test_guests::runtime()
         .load_bytes(crate::test_guests::stepper(), "stepper")
         .expect("it loads");
     TakedownPolicy::new(Arc::new(plugin)).expect("a takedown plugin")

@@ -17,8 +17,8 @@
 //!   process) with `fs.configure -fsync` on its buckets. With no
 //!   identities configured it checks no signature.
 //!
-//! It first flushes the filesystem and waits 61 s ([`settle_the_disk`]):
-//! on a journal-less ext4, files deleted in the last minute (by a
+//! It first flushes the filesystem and waits 361 s ([`settle_the_disk`]):
+//! on a journal-less ext4, files deleted in the last six minutes (by a
 //! previous run, a test suite) would slow this run's inode allocations,
 //! custodian's only.
 //!
@@ -411,19 +411,25 @@ fn print(label: &str, f: &Figures) {
 /// How long after a `sync` a freed inode still slows allocation on a
 /// journal-less ext4 (this machine's disk): the kernel's inode search
 /// skips inodes freed less than 60 s ago (`recently_deleted`,
-/// `RECENTCY_MIN` in `fs/ext4/ialloc.c`), 300 s more while their inode
-/// table block is dirty, which `sync` ends. A journaled ext4 does no such
-/// check. One second of margin.
-const FREED_INODES_SETTLE: Duration = Duration::from_secs(61);
+/// `RECENTCY_MIN` in `fs/ext4/ialloc.c`), and 300 s more while their inode
+/// table block is dirty (`RECENTCY_DIRTY`). `sync` cleans those blocks,
+/// but as measured (below) it does not end the tax: most likely a run
+/// that creates files dirties them again, so inodes freed in the last
+/// 360 s count whatever was synced. A journaled ext4 does no such check.
+/// One second of margin.
+const FREED_INODES_SETTLE: Duration = Duration::from_secs(361);
 
 /// Flushes the filesystem and waits out [`FREED_INODES_SETTLE`], so that
 /// the files an earlier run (a previous bench, a test suite) deleted do
 /// not tax this run's inode allocations. Measured here: a PUT run started
 /// right after 60,000 files were deleted spent 15 % of its samples in
 /// ext4's inode search (`recently_deleted`, `find_get_block_common`,
-/// `find_inode_bit`) and lost a third of its req/s; custodian creates
-/// inodes per new key, SeaweedFS appends to a volume file, so the tax
-/// fell on one side only.
+/// `find_inode_bit`) and lost a third of its req/s. Waiting 61 s (the
+/// clean-block window) was not enough: a run 61 s after the previous
+/// run's cleanup still spent 28 % of custodian's samples creating inodes
+/// and made 1.15× SeaweedFS; after 361 s the same build made 2.25×.
+/// Custodian creates inodes per new key, SeaweedFS appends to a volume
+/// file, so the tax falls on one side only.
 fn settle_the_disk() {
     let synced = Command::new("sync").status().is_ok_and(|s| s.success());
     assert!(synced, "sync failed");

@@ -233,20 +233,50 @@ impl NewDirs {
 /// name lives in its parent, so the parent of every created directory is
 /// added to `created`; the innermost one is left to the caller, who
 /// fsyncs it after putting something in it.
+///
+/// It tries the innermost directory first and walks up only while a
+/// parent is missing: a `mkdir` locks its parent directory even when it
+/// fails, and in the common cases (a key that exists, a new key under an
+/// existing prefix) one call settles it instead of one per level.
 fn create_dirs(base: &Path, dirs: &[&str], created: &mut NewDirs) -> Result<PathBuf, ObjectError> {
     let mut path = base.to_path_buf();
-    for dir in dirs {
-        let parent = path.clone();
-        path.push(dir);
-        match std::fs::create_dir(&path) {
+    path.extend(dirs);
+    // `probe` is `base/dirs[..level]`, from the innermost outwards until
+    // one exists or is made.
+    let mut probe = path.clone();
+    let mut level = dirs.len();
+    while level > 0 {
+        match std::fs::create_dir(&probe) {
             Ok(()) => {
-                created.0.insert(parent);
+                created.0.insert(parent_of(&probe));
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                level -= 1;
+                probe.pop();
+            }
+            Err(e) => return Err(io_error("creating directory", &probe, e)),
+        }
+    }
+    // Then the levels below it, outermost first.
+    for dir in &dirs[level..] {
+        probe.push(dir);
+        match std::fs::create_dir(&probe) {
+            Ok(()) => {
+                created.0.insert(parent_of(&probe));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_error("creating directory", &path, e)),
+            Err(e) => return Err(io_error("creating directory", &probe, e)),
         }
     }
     Ok(path)
+}
+
+fn parent_of(dir: &Path) -> PathBuf {
+    dir.parent()
+        .expect("a created directory lies below the store's root")
+        .to_path_buf()
 }
 
 /// fsyncs a directory, making the names in it durable.

@@ -3,15 +3,25 @@
 //!
 //! ```text
 //! <root>/
-//!   format          {"format":1,"versioned":true}: written once, at creation
+//!   format          {"format":2,"versioned":true}: written once, at creation
 //!   lock            the arbiter (see `lock`)
 //!   staging.lock    the staging gate (see `lock`)
 //!   staging/        files being written, each locked by its writer
 //!   uploads/<id>/   one multipart assembly: `meta` and `part-NNNNN`
-//!   objects/        keys: one directory per key segment;
-//!     a/%v/<id>       the versions of key `a`
-//!     a/b/%v/<id>     the versions of key `a/b`
+//!   objects/        keys: one directory per key segment but the last;
+//!     a%v/<id>        the versions of key `a`
+//!     a/b%v/<id>      the versions of key `a/b`
 //! ```
+//!
+//! **Two spellings of a key's version directory**, fixed by the store's
+//! format record ([`Spelling`]). Format 2, which new stores are created
+//! with, appends `%v` to the key's last name: `a/b%v/`. Format 1, which
+//! stores created before it keep, gave the last segment a directory of
+//! its own and the versions a `%v` child: `a/b/%v/`. So a key's first
+//! publish creates one directory in format 2 where it created two in
+//! format 1, and syncs one parent instead of two under the arbiter; keys
+//! of a common prefix (`logs/1`, `logs/2`, …) share that parent, so a
+//! group of first publishes syncs it once.
 //!
 //! A key is `/`-separated segments (already checked by
 //! [`ObjectKey::new`]: none empty, `.` or `..`, no control characters).
@@ -19,9 +29,10 @@
 //! `[A-Za-z0-9._-]` are percent-encoded as `%XX` (upper-case hex), and so
 //! are `%` itself and a segment's leading `.` (so no name is hidden or
 //! special). Because `%` is always followed by two hex digits in an
-//! encoded name, `%v` (a key's version directory) and `%+` (below) can
-//! never be produced by the encoding: key `a` and key `a/b` live in
-//! `a/%v` and `a/b/%v` and never collide.
+//! encoded name, `%v` (a key's version directory, or the end of its name)
+//! and `%+` (below) can never be produced by the encoding: key `a` and key
+//! `a/b` live in `a%v` and `a/b%v` (format 1: `a/%v` and `a/b/%v`) and
+//! never collide, and no prefix directory's name ends in `%v`.
 //!
 //! **Deviation from the brief, and why.** The brief said to refuse a
 //! segment whose encoding exceeds 255 bytes (`NAME_MAX`). The conformance
@@ -31,7 +42,8 @@
 //! [`MAX_CHUNK`] bytes is split into chunks: the first is a plain name,
 //! each following chunk is a child directory named `%+<chunk>` (again a
 //! name the encoding cannot produce, so `abc/%+def` is segment `abcdef`
-//! while `abc/def` is two segments). Chunks are cut only between encoded
+//! while `abc/def` is two segments; in format 2 the versions of key
+//! `abcdef` are in `abc/%+def%v`). Chunks are cut only between encoded
 //! units, never inside a `%XX`. The encoding is canonical (greedy chunks,
 //! exactly one spelling per byte), and listings re-encode every key they
 //! find and skip any path that is not that key's canonical spelling, so
@@ -65,17 +77,19 @@ pub(super) const LOCK_FILE: &str = "lock";
 pub(super) const GATE_FILE: &str = "staging.lock";
 /// The format and versioning record.
 pub(super) const FORMAT_FILE: &str = "format";
-/// The per-key directory holding that key's versions.
+/// What marks a key's version directory: its whole name in format 1, the
+/// end of its name in format 2.
 pub(super) const VERSIONS_DIR: &str = "%v";
 /// The name prefix of a long segment's continuation chunk.
 pub(super) const CONTINUATION: &str = "%+";
-/// Longest encoded chunk of one segment, in bytes. With the `%+` prefix a
-/// name stays well under `NAME_MAX` (255).
+/// Longest encoded chunk of one segment, in bytes. With the `%+` prefix and
+/// the `%v` suffix a name stays well under `NAME_MAX` (255).
 pub(super) const MAX_CHUNK: usize = 240;
 
 /// Longest relative path below the root that any legal key produces, to
 /// one of its version files: `objects/`, every key byte encoded as `%XX`,
-/// a `/%+` per extra chunk, `/%v/` and a version id.
+/// a `/%+` per extra chunk, `/%v/` and a version id. (Format 1's spelling;
+/// format 2's is one byte shorter.)
 pub(super) const MAX_KEY_PATH_BYTES: usize = OBJECTS.len()
     + 1
     + 3 * MAX_OBJECT_KEY_BYTES
@@ -91,9 +105,43 @@ const PATH_MAX: usize = 4096;
 /// Longest root path this store accepts (see the module documentation).
 pub(super) const MAX_ROOT_BYTES: usize = PATH_MAX - 1 - 1 - MAX_KEY_PATH_BYTES;
 
-/// The fixed paths under one root.
+/// How a key's version directory is spelled (see the module
+/// documentation); a store's format record fixes it for life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Spelling {
+    /// Format 1: `a/b/%v/`, a directory for the last segment and a `%v`
+    /// child in it.
+    Nested,
+    /// Format 2: `a/b%v/`, the last name with `%v` appended.
+    Suffixed,
+}
+
+impl Spelling {
+    /// The spelling of a store of `format`, if this build reads it.
+    pub fn of_format(format: u32) -> Option<Self> {
+        match format {
+            1 => Some(Self::Nested),
+            2 => Some(Self::Suffixed),
+            _ => None,
+        }
+    }
+
+    /// The format a store of this spelling records.
+    pub fn format(self) -> u32 {
+        match self {
+            Self::Nested => 1,
+            Self::Suffixed => 2,
+        }
+    }
+}
+
+/// The fixed paths under one root, and how keys are spelled below
+/// `objects/`.
 #[derive(Debug, Clone)]
 pub(super) struct Layout {
+    /// Set from the format record when the store is opened; new stores
+    /// are [`Spelling::Suffixed`].
+    pub spelling: Spelling,
     pub root: PathBuf,
     pub objects: PathBuf,
     pub staging: PathBuf,
@@ -128,6 +176,7 @@ impl Layout {
             ));
         }
         Ok(Self {
+            spelling: Spelling::Suffixed,
             objects: root.join(OBJECTS),
             staging: root.join(STAGING),
             uploads: root.join(UPLOADS),
@@ -141,11 +190,22 @@ impl Layout {
     /// The directory holding `key`'s versions.
     pub fn versions_dir(&self, key: &KeyPath) -> PathBuf {
         let mut path = self.objects.clone();
-        for component in key.components() {
-            path.push(component);
-        }
-        path.push(VERSIONS_DIR);
+        path.extend(self.versions_names(key));
         path
+    }
+
+    /// The names leading from `objects/` to `key`'s version directory,
+    /// that directory's included.
+    pub fn versions_names(&self, key: &KeyPath) -> Vec<String> {
+        let mut names = key.components().to_vec();
+        match self.spelling {
+            Spelling::Nested => names.push(VERSIONS_DIR.to_owned()),
+            Spelling::Suffixed => names
+                .last_mut()
+                .expect("a key has at least one name")
+                .push_str(VERSIONS_DIR),
+        }
+        names
     }
 
     /// The directory of one upload.
@@ -182,16 +242,6 @@ impl KeyPath {
     /// Its directory names below `objects/`, outermost first.
     pub fn components(&self) -> &[String] {
         &self.components
-    }
-
-    /// The components leading to its version directory, that directory
-    /// included.
-    pub fn versions_components(&self) -> Vec<&str> {
-        self.components
-            .iter()
-            .map(String::as_str)
-            .chain(std::iter::once(VERSIONS_DIR))
-            .collect()
     }
 }
 
@@ -237,23 +287,34 @@ fn name_of(chunk: &str, first: bool) -> String {
 /// What a directory entry below `objects/` is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Entry {
-    /// The version directory of the key spelled by the path so far.
+    /// Format 1: the version directory of the key spelled by the path so
+    /// far.
     Versions,
-    /// A new segment, decoded.
-    Segment(Vec<u8>),
-    /// More of the current segment, decoded.
-    Continuation(Vec<u8>),
+    /// A new segment, decoded; `versions` when the name ends in `%v`
+    /// (format 2: the version directory of the key ending there).
+    Segment { bytes: Vec<u8>, versions: bool },
+    /// More of the current segment, decoded; `versions` as above.
+    Continuation { bytes: Vec<u8>, versions: bool },
 }
 
 /// Decodes one directory name below `objects/`; `None` for anything the
-/// encoding cannot have produced (stray files, foreign names).
+/// encoding cannot have produced (stray files, foreign names). Which
+/// spelling a store uses is not checked here: the listing re-spells every
+/// key it finds and keeps only its store's spelling.
 pub(super) fn decode_entry(name: &str) -> Option<Entry> {
     if name == VERSIONS_DIR {
         return Some(Entry::Versions);
     }
+    // The encoding never ends a name in `%v` (`v` is not a hex digit),
+    // so a name that does is a version directory's.
+    let (name, versions) = match name.strip_suffix(VERSIONS_DIR) {
+        Some(stem) => (stem, true),
+        None => (name, false),
+    };
     match name.strip_prefix(CONTINUATION) {
-        Some(chunk) => decode_chunk(chunk.as_bytes(), false).map(Entry::Continuation),
-        None => decode_chunk(name.as_bytes(), true).map(Entry::Segment),
+        Some(chunk) => decode_chunk(chunk.as_bytes(), false)
+            .map(|bytes| Entry::Continuation { bytes, versions }),
+        None => decode_chunk(name.as_bytes(), true).map(|bytes| Entry::Segment { bytes, versions }),
     }
 }
 
@@ -303,22 +364,35 @@ mod tests {
             .to_vec()
     }
 
-    /// Decodes a key's components back into the key's bytes.
-    fn decode(components: &[String]) -> Vec<u8> {
+    /// Decodes the names of a key's version directory, in either
+    /// spelling, back into the key's bytes.
+    fn decode(names: &[String]) -> Vec<u8> {
         let mut key = Vec::new();
-        for (index, name) in components.iter().enumerate() {
+        for (index, name) in names.iter().enumerate() {
+            let last = index + 1 == names.len();
             match decode_entry(name).unwrap() {
-                Entry::Segment(bytes) => {
+                Entry::Segment { bytes, versions } => {
+                    assert_eq!(versions, last, "{name}");
                     if index > 0 {
                         key.push(b'/');
                     }
                     key.extend(bytes);
                 }
-                Entry::Continuation(bytes) => key.extend(bytes),
-                Entry::Versions => panic!("a key component decoded as %v"),
+                Entry::Continuation { bytes, versions } => {
+                    assert_eq!(versions, last, "{name}");
+                    key.extend(bytes);
+                }
+                Entry::Versions => assert!(last, "a key component decoded as %v"),
             }
         }
         key
+    }
+
+    fn layout(spelling: Spelling) -> Layout {
+        Layout {
+            spelling,
+            ..Layout::new(Path::new("/")).unwrap()
+        }
     }
 
     #[test]
@@ -343,12 +417,43 @@ mod tests {
             long_ascii.as_str(),
         ] {
             let path = KeyPath::new(&ObjectKey::new(key).unwrap());
-            assert_eq!(decode(path.components()), key.as_bytes(), "{key:?}");
+            for spelling in [Spelling::Nested, Spelling::Suffixed] {
+                let names = layout(spelling).versions_names(&path);
+                assert_eq!(decode(&names), key.as_bytes(), "{key:?} {spelling:?}");
+                for name in &names {
+                    let longest = CONTINUATION.len() + MAX_CHUNK + VERSIONS_DIR.len();
+                    assert!(name.len() <= longest, "{name}");
+                }
+            }
             for name in path.components() {
-                assert!(name.len() <= CONTINUATION.len() + MAX_CHUNK, "{name}");
-                assert_ne!(name, VERSIONS_DIR);
+                assert!(!name.ends_with(VERSIONS_DIR), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn the_two_spellings_put_a_keys_versions_where_the_format_says() {
+        let key = KeyPath::new(&ObjectKey::new("a/b").unwrap());
+        assert_eq!(
+            layout(Spelling::Nested).versions_names(&key),
+            ["a", "b", "%v"]
+        );
+        assert_eq!(
+            layout(Spelling::Suffixed).versions_names(&key),
+            ["a", "b%v"]
+        );
+        assert_eq!(
+            layout(Spelling::Suffixed).versions_dir(&key),
+            Path::new("/objects/a/b%v")
+        );
+        for spelling in [Spelling::Nested, Spelling::Suffixed] {
+            assert_eq!(Spelling::of_format(spelling.format()), Some(spelling));
+        }
+        assert_eq!(Spelling::of_format(3), None);
+        assert_eq!(
+            Layout::new(Path::new("/")).unwrap().spelling,
+            Spelling::Suffixed
+        );
     }
 
     #[test]
@@ -361,20 +466,25 @@ mod tests {
         assert_eq!(names[0], "a".repeat(239));
         assert!(names[1].starts_with("%+%C3%A9"));
         assert!(names[1..].iter().all(|n| n.starts_with(CONTINUATION)));
-        assert_eq!(decode(&names), key.as_bytes());
+        let path = KeyPath::new(&ObjectKey::new(key.as_str()).unwrap());
+        let versions = layout(Spelling::Suffixed).versions_names(&path);
+        assert_eq!(versions[3], format!("{}%v", names[3]));
+        assert_eq!(decode(&versions), key.as_bytes());
     }
 
     #[test]
     fn the_longest_key_path_fits_the_bound() {
         // Every byte needs escaping and the key is one segment.
         let worst = "é".repeat(MAX_OBJECT_KEY_BYTES / 2);
-        let layout = Layout::new(Path::new("/")).unwrap();
-        let path = layout.versions_dir(&KeyPath::new(&ObjectKey::new(worst.as_str()).unwrap()));
-        let relative = path.strip_prefix("/").unwrap().as_os_str().len() + 1 + VERSION_ID_LEN;
-        assert!(
-            relative <= MAX_KEY_PATH_BYTES,
-            "{relative} > {MAX_KEY_PATH_BYTES}"
-        );
+        for spelling in [Spelling::Nested, Spelling::Suffixed] {
+            let key = KeyPath::new(&ObjectKey::new(worst.as_str()).unwrap());
+            let path = layout(spelling).versions_dir(&key);
+            let relative = path.strip_prefix("/").unwrap().as_os_str().len() + 1 + VERSION_ID_LEN;
+            assert!(
+                relative <= MAX_KEY_PATH_BYTES,
+                "{relative} > {MAX_KEY_PATH_BYTES}"
+            );
+        }
         const {
             assert!(
                 MAX_ROOT_BYTES >= 512,
@@ -386,15 +496,24 @@ mod tests {
     #[test]
     fn non_canonical_names_do_not_decode() {
         for name in [
-            "", ".x", "%2e", "%41", "a%2E", "a%4", "a%zz", "a b", "%+", "%+%2Ex", "%w",
+            "", ".x", "%2e", "%41", "a%2E", "a%4", "a%zz", "a b", "%+", "%+%2Ex", "%w", "%+%v",
+            ".x%v", "a%4%v", "a%v%v", "%v%v",
         ] {
             assert_eq!(decode_entry(name), None, "{name:?}");
         }
-        assert_eq!(
-            decode_entry("%+.x"),
-            Some(Entry::Continuation(b".x".to_vec()))
-        );
-        assert_eq!(decode_entry("%2Ex"), Some(Entry::Segment(b".x".to_vec())));
+        let segment = |bytes: &[u8], versions| Entry::Segment {
+            bytes: bytes.to_vec(),
+            versions,
+        };
+        let continuation = |bytes: &[u8], versions| Entry::Continuation {
+            bytes: bytes.to_vec(),
+            versions,
+        };
+        assert_eq!(decode_entry("%+.x"), Some(continuation(b".x", false)));
+        assert_eq!(decode_entry("%+.x%v"), Some(continuation(b".x", true)));
+        assert_eq!(decode_entry("%2Ex"), Some(segment(b".x", false)));
+        assert_eq!(decode_entry("%2Ex%v"), Some(segment(b".x", true)));
+        assert_eq!(decode_entry("%25v"), Some(segment(b"%v", false)));
         assert_eq!(decode_entry("%v"), Some(Entry::Versions));
     }
 

@@ -1,10 +1,11 @@
 //! Listings: keys in ascending byte order, straight from the directory
 //! tree, reading only what a page needs.
 //!
-//! Key order is not directory order: the keys below directory `a`
-//! (`a`, `a/x`, and `a…` continued in a `%+` chunk) interleave with those
-//! of a sibling like `a!` (`a!` < `a/x`). So the walk is best-first: a
-//! min-heap of pending entries, each a concrete key or an unread
+//! Key order is not directory order: the keys below directory `a` (`a/x`,
+//! `a…` continued in a `%+` chunk, and in format 1 `a` itself) interleave
+//! with those of a sibling like `a!` (`a!` < `a/x`). So the walk is best-first: a
+//! min-heap of pending entries, each a concrete key (found by its
+//! version directory, in either spelling of `layout`) or an unread
 //! directory keyed by the decoded prefix every key below it starts with
 //! (a lower bound of them all). Popping the least entry either yields a
 //! key — no unread directory can hold a smaller one — or reads that
@@ -62,9 +63,10 @@ enum Kind {
     Dir {
         /// `objects/` itself: its children start keys, with no `/`.
         root: bool,
-        /// Only its children whose bound is greater: the rest of a
-        /// directory whose first children were already taken.
-        after: Option<Vec<u8>>,
+        /// Only its children above this bound and kind (`true`: a
+        /// directory, which sorts after a key of the same bound): the
+        /// rest of a directory whose first children were already taken.
+        after: Option<(Vec<u8>, bool)>,
         /// The bound of the directory itself (for a rest, the entry's
         /// bound is its least remaining child's).
         prefix: Vec<u8>,
@@ -134,7 +136,7 @@ impl<'a> KeyWalk<'a> {
         dir: &Path,
         bound: &[u8],
         root: bool,
-        after: Option<&[u8]>,
+        after: Option<&(Vec<u8>, bool)>,
     ) -> Result<(), ObjectError> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
@@ -155,24 +157,29 @@ impl<'a> KeyWalk<'a> {
             let entry = entry.map_err(|e| io_error("listing", dir, e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let (child, kind) = match decode_entry(name) {
-                Some(Entry::Versions) if !root => (bound.to_vec(), Kind::Key),
-                Some(Entry::Segment(segment)) => {
+            let (child, versions) = match decode_entry(name) {
+                Some(Entry::Versions) if !root => (bound.to_vec(), true),
+                Some(Entry::Segment { bytes, versions }) => {
                     let mut child = bound.to_vec();
                     if !root {
                         child.push(b'/');
                     }
-                    child.extend_from_slice(&segment);
-                    let prefix = child.clone();
-                    (child, whole_dir(prefix))
+                    child.extend_from_slice(&bytes);
+                    (child, versions)
                 }
-                Some(Entry::Continuation(more)) if !root => {
-                    let child = [bound, &more].concat();
-                    (child.clone(), whole_dir(child))
+                Some(Entry::Continuation { bytes, versions }) if !root => {
+                    ([bound, &bytes].concat(), versions)
                 }
                 _ => continue,
             };
-            if after.is_some_and(|after| child.as_slice() <= after) {
+            let kind = if versions {
+                Kind::Key
+            } else {
+                whole_dir(child.clone())
+            };
+            if after.is_some_and(|(after, after_dir)| {
+                (child.as_slice(), kind.is_dir()) <= (after.as_slice(), *after_dir)
+            }) {
                 continue;
             }
             let wanted = match kind {
@@ -188,13 +195,15 @@ impl<'a> KeyWalk<'a> {
             }
         }
         if children.len() > EXPAND_CAP {
-            // Children's bounds are distinct (names decode injectively),
-            // so everything after the cap is strictly above what it took.
+            // Children are distinct by bound and kind (names decode
+            // injectively; in format 2 key `a`'s `a%v` and prefix `a/`'s
+            // `a` share a bound and differ in kind), so everything after
+            // the cap is strictly above what it took in that order.
             children.select_nth_unstable(EXPAND_CAP - 1);
             let rest = children.split_off(EXPAND_CAP);
             let taken = children
                 .iter()
-                .map(|c| c.bound.clone())
+                .map(|c| (c.bound.clone(), c.kind.is_dir()))
                 .max()
                 .expect("the cap is not zero");
             let least = rest
@@ -214,6 +223,12 @@ impl<'a> KeyWalk<'a> {
         }
         self.heap.extend(children.into_iter().map(Reverse));
         Ok(())
+    }
+}
+
+impl Kind {
+    fn is_dir(&self) -> bool {
+        matches!(self, Self::Dir { .. })
     }
 }
 
@@ -237,7 +252,7 @@ impl Iterator for KeyWalk<'_> {
                     after,
                     prefix,
                 } => {
-                    if let Err(e) = self.expand(&pending.path, &prefix, root, after.as_deref()) {
+                    if let Err(e) = self.expand(&pending.path, &prefix, root, after.as_ref()) {
                         return Some(Err(e));
                     }
                 }

@@ -154,8 +154,8 @@ impl FsStore {
     /// store written by a newer format; `Corrupt` for an unreadable format
     /// record; `Io` when the directory cannot be created or locked.
     pub fn open(root: &Path, clock: Arc<dyn Clock>, versioned: bool) -> Result<Self, ObjectError> {
-        let layout = Layout::new(root)?;
-        recovery::prepare(&layout, versioned)?;
+        let mut layout = Layout::new(root)?;
+        recovery::prepare(&mut layout, versioned)?;
         let mut store = Self {
             arbiter: Arc::new(Arbiter::open(&layout.lock)?),
             queue: Arc::default(),
@@ -191,7 +191,19 @@ impl FsStore {
     /// A store in a fresh temporary directory that lives as long as it.
     #[cfg(test)]
     pub(crate) fn temporary(versioned: bool) -> Self {
+        Self::temporary_of_format(versioned, None)
+    }
+
+    /// As [`FsStore::temporary`], but created as if by a build that wrote
+    /// `format` (1: the nested spelling earlier builds created).
+    #[cfg(test)]
+    pub(crate) fn temporary_of_format(versioned: bool, format: Option<u32>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        if let Some(format) = format {
+            let record = format!(r#"{{"format":{format},"versioned":{versioned}}}"#);
+            std::fs::write(dir.path().join(layout::FORMAT_FILE), record)
+                .expect("a format record is written");
+        }
         let clock: Arc<dyn Clock> = Arc::new(custodian_base::clock::FixedClock::new(1_000_000));
         let mut store = Self::open(dir.path(), clock, versioned).expect("a fresh store opens");
         store._temp = Some(Arc::new(dir));
@@ -519,5 +531,21 @@ mod conformance {
         use super::FsStore;
 
         crate::object_conformance_tests!(unversioned: || FsStore::temporary(false));
+    }
+
+    /// Stores made by a build before format 2 keep their spelling and
+    /// pass the same suite.
+    mod format_1_versioned {
+        use super::FsStore;
+
+        crate::object_conformance_tests!(versioned: || FsStore::temporary_of_format(true, Some(1)));
+    }
+
+    mod format_1_unversioned {
+        use super::FsStore;
+
+        crate::object_conformance_tests!(
+            unversioned: || FsStore::temporary_of_format(false, Some(1))
+        );
     }
 }

@@ -163,12 +163,13 @@ impl FsStore {
             None => 1,
         };
         let version_id = self.ids.version_id(seq);
-        let components = key.versions_components();
+        let names = self.layout.versions_names(key);
+        let dirs: Vec<&str> = names.iter().map(String::as_str).collect();
         let unsynced = sealed.publish_recording(
             held,
             Target {
                 base: &self.layout.objects,
-                dirs: &components,
+                dirs: &dirs,
                 name: &version_id,
             },
             created,

@@ -1,9 +1,13 @@
 //! Opening a store: the format record, crash recovery, and the bootstrap
 //! report.
 //!
-//! `format` (JSON `{"format":1,"versioned":…}`) is written once, durably,
+//! `format` (JSON `{"format":2,"versioned":…}`) is written once, durably,
 //! when the store is created, under the arbiter so that two processes
-//! creating one store agree. A store keeps its versioning mode for life:
+//! creating one store agree. Its `format` fixes how keys are spelled for
+//! the store's life ([`Spelling`]): this build creates format 2 and opens
+//! format 1 and 2 alike, so a store made by an earlier build keeps
+//! working as it is, with no migration (an earlier build refuses a format
+//! 2 store as `Unsupported`). A store keeps its versioning mode for life:
 //! opening it with the other mode is refused, because an unversioned
 //! opener would silently destroy history (it removes superseded versions)
 //! and a versioned one would start keeping history nobody asked for.
@@ -32,14 +36,14 @@ use crate::{BootstrapReport, ObjectError};
 
 use super::durable::{Staged, Target, fsync_dir};
 use super::ids::is_upload_id;
-use super::layout::{Layout, VERSIONS_DIR};
+use super::layout::{Layout, Spelling, VERSIONS_DIR};
 use super::lock::{Arbiter, Gate};
 use super::uploads::read_meta;
 use super::versions::version_ids;
 use super::{FsStore, io_error};
 
-/// The on-disk format this build writes and reads.
-const FORMAT: u32 = 1;
+/// The spelling this build creates stores with.
+const NEW_STORES: Spelling = Spelling::Suffixed;
 /// Bound on the `format` record a reader will load.
 const MAX_FORMAT_BYTES: u64 = 4096;
 /// Pending uploads older than this are reported as abandoned.
@@ -60,9 +64,9 @@ fn mode(versioned: bool) -> &'static str {
     }
 }
 
-/// Creates the root and its layout if absent, and checks (or writes) the
-/// format record.
-pub(super) fn prepare(layout: &Layout, versioned: bool) -> Result<(), ObjectError> {
+/// Creates the root and its layout if absent, checks (or writes) the
+/// format record, and sets `layout`'s spelling from it.
+pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), ObjectError> {
     let root = &layout.root;
     let existed = root.is_dir();
     std::fs::create_dir_all(root).map_err(|e| io_error("creating", root, e))?;
@@ -90,16 +94,18 @@ pub(super) fn prepare(layout: &Layout, versioned: bool) -> Result<(), ObjectErro
                     .into(),
                 ));
             }
-            check_format(layout, &bytes, versioned)
+            layout.spelling = check_format(layout, &bytes, versioned)?;
+            Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // A new store: the directories first (durably), then the
             // record that says the store exists.
             fsync_dir(root)?;
             let record = Format {
-                format: FORMAT,
+                format: NEW_STORES.format(),
                 versioned,
             };
+            layout.spelling = NEW_STORES;
             let ids = super::ids::Ids::default();
             let mut staged = Staged::create(layout, &ids)?;
             staged.write(&serde_json::to_vec(&record).expect("a format record serializes"))?;
@@ -138,23 +144,25 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
     }
 }
 
-fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<(), ObjectError> {
+/// The spelling of a store whose format record is `bytes`, once its
+/// versioning mode is checked.
+fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<Spelling, ObjectError> {
     let record: Format = serde_json::from_slice(bytes).map_err(|e| {
         ObjectError::Corrupt(Detail::caused_by(
             format!("format record {}", layout.format.display()),
             e,
         ))
     })?;
-    if record.format != FORMAT {
+    let Some(spelling) = Spelling::of_format(record.format) else {
         return Err(ObjectError::Unsupported(
             format!(
-                "{} is a format {} store; this build reads format {FORMAT}",
+                "{} is a format {} store; this build reads formats 1 and 2",
                 layout.root.display(),
                 record.format
             )
             .into(),
         ));
-    }
+    };
     if record.versioned != versioned {
         return Err(ObjectError::InvalidArgument(
             format!(
@@ -167,11 +175,23 @@ fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<(), Ob
             .into(),
         ));
     }
-    Ok(())
+    Ok(spelling)
+}
+
+/// Whether a directory named `name` below `objects/` is a key's version
+/// directory in `spelling` (the encoding never ends a name in `%v`).
+fn is_version_dir(name: &std::ffi::OsStr, spelling: Spelling) -> bool {
+    let name = name.as_encoded_bytes();
+    match spelling {
+        Spelling::Nested => name == VERSIONS_DIR.as_bytes(),
+        Spelling::Suffixed => {
+            name.len() > VERSIONS_DIR.len() && name.ends_with(VERSIONS_DIR.as_bytes())
+        }
+    }
 }
 
 /// Every version directory below `objects/`.
-fn version_dirs(objects: &Path) -> Result<Vec<PathBuf>, ObjectError> {
+fn version_dirs(objects: &Path, spelling: Spelling) -> Result<Vec<PathBuf>, ObjectError> {
     let mut found = Vec::new();
     let mut stack = vec![objects.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -185,7 +205,7 @@ fn version_dirs(objects: &Path) -> Result<Vec<PathBuf>, ObjectError> {
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            if entry.file_name() == VERSIONS_DIR {
+            if is_version_dir(&entry.file_name(), spelling) {
                 found.push(entry.path());
             } else {
                 stack.push(entry.path());
@@ -206,7 +226,7 @@ impl FsStore {
         let mut superseded = 0;
         let mut emptied = 0;
         if !self.versioned {
-            for dir in version_dirs(&self.layout.objects)? {
+            for dir in version_dirs(&self.layout.objects, self.layout.spelling)? {
                 let held = self.arbiter.lock()?;
                 let mut ids = version_ids(&dir)?;
                 ids.pop();
@@ -296,9 +316,10 @@ impl FsStore {
     pub(super) fn report(&self, prefix: &str) -> Result<BootstrapReport, ObjectError> {
         let mut report = BootstrapReport::default();
         report.notes.push(format!(
-            "filesystem store at {} ({}, format {FORMAT})",
+            "filesystem store at {} ({}, format {})",
             self.layout.root.display(),
-            mode(self.versioned)
+            mode(self.versioned),
+            self.layout.spelling.format()
         ));
         report.notes.push(
             "checksums: the CRC-64/NVME is validated on every publish and every read is checked \

@@ -440,7 +440,18 @@ impl XorShift {
 
 #[test]
 fn listing_order_is_byte_order_for_escaped_and_long_keys() {
-    let store = FsStore::temporary(true);
+    listing_is_byte_order(&FsStore::temporary(true));
+}
+
+#[test]
+fn listing_order_is_byte_order_in_a_format_1_store_too() {
+    listing_is_byte_order(&FsStore::temporary_of_format(true, Some(1)));
+}
+
+/// Lists random keys (escaped, long, prefixes of each other) with every
+/// prefix and page size, against a `BTreeSet` of them.
+fn listing_is_byte_order(store: &FsStore) {
+    let store = store.clone();
     let long = "L".repeat(600);
     let long_escaped = "é".repeat(300);
     let pieces = [
@@ -506,6 +517,94 @@ fn listing_order_is_byte_order_for_escaped_and_long_keys() {
     let mut every: Vec<String> = model.iter().chain(&deleted).cloned().collect();
     every.sort();
     assert_eq!(listed, every);
+}
+
+#[test]
+fn a_key_and_the_prefix_directory_of_its_name_are_both_listed_when_a_re_read_splits_them() {
+    // Seven keys sort before `a`; so the root's first read takes them and
+    // key `a` (`a%v`), and leaves directory `a` (of `a/x`), which has the
+    // same bound, to the re-read.
+    let store = FsStore::temporary(true);
+    let mut keys: Vec<String> = (0..7).map(|i| i.to_string()).collect();
+    keys.extend(["a".into(), "a/x".into(), "b".into()]);
+    for key in &keys {
+        create(&store, key, b"x");
+    }
+    assert_eq!(all_keys(&store, ""), keys);
+    for limit in 1..=3 {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = block_on(store.list("", cursor.as_deref(), limit)).unwrap();
+            seen.extend(page.items.into_iter().map(|o| o.key));
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, keys, "limit {limit}");
+    }
+}
+
+#[test]
+fn a_new_key_gets_one_directory_beside_its_prefix_in_a_new_store() {
+    let store = FsStore::temporary(true);
+    create(&store, "logs/1", b"x");
+    create(&store, "logs", b"y");
+    let objects = store.layout.objects.clone();
+    let names = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(&objects),
+        BTreeSet::from(["logs".into(), "logs%v".into()])
+    );
+    assert_eq!(names(&objects.join("logs")), BTreeSet::from(["1%v".into()]));
+    assert_eq!(version_ids(&objects.join("logs/1%v")).unwrap().len(), 1);
+    let notes = block_on(store.bootstrap("")).unwrap().notes;
+    assert!(notes[0].contains("format 2"), "{notes:?}");
+}
+
+/// A directory holding only a versioned store's format record of
+/// `format`, as the build that wrote it left it.
+fn dir_of_format(format: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let record = format!(r#"{{"format":{format},"versioned":true}}"#);
+    std::fs::write(dir.path().join("format"), record).unwrap();
+    dir
+}
+
+#[test]
+fn a_store_made_in_format_1_keeps_its_spelling_and_is_reported_as_such() {
+    let dir = dir_of_format(1);
+    let store = open(dir.path(), true);
+    create(&store, "logs/1", b"x");
+    let objects = store.layout.objects.clone();
+    assert_eq!(version_ids(&objects.join("logs/1/%v")).unwrap().len(), 1);
+    assert!(!objects.join("logs/1%v").exists());
+    drop(store);
+    let store = open(dir.path(), true);
+    assert_eq!(all_keys(&store, ""), ["logs/1"]);
+    let notes = block_on(store.bootstrap("")).unwrap().notes;
+    assert!(notes[0].contains("format 1"), "{notes:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("format")).unwrap(),
+        r#"{"format":1,"versioned":true}"#,
+        "opening never rewrites the record"
+    );
+}
+
+#[test]
+fn a_store_of_an_unknown_format_is_refused_as_unsupported() {
+    let dir = dir_of_format(3);
+    let refused = FsStore::open(dir.path(), clock(), true).unwrap_err();
+    assert!(
+        matches!(&refused, ObjectError::Unsupported(d) if d.to_string().contains("format 3")),
+        "{refused:?}"
+    );
 }
 
 #[test]

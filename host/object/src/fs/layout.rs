@@ -133,6 +133,17 @@ impl Spelling {
             Self::Suffixed => 2,
         }
     }
+
+    /// Whether a directory named `name` below `objects/` is a key's
+    /// version directory in this spelling (the encoding never ends a name
+    /// in `%v`).
+    pub fn is_versions_name(self, name: &[u8]) -> bool {
+        let marker = VERSIONS_DIR.as_bytes();
+        match self {
+            Self::Nested => name == marker,
+            Self::Suffixed => name.len() > marker.len() && name.ends_with(marker),
+        }
+    }
 }
 
 /// The fixed paths under one root, and how keys are spelled below
@@ -187,10 +198,15 @@ impl Layout {
         })
     }
 
-    /// The directory holding `key`'s versions.
+    /// The directory holding `key`'s versions. (On every read, so built
+    /// in place rather than from [`Layout::versions_names`].)
     pub fn versions_dir(&self, key: &KeyPath) -> PathBuf {
         let mut path = self.objects.clone();
-        path.extend(self.versions_names(key));
+        path.extend(key.components());
+        match self.spelling {
+            Spelling::Nested => path.push(VERSIONS_DIR),
+            Spelling::Suffixed => path.as_mut_os_string().push(VERSIONS_DIR),
+        }
         path
     }
 
@@ -420,6 +436,11 @@ mod tests {
             for spelling in [Spelling::Nested, Spelling::Suffixed] {
                 let names = layout(spelling).versions_names(&path);
                 assert_eq!(decode(&names), key.as_bytes(), "{key:?} {spelling:?}");
+                let joined: PathBuf = ["/", OBJECTS]
+                    .into_iter()
+                    .chain(names.iter().map(String::as_str))
+                    .collect();
+                assert_eq!(layout(spelling).versions_dir(&path), joined, "{key:?}");
                 for name in &names {
                     let longest = CONTINUATION.len() + MAX_CHUNK + VERSIONS_DIR.len();
                     assert!(name.len() <= longest, "{name}");

@@ -200,9 +200,7 @@ impl FsStore {
     pub(crate) fn temporary_of_format(versioned: bool, format: Option<u32>) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         if let Some(format) = format {
-            let record = format!(r#"{{"format":{format},"versioned":{versioned}}}"#);
-            std::fs::write(dir.path().join(layout::FORMAT_FILE), record)
-                .expect("a format record is written");
+            recovery::write_record_of(dir.path(), format, versioned);
         }
         let clock: Arc<dyn Clock> = Arc::new(custodian_base::clock::FixedClock::new(1_000_000));
         let mut store = Self::open(dir.path(), clock, versioned).expect("a fresh store opens");

@@ -36,7 +36,7 @@ use crate::{BootstrapReport, ObjectError};
 
 use super::durable::{Staged, Target, fsync_dir};
 use super::ids::is_upload_id;
-use super::layout::{Layout, Spelling, VERSIONS_DIR};
+use super::layout::{Layout, Spelling};
 use super::lock::{Arbiter, Gate};
 use super::uploads::read_meta;
 use super::versions::version_ids;
@@ -125,6 +125,15 @@ pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), Object
     }
 }
 
+/// Writes the format record a build of `format` would have written in
+/// `root`, so a test can open a store as that build left it.
+#[cfg(test)]
+pub(super) fn write_record_of(root: &Path, format: u32, versioned: bool) {
+    let record = serde_json::to_vec(&Format { format, versioned }).expect("a record serializes");
+    std::fs::write(root.join(super::layout::FORMAT_FILE), record)
+        .expect("a format record is written");
+}
+
 /// The versioning mode the store at `root` was created with; `None` if
 /// there is no store there yet.
 pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
@@ -178,18 +187,6 @@ fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<Spelli
     Ok(spelling)
 }
 
-/// Whether a directory named `name` below `objects/` is a key's version
-/// directory in `spelling` (the encoding never ends a name in `%v`).
-fn is_version_dir(name: &std::ffi::OsStr, spelling: Spelling) -> bool {
-    let name = name.as_encoded_bytes();
-    match spelling {
-        Spelling::Nested => name == VERSIONS_DIR.as_bytes(),
-        Spelling::Suffixed => {
-            name.len() > VERSIONS_DIR.len() && name.ends_with(VERSIONS_DIR.as_bytes())
-        }
-    }
-}
-
 /// Every version directory below `objects/`.
 fn version_dirs(objects: &Path, spelling: Spelling) -> Result<Vec<PathBuf>, ObjectError> {
     let mut found = Vec::new();
@@ -205,7 +202,7 @@ fn version_dirs(objects: &Path, spelling: Spelling) -> Result<Vec<PathBuf>, Obje
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            if is_version_dir(&entry.file_name(), spelling) {
+            if spelling.is_versions_name(entry.file_name().as_encoded_bytes()) {
                 found.push(entry.path());
             } else {
                 stack.push(entry.path());

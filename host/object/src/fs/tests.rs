@@ -572,8 +572,7 @@ fn a_new_key_gets_one_directory_beside_its_prefix_in_a_new_store() {
 /// `format`, as the build that wrote it left it.
 fn dir_of_format(format: u32) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let record = format!(r#"{{"format":{format},"versioned":true}}"#);
-    std::fs::write(dir.path().join("format"), record).unwrap();
+    super::recovery::write_record_of(dir.path(), format, true);
     dir
 }
 

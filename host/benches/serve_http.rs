@@ -22,6 +22,12 @@
 //!    `GET` of the plain keys of step 3 (not content, so not checked),
 //!    the same size from the same store in the same run.
 //!
+//! After step 3, when nginx is installed (Debian: `apt-get install nginx`,
+//! or `CUSTODIAN_NGINX`), nginx serves the same 64 KiB body as a static
+//! file (its defaults: `sendfile`, a worker per core) to the same wrk
+//! load: a reference for what a 64 KiB read over HTTP costs here, beside
+//! `/healthz`, which reads nothing.
+//!
 //! It prints requests per second, p50 and p99 latency, and the ratios of
 //! the swap runs to the steady ones and of checked to unchecked GETs. The
 //! load generator shares the machine's cores with the server; compare
@@ -45,6 +51,8 @@ mod server;
 use server::{Server, TOKEN};
 #[path = "support/builds.rs"]
 mod builds;
+#[path = "support/nginx.rs"]
+mod nginx;
 #[path = "support/wrk.rs"]
 mod wrk;
 use builds::takedown_builds;
@@ -268,6 +276,19 @@ fn main() {
     );
     let steady_get = wrk::run(&base, seconds, Some(&get), "/");
     print("GET 64 KiB", &steady_get);
+    // The same body as a static file from nginx: what reading 64 KiB over
+    // HTTP costs on this machine with wrk on the same cores.
+    let static_get = nginx::Nginx::start(&dir.path().join("nginx"), &[("object", &[b'x'; 65536])])
+        .map(|nginx| wrk::run(&nginx.base, seconds, None, "/object"));
+    if let Some(figures) = &static_get {
+        print("GET 64 KiB, nginx static", figures);
+        println!(
+            "ratios: GET / healthz {:.2}; nginx static GET / healthz {:.2}; GET / nginx static GET {:.2}",
+            steady_get.rps / health.rps,
+            figures.rps / health.rps,
+            steady_get.rps / figures.rps,
+        );
+    }
 
     // The denial check: content keys, written as the plain ones were,
     // read alternately with the plain ones (drift on a shared machine

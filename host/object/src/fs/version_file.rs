@@ -272,6 +272,26 @@ pub(super) struct VersionFile {
     body_offset: u64,
 }
 
+/// Header bytes read with the prefix, on the guess that the header is no
+/// longer: a header is its key, etag, checksums and user metadata as JSON,
+/// a few hundred bytes unless the metadata is large.
+const HEADER_GUESS: usize = 1024;
+
+/// Reads from the start of `file` into `buffer` until it is full or the
+/// file ends; the bytes read.
+fn read_some_at(file: &File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buffer.len() {
+        match file.read_at(&mut buffer[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 fn corrupt(path: &Path, what: impl std::fmt::Display) -> ObjectError {
     ObjectError::Corrupt(format!("version file {}: {what}", path.display()).into())
 }
@@ -290,8 +310,15 @@ impl VersionFile {
             std::io::ErrorKind::UnexpectedEof => corrupt(path, "truncated header"),
             _ => io_error("reading", path, e),
         };
-        let mut prefix = [0u8; PREFIX_LEN];
-        file.read_exact_at(&mut prefix, 0).map_err(short)?;
+        // One read for the prefix and, nearly always, the header and its
+        // CRC after it (a second read only for a header past the guess):
+        // every read of an object opens its file.
+        let mut head = vec![0u8; PREFIX_LEN + HEADER_GUESS + 8];
+        let got = read_some_at(&file, &mut head).map_err(short)?;
+        if got < PREFIX_LEN {
+            return Err(corrupt(path, "truncated header"));
+        }
+        let prefix: [u8; PREFIX_LEN] = head[..PREFIX_LEN].try_into().expect("the prefix's bytes");
         if prefix[..8] != MAGIC {
             return Err(corrupt(path, "not a version file (bad magic)"));
         }
@@ -304,10 +331,13 @@ impl VersionFile {
             return Err(corrupt(path, format!("a header of {header_len} bytes")));
         }
         let header_len = header_len as usize;
-        let mut rest = vec![0u8; header_len + 8];
-        file.read_exact_at(&mut rest, PREFIX_LEN as u64)
-            .map_err(short)?;
-        let (json, stored) = rest.split_at(header_len);
+        let framed = PREFIX_LEN + header_len + 8;
+        if got < framed {
+            head.resize(framed, 0);
+            file.read_exact_at(&mut head[got..], got as u64)
+                .map_err(short)?;
+        }
+        let (json, stored) = head[PREFIX_LEN..framed].split_at(header_len);
         let mut crc = Crc64Nvme::new();
         crc.update(&prefix);
         crc.update(json);
@@ -505,6 +535,10 @@ mod tests {
     }
 
     fn write(dir: &Path, body: &[u8]) -> PathBuf {
+        write_with(dir, body, Metadata::new())
+    }
+
+    fn write_with(dir: &Path, body: &[u8], metadata: Metadata) -> PathBuf {
         let sums = checksums(body);
         let header = Header {
             key: "k".into(),
@@ -514,7 +548,7 @@ mod tests {
             block_size: BLOCK_SIZE,
             last_modified_ms: 1,
             delete_marker: false,
-            metadata: Metadata::new(),
+            metadata,
             content_md5: None,
         };
         let path = dir.join("v");
@@ -562,5 +596,41 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn headers_longer_than_the_first_read_and_files_shorter_than_it_open_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let long: Metadata = [("note".to_owned(), "x".repeat(3 * HEADER_GUESS))]
+            .into_iter()
+            .collect();
+        for (body, metadata) in [
+            (sample(0), Metadata::new()),
+            (sample(10), Metadata::new()),
+            (sample(10), long.clone()),
+            (sample(2 * BLOCK_SIZE as usize), long),
+        ] {
+            let path = write_with(dir.path(), &body, metadata.clone());
+            let file = VersionFile::open(&path, "k").unwrap().unwrap();
+            assert_eq!(file.header().metadata, metadata);
+            assert_eq!(file.read_all().unwrap(), body);
+            // Cut anywhere, the file is refused as corrupt, never misread.
+            let whole = std::fs::read(&path).unwrap();
+            for cut in [
+                0,
+                1,
+                PREFIX_LEN - 1,
+                PREFIX_LEN,
+                PREFIX_LEN + 5,
+                whole.len() - 1,
+            ] {
+                std::fs::write(&path, &whole[..cut]).unwrap();
+                assert!(
+                    matches!(VersionFile::open(&path, "k"), Err(ObjectError::Corrupt(_))),
+                    "cut at {cut} of {}",
+                    whole.len()
+                );
+            }
+        }
     }
 }

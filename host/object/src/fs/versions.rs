@@ -16,9 +16,10 @@ use super::{FsStore, io_error};
 /// faster than it can be read, and the reader is told so.
 const READ_ATTEMPTS: usize = 16;
 
-/// The version ids in `dir`, oldest first; none if it does not exist.
-/// Names that are not version ids are ignored.
-pub(super) fn version_ids(dir: &Path) -> Result<Vec<String>, ObjectError> {
+/// Calls `each` with every version id in `dir`, in no particular order;
+/// nothing if it does not exist. Names that are not version ids are
+/// ignored.
+fn each_version_id(dir: &Path, mut each: impl FnMut(&str)) -> Result<(), ObjectError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e)
@@ -27,22 +28,42 @@ pub(super) fn version_ids(dir: &Path) -> Result<Vec<String>, ObjectError> {
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
             ) =>
         {
-            return Ok(Vec::new());
+            return Ok(());
         }
         Err(e) => return Err(io_error("reading", dir, e)),
     };
-    let mut ids = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| io_error("reading", dir, e))?;
         if let Some(name) = entry.file_name().to_str()
             && version_seq(name).is_some()
         {
-            ids.push(name.to_owned());
+            each(name);
         }
     }
+    Ok(())
+}
+
+/// The version ids in `dir`, oldest first; none if it does not exist.
+/// Names that are not version ids are ignored.
+pub(super) fn version_ids(dir: &Path) -> Result<Vec<String>, ObjectError> {
+    let mut ids = Vec::new();
+    each_version_id(dir, |id| ids.push(id.to_owned()))?;
     // Zero-padded sequence numbers: string order is creation order.
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// The newest version id in `dir` (the last of [`version_ids`]), found
+/// without keeping or sorting the others: every read of a current object
+/// asks this.
+fn newest_version_id(dir: &Path) -> Result<Option<String>, ObjectError> {
+    let mut newest: Option<String> = None;
+    each_version_id(dir, |id| {
+        if newest.as_deref().is_none_or(|n| id > n) {
+            newest = Some(id.to_owned());
+        }
+    })?;
+    Ok(newest)
 }
 
 fn not_found(key: &str) -> ObjectError {
@@ -58,7 +79,7 @@ impl FsStore {
     ) -> Result<Option<(String, VersionFile)>, ObjectError> {
         let dir = self.layout.versions_dir(key);
         for _ in 0..READ_ATTEMPTS {
-            let Some(id) = version_ids(&dir)?.pop() else {
+            let Some(id) = newest_version_id(&dir)? else {
                 return Ok(None);
             };
             if let Some(file) = VersionFile::open(&dir.join(&id), key.key())? {

@@ -305,6 +305,15 @@ pub trait AccessJudge: Send + Sync {
     /// not be called: the caller denies (fail closed).
     fn decide(&self, request: &AccessRequest) -> Result<Decision, Unanswered>;
 
+    /// The decision on `request` made on the calling thread without ever
+    /// blocking it, so an async worker may ask: `None` when this judge
+    /// cannot answer so (the caller then asks [`AccessJudge::decide`]
+    /// where it may block). An `Unanswered` here is final, as from
+    /// `decide`: the plugin was asked and failed. (Required, not
+    /// defaulted: a judge that wraps another must pass this on, or every
+    /// decision would silently take the slow path.)
+    fn decide_now(&self, request: &AccessRequest) -> Option<Result<Decision, Unanswered>>;
+
     /// The hash of the plugin that decides, for the decision log.
     fn plugin_hash(&self) -> String;
 }

@@ -16,6 +16,7 @@ pub(crate) mod checksum;
 pub(crate) mod clock;
 pub(crate) mod kv;
 pub(crate) mod log;
+pub(crate) mod no_wait;
 pub(crate) mod objects;
 pub(crate) mod retention;
 mod v0_1;
@@ -299,12 +300,28 @@ impl HostView<'_> {
     }
 
     /// Runs a mechanism future under this call's deadline.
+    /// Refused, before `future` is first polled (so it has had no effect),
+    /// during a call that must not wait ([`no_wait`]).
     pub(crate) fn wait<F: Future>(&self, future: F) -> Result<F::Output, HostError> {
+        if no_wait::refuse_to_wait() {
+            return Err(HostError::Guest(types::Error::Unavailable(
+                "this call may not wait on the host's mechanisms here; it is made again where it \
+                 may"
+                .into(),
+            )));
+        }
         block_on(future, &self.call.services.io, self.meter)
     }
 }
 
 struct HostData;
+
+/// `wasi:io` through [`no_wait::Io`].
+struct WasiIo;
+
+impl HasData for WasiIo {
+    type Data<'a> = no_wait::Io<'a>;
+}
 
 impl HasData for HostData {
     type Data<'a> = HostView<'a>;
@@ -326,6 +343,15 @@ pub(crate) fn add_to_linker(
 ) -> wasmtime::Result<()> {
     use super::bindings::host::custodian::host as wit;
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    // WASI's streams and pollables again, over wasmtime-wasi's: the same
+    // but for calls that must not wait (`no_wait`).
+    linker.allow_shadowing(true);
+    {
+        use wasmtime_wasi::p2::bindings::sync::io::{poll, streams};
+        streams::add_to_linker::<CallState, WasiIo>(linker, |state| no_wait::Io(&mut state.table))?;
+        poll::add_to_linker::<CallState, WasiIo>(linker, |state| no_wait::Io(&mut state.table))?;
+    }
+    linker.allow_shadowing(false);
     wit::types::add_to_linker::<_, HostData>(linker, view)?;
     wit::kv::add_to_linker::<_, HostData>(linker, view)?;
     wit::objects::add_to_linker::<_, HostData>(linker, view)?;

@@ -406,6 +406,13 @@ impl AccessJudge for CurrentAccess {
         AccessJudge::decide(self.policy()?.as_ref(), request)
     }
 
+    fn decide_now(&self, request: &AccessRequest) -> Option<Result<Decision, Unanswered>> {
+        match self.policy() {
+            Ok(policy) => AccessJudge::decide_now(policy.as_ref(), request),
+            Err(unanswered) => Some(Err(unanswered)),
+        }
+    }
+
     /// The current plugin's hash: during a swap, possibly the plugin that
     /// replaced the one a racing `decide` asked.
     fn plugin_hash(&self) -> String {

@@ -299,6 +299,21 @@ fn admin_write() -> AccessRequest {
     }
 }
 
+/// Swaps the gatekeeper test guest in as the access plugin.
+async fn swap_in_gatekeeper(host: &TestHost) -> SwapReport {
+    let gatekeeper = crate::test_guests::gatekeeper().to_vec();
+    host.plugins
+        .swap(
+            World::Access,
+            gatekeeper,
+            "gatekeeper".into(),
+            None,
+            "alice",
+        )
+        .await
+        .unwrap()
+}
+
 /// `judge`'s decision on `request`, asked on a blocking thread as the
 /// judge requires (a guest's WASI call, such as its panic message, blocks
 /// on the runtime).
@@ -318,18 +333,7 @@ async fn an_access_judge_obtained_before_a_swap_decides_with_the_new_plugin_afte
     let judge = host.plugins.access();
     assert_eq!(decide(&judge, admin_write()).await, Ok(Decision::Allow));
     assert_eq!(judge.plugin_hash(), hash_of(&host, World::Access));
-    let gatekeeper = crate::test_guests::gatekeeper().to_vec();
-    let report = host
-        .plugins
-        .swap(
-            World::Access,
-            gatekeeper,
-            "gatekeeper".into(),
-            None,
-            "alice",
-        )
-        .await
-        .unwrap();
+    let report = swap_in_gatekeeper(&host).await;
     assert!(report.changed);
     assert_eq!(
         decide(&judge, admin_write()).await,
@@ -341,20 +345,25 @@ async fn an_access_judge_obtained_before_a_swap_decides_with_the_new_plugin_afte
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sets_access_judge_answers_on_the_requests_own_worker_before_and_after_a_swap() {
+    let host = test_host().await;
+    let judge = host.plugins.access();
+    // Asked right here, on a worker of this runtime.
+    assert_eq!(judge.decide_now(&admin_write()), Some(Ok(Decision::Allow)));
+    swap_in_gatekeeper(&host).await;
+    assert_eq!(
+        judge.decide_now(&admin_write()),
+        Some(Ok(Decision::Deny(
+            "the gatekeeper lets only reads through".into()
+        )))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swapped_in_access_plugin_that_traps_leaves_requests_unanswered() {
     let host = test_host().await;
-    let gatekeeper = crate::test_guests::gatekeeper().to_vec();
     // It passes its smoke call: it traps only when asked by `trap`.
-    host.plugins
-        .swap(
-            World::Access,
-            gatekeeper,
-            "gatekeeper".into(),
-            None,
-            "alice",
-        )
-        .await
-        .unwrap();
+    swap_in_gatekeeper(&host).await;
     let mut request = admin_write();
     request.principal.name = "trap".into();
     let judge = host.plugins.access();

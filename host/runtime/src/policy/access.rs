@@ -11,6 +11,8 @@
 //! decide from the request alone.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::bindings::policy::access::exports::custodian::policy::access_rules as wit;
 use crate::bindings::policy::access::{Access, AccessPre};
@@ -28,7 +30,27 @@ pub struct AccessPolicy {
     pre: AccessPre<CallState>,
     call: Arc<CallContext>,
     warm: WarmInstances<Access>,
+    /// Decisions made without waiting that took longer than [`QUICK`];
+    /// from [`SLOW_CALLS`] on, this plugin is asked only where it may take
+    /// its time ([`AccessPolicy::decide_now`] answers `None`).
+    slow: AtomicU32,
 }
+
+/// Slow decisions after which a plugin is no longer asked on a thread
+/// that must not be held up. More than one, so that a quick plugin the
+/// OS happened to preempt mid-call keeps its place; few, so that one that
+/// is really slow (or spins until its time limit) holds such threads only
+/// this many times.
+const SLOW_CALLS: u32 = 3;
+
+/// Longest a decision may take on a thread that must not be held up (an
+/// async runtime's worker, serving other requests meanwhile) for its
+/// plugin to keep being asked there. The bundled policy decides in about
+/// a microsecond, but the wall clock also counts the OS preempting the
+/// thread (a time slice is a few milliseconds when wrk and the server
+/// share two cores) and a new instance's first page faults: at 1 ms, the
+/// bundled policy was demoted within the first second of a load test.
+const QUICK: Duration = Duration::from_millis(20);
 
 impl AccessPolicy {
     /// Wraps `plugin`, which must implement the access world; its calls
@@ -51,6 +73,7 @@ impl AccessPolicy {
             pre,
             call,
             warm: WarmInstances::new(),
+            slow: AtomicU32::new(0),
         })
     }
 
@@ -84,9 +107,40 @@ impl AccessPolicy {
     }
 }
 
+impl AccessPolicy {
+    /// [`AccessPolicy::decide`] on the calling thread, which must not be
+    /// held up: `None` when the plugin cannot be asked so (see
+    /// `host/no_wait.rs`: it wanted to wait on I/O or on the host's
+    /// mechanisms, and what it answered is discarded), or has taken longer
+    /// than 20 ms (`QUICK`) three times (`SLOW_CALLS`). The caller then
+    /// asks [`AccessPolicy::decide`] on a thread that may block. A decision
+    /// is a function of the request alone (the access world's contract)
+    /// and a refused wait had no effect, so asking again is safe.
+    ///
+    /// A plugin that spins is stopped by its time limit as anywhere else,
+    /// and holds the calling thread that long at most three times: from
+    /// then on it is asked elsewhere.
+    pub fn decide_now(&self, request: &AccessRequest) -> Option<Result<Decision, CallError>> {
+        if self.slow.load(Ordering::Relaxed) >= SLOW_CALLS {
+            return None;
+        }
+        let started = Instant::now();
+        let answer = crate::host::no_wait::without_waiting(|| self.decide(request));
+        if started.elapsed() > QUICK {
+            self.slow.fetch_add(1, Ordering::Relaxed);
+        }
+        answer
+    }
+}
+
 impl AccessJudge for AccessPolicy {
     fn decide(&self, request: &AccessRequest) -> Result<Decision, Unanswered> {
         AccessPolicy::decide(self, request).map_err(|e| Unanswered(e.to_string()))
+    }
+
+    fn decide_now(&self, request: &AccessRequest) -> Option<Result<Decision, Unanswered>> {
+        AccessPolicy::decide_now(self, request)
+            .map(|answer| answer.map_err(|e| Unanswered(e.to_string())))
     }
 
     fn plugin_hash(&self) -> String {

@@ -6,6 +6,7 @@
 //! - `spin` never returns;
 //! - `hog` allocates until its memory limit stops it;
 //! - `chatty` writes to stderr, then allows;
+//! - `sleepy` sleeps for a millisecond (a WASI wait), then allows;
 //! - `counter` denies with the number of calls its instance has answered
 //!   (`call N`), which shows whether the host reuses instances;
 //! - `long` denies with a reason of 1 MiB.
@@ -39,6 +40,10 @@ impl AccessRules for Gatekeeper {
             }
             "chatty" => {
                 eprintln!("the gatekeeper was asked by chatty");
+                Decision::Allow
+            }
+            "sleepy" => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 Decision::Allow
             }
             "counter" => Decision::Deny(format!("call {calls}")),

@@ -215,3 +215,102 @@ fn the_judge_names_the_plugin_that_decides() {
         crate::content_hash(crate::bundled::plugin(World::Access).unwrap())
     );
 }
+
+/// Runs `ask` in a task on a multi-threaded runtime's worker, where the
+/// server's handlers run.
+fn on_a_worker<T: Send + 'static>(ask: impl FnOnce() -> T + Send + 'static) -> T {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let task = runtime.spawn(async move { ask() });
+    runtime.block_on(task).expect("the task does not panic")
+}
+
+#[test]
+fn a_quick_plugin_decides_on_an_async_worker_even_when_it_writes_to_stderr() {
+    let policy = Arc::new(gatekeeper(Limits::default()));
+    let asked = policy.clone();
+    let (read, write, chatty) = on_a_worker(move || {
+        (
+            asked.decide_now(&asked_by("bob", Action::Read)),
+            asked.decide_now(&asked_by("bob", Action::Write)),
+            asked.decide_now(&asked_by("chatty", Action::Read)),
+        )
+    });
+    assert_eq!(
+        read.expect("answered on the worker").unwrap(),
+        Decision::Allow
+    );
+    assert!(matches!(write, Some(Ok(Decision::Deny(_)))), "{write:?}");
+    // wasmtime-wasi's own stderr would have panicked here (it drives the
+    // write with the runtime's block_on, which a worker refuses).
+    assert_eq!(
+        chatty.expect("answered on the worker").unwrap(),
+        Decision::Allow
+    );
+}
+
+#[test]
+fn a_trap_on_an_async_worker_is_unanswered_with_the_guests_panic_message() {
+    let policy = Arc::new(gatekeeper(Limits::default()));
+    let asked = policy.clone();
+    let trapped = on_a_worker(move || asked.decide_now(&asked_by("trap", Action::Read)))
+        .expect("a trap is an answer made on the worker");
+    let error = trapped.expect_err("a trap is no decision");
+    assert!(error.to_string().contains("traps when asked to"), "{error}");
+}
+
+#[test]
+fn a_plugin_that_waits_is_not_answered_on_an_async_worker_and_decides_elsewhere() {
+    let policy = Arc::new(gatekeeper(Limits::default()));
+    let asked = policy.clone();
+    let sleepy = asked_by("sleepy", Action::Read);
+    let on_worker = on_a_worker({
+        let sleepy = sleepy.clone();
+        move || asked.decide_now(&sleepy)
+    });
+    assert!(on_worker.is_none(), "{on_worker:?}");
+    // Where it may wait (a thread of its own), it sleeps and decides.
+    assert_eq!(policy.decide(&sleepy).unwrap(), Decision::Allow);
+    // A refused wait did not demote the plugin: quick requests are still
+    // answered on the worker.
+    let asked = policy.clone();
+    let read = on_a_worker(move || asked.decide_now(&asked_by("bob", Action::Read)));
+    assert_eq!(
+        read.expect("still asked on the worker").unwrap(),
+        Decision::Allow
+    );
+}
+
+#[test]
+fn a_plugin_slow_three_times_is_then_asked_only_where_it_may_take_its_time() {
+    // Past `QUICK`: each spin is stopped here, after 50 ms or a little more.
+    let timeout = Duration::from_millis(50);
+    assert!(timeout > super::QUICK);
+    let policy = Arc::new(gatekeeper(Limits {
+        timeout,
+        ..Limits::default()
+    }));
+    let asked = policy.clone();
+    let answers = on_a_worker(move || {
+        (0..4)
+            .map(|_| asked.decide_now(&asked_by("spin", Action::Read)))
+            .collect::<Vec<_>>()
+    });
+    for spun in &answers[..3] {
+        assert!(
+            matches!(spun, Some(Err(CallError::Limit(LimitExceeded::Time(t)))) if *t == timeout),
+            "{spun:?}"
+        );
+    }
+    assert!(answers[3].is_none(), "{:?}", answers[3]);
+    let asked = policy.clone();
+    let quick = on_a_worker(move || asked.decide_now(&asked_by("bob", Action::Read)));
+    assert!(quick.is_none(), "a slow plugin stays off the workers");
+    assert_eq!(
+        AccessJudge::decide(policy.as_ref(), &asked_by("bob", Action::Read)),
+        Ok(Decision::Allow)
+    );
+}

@@ -277,19 +277,16 @@ pub(super) struct VersionFile {
 /// a few hundred bytes unless the metadata is large.
 const HEADER_GUESS: usize = 1024;
 
-/// Reads from the start of `file` into `buffer` until it is full or the
-/// file ends; the bytes read.
-fn read_some_at(file: &File, buffer: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buffer.len() {
-        match file.read_at(&mut buffer[got..], got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
+/// One read from the start of `file` into `buffer`: the bytes read, which
+/// may be fewer than asked (the file is shorter, or the read was cut
+/// short). The caller reads exactly whatever more it needs.
+fn read_start(file: &File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match file.read_at(buffer, 0) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            other => return other,
         }
     }
-    Ok(got)
 }
 
 fn corrupt(path: &Path, what: impl std::fmt::Display) -> ObjectError {
@@ -314,9 +311,11 @@ impl VersionFile {
         // CRC after it (a second read only for a header past the guess):
         // every read of an object opens its file.
         let mut head = vec![0u8; PREFIX_LEN + HEADER_GUESS + 8];
-        let got = read_some_at(&file, &mut head).map_err(short)?;
+        let mut got = read_start(&file, &mut head).map_err(short)?;
         if got < PREFIX_LEN {
-            return Err(corrupt(path, "truncated header"));
+            file.read_exact_at(&mut head[got..PREFIX_LEN], got as u64)
+                .map_err(short)?;
+            got = PREFIX_LEN;
         }
         let prefix: [u8; PREFIX_LEN] = head[..PREFIX_LEN].try_into().expect("the prefix's bytes");
         if prefix[..8] != MAGIC {

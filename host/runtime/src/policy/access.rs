@@ -105,9 +105,7 @@ impl AccessPolicy {
             wit::Decision::Deny(reason) => Decision::deny(reason),
         })
     }
-}
 
-impl AccessPolicy {
     /// [`AccessPolicy::decide`] on the calling thread, which must not be
     /// held up: `None` when the plugin cannot be asked so (see
     /// `host/no_wait.rs`: it wanted to wait on I/O or on the host's

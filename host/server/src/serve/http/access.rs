@@ -306,9 +306,9 @@ type Job = Box<dyn FnOnce() + Send>;
 /// worker is handed off per request. Measured under load (`serve_http --
 /// 10 access`): wrapping each decide in `block_in_place` ran GETs at 0.56×
 /// of checks off (a worker handed on per request), `spawn_blocking` costs
-/// ~25 µs a call; a queue to these threads costs two thread wake-ups a
-/// request (~38 µs of CPU per GET with `perf stat`), which is why they are
-/// the fallback, not the rule.
+/// ~25 µs a call; a queue to these threads cost ~1.2 more context
+/// switches a GET than deciding on the worker (`perf stat` under
+/// `serve_http`), which is why they are the fallback, not the rule.
 fn decision_threads() -> &'static std::sync::mpsc::SyncSender<Job> {
     static THREADS: std::sync::OnceLock<std::sync::mpsc::SyncSender<Job>> =
         std::sync::OnceLock::new();
@@ -348,9 +348,8 @@ async fn decide(
     asked: AccessRequest,
 ) -> Result<(Result<Decision, Unanswered>, AccessRequest, String), ApiError> {
     // On this worker when the plugin can answer without blocking it (the
-    // usual case: a decide is ~1 µs, and the hand-off to a decision
-    // thread and back cost ~38 µs of CPU a request, measured with
-    // `perf stat` under `serve_http`); otherwise on the decision threads.
+    // usual case: a decide is ~1 µs, less than handing it to a decision
+    // thread and back); otherwise on the decision threads.
     if let Some(answer) = judge.decide_now(&asked) {
         return Ok((answer, asked, judge.plugin_hash()));
     }

@@ -3,7 +3,7 @@
 //! the KV:
 //!
 //! ```text
-//! cargo bench -p custodian --features local-servers --bench scale_out [-- TAKEDOWNS [MEMBERS]]
+//! cargo bench -p custodian --features local-servers --bench scale_out [-- TAKEDOWNS [MEMBERS]] [config=FILE]
 //! ```
 //!
 //! Needs `etcd` (Debian: `etcd-server`) and moto (`CUSTODIAN_MOTO_SERVER`,
@@ -14,7 +14,7 @@
 //! request to `retain` (acquisition, closure, verification, discovery: the
 //! steps that do work). Steps per second is the timers' committed steps
 //! over that time. From each host's `/metrics` it then reads the KV calls
-//! and batch sizes, per step.
+//! and batch sizes, per step and per request.
 //!
 //! Every process (etcd members, moto, the hosts) shares this machine's
 //! cores: compare ratios between host counts, not absolutes, and expect
@@ -113,7 +113,8 @@ struct Run {
     failed_steps: u64,
 }
 
-fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize) -> Run {
+/// One round of `hosts` hosts; `extra` is appended to their configuration.
+fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: &str) -> Run {
     let moto = local_server::server(Kind::Moto).expect("moto runs (CUSTODIAN_MOTO_SERVER)");
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -128,7 +129,7 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize) -> Run 
          [kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"bench-{round}-{hosts}/\"\n\n\
          [retention]\nretention_ms = 3600000\n\n\
          [stores.serving]\nurl = \"s3://{}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n\n\
-         [stores.preserved]\nurl = \"s3://{}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n",
+         [stores.preserved]\nurl = \"s3://{}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n\n{extra}",
         endpoints.join(", "),
         serving.bucket(),
         preserved.bucket(),
@@ -240,7 +241,15 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize) -> Run 
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1).filter(|a| !a.starts_with('-'));
+    // `config=FILE`: appended to every host's configuration (e.g.
+    // `[plugins.takedown] path = …`, to measure another build of a policy).
+    let extra = std::env::args()
+        .find_map(|a| a.strip_prefix("config=").map(str::to_owned))
+        .map(|path| std::fs::read_to_string(&path).expect("the config= file reads"))
+        .unwrap_or_default();
+    let mut args = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-') && !a.contains('='));
     let takedowns: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(150);
     let members: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let etcd = EtcdCluster::start(members).expect("etcd runs (apt-get install etcd-server)");
@@ -249,16 +258,16 @@ fn main() {
          2 worker loops per host\n"
     );
     println!(
-        "| hosts | steps | seconds | steps/s | vs 1 host | applies/step | reads/step | ops/batch (mean, max of 128) | bytes/batch (mean, max) | lost or failed |"
+        "| hosts | steps | seconds | steps/s | vs 1 host | applies/step | reads/step | applies, reads per request | ops/batch (mean, max of 128) | bytes/batch (mean, max) | lost or failed |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reference = None;
     for (round, hosts) in [1usize, 2, 3].into_iter().enumerate() {
-        let r = run(hosts, takedowns, &etcd, round);
+        let r = run(hosts, takedowns, &etcd, round, &extra);
         let rate = r.steps as f64 / r.seconds;
         let base = *reference.get_or_insert(rate);
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.1}, {} | {:.0}, {} | {} |",
+            "| {} | {} | {:.1} | {:.1} | {:.2}x | {:.2} | {:.1} | {:.1}, {:.1} | {:.1}, {} | {:.0}, {} | {} |",
             r.hosts,
             r.steps,
             r.seconds,
@@ -266,6 +275,11 @@ fn main() {
             rate / base,
             r.applies as f64 / r.steps as f64,
             r.reads as f64 / r.steps as f64,
+            // How many steps a request takes is the policy's choice (a
+            // step may take several objects): per request is the KV's
+            // cost of the work itself.
+            r.applies as f64 / takedowns as f64,
+            r.reads as f64 / takedowns as f64,
             r.batch_ops as f64 / r.applies.max(1) as f64,
             r.max_ops,
             r.batch_bytes as f64 / r.applies.max(1) as f64,

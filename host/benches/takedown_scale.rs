@@ -25,7 +25,9 @@
 //! API and times it from the filing to `retain`; then files the other
 //! REQUESTS at once and times them until every one is in `retain`. It
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
-//! run). `workers=N` starts the server with `--workers N`.
+//! run). `workers=N` starts the server with `--workers N`; `config=FILE`
+//! with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
+//! another build of the policy against the bundled one).
 
 use std::path::Path;
 use std::process::Command;
@@ -140,7 +142,8 @@ fn main() {
         let objects = numbers.first().copied().unwrap_or(1_000);
         let requests = numbers.get(1).copied().unwrap_or(10);
         let workers = args.iter().find_map(|a| a.strip_prefix("workers="));
-        return real_clock(objects, requests, workers);
+        let config = args.iter().find_map(|a| a.strip_prefix("config="));
+        return real_clock(objects, requests, workers, config);
     }
     let objects = numbers.first().copied().unwrap_or(10_000);
     let dir = tempfile::tempdir().unwrap();
@@ -197,11 +200,20 @@ fn main() {
 }
 
 /// `custodian serve` on a free port of 127.0.0.1 over `data`, with its
-/// defaults; the server and its base URL.
-fn serve(cache: &Path, data: &str, workers: Option<&str>) -> (Server, String) {
+/// defaults or `workers` and the configuration file `config`; the server
+/// and its base URL.
+fn serve(
+    cache: &Path,
+    data: &str,
+    workers: Option<&str>,
+    config: Option<&str>,
+) -> (Server, String) {
     let mut args: Vec<&std::ffi::OsStr> = vec!["--data".as_ref(), data.as_ref()];
     if let Some(workers) = workers {
         args.extend([std::ffi::OsStr::new("--workers"), workers.as_ref()]);
+    }
+    if let Some(config) = config {
+        args.extend([std::ffi::OsStr::new("--config"), config.as_ref()]);
     }
     let server = Server::start(custodian(cache), &args);
     let base = server.base.clone();
@@ -262,7 +274,7 @@ fn until_retained(base: &str, ids: &[String], since: Instant, objects: usize) ->
 }
 
 /// The real-clock run: see the module documentation.
-fn real_clock(objects: usize, requests: usize, workers: Option<&str>) {
+fn real_clock(objects: usize, requests: usize, workers: Option<&str>, config: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let data_path = dir.path().join("data");
@@ -275,7 +287,7 @@ fn real_clock(objects: usize, requests: usize, workers: Option<&str>) {
         let (pack, _) = push_pack(&cache, data, &repo, &tree);
         packs.push((repo, pack));
     }
-    let (_server, base) = serve(&cache, data, workers);
+    let (_server, base) = serve(&cache, data, workers, config);
 
     let started = Instant::now();
     let one = file(&base, &packs[0].0, &packs[0].1);

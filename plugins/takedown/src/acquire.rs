@@ -1,5 +1,6 @@
 //! Acquire: select each queued object's source, copy it into the preserved
-//! store piece by piece, verify it, and queue a manifest's chunks.
+//! store piece by piece, verify it, and queue a manifest's chunks; up to
+//! `OBJECTS_PER_STEP` (8) objects a step.
 //!
 //! The source is the serving copy. When another request has removed it
 //! ([`crate::remove`]), the source is that request's preserved copy: a
@@ -17,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::closure::Checkpoint;
 use crate::codec::{Id, corrupt, decode, describe, encode, hex, id_from_hex};
 use crate::content::{self, MANIFEST, PACK, SERVING, manifest, pack};
-use crate::context::Step;
+use crate::context::{MAX_AUDIT, Step};
+use crate::denial;
 use crate::keys::{self, PARTITION};
 use crate::preserved::{self, ReadError};
 use crate::state::{self, ObjectInfo, Phase, Verification};
@@ -26,6 +28,25 @@ use crate::{copy, queue};
 /// Manifest chunks queued per step: each costs a commit write, and their
 /// progress rows are read in one `get-many`.
 const CHUNKS_PER_STEP: u32 = 64;
+/// Objects a step selects or acquires at most. A step's fixed costs (its
+/// commit, the request's rows, the host's timer and claim) are shared by
+/// them, so a request of many small objects is not one step per object
+/// and phase. Eight keeps the audit bound: a selection is one entry each
+/// ([`MAX_AUDIT`]).
+const OBJECTS_PER_STEP: u32 = 8;
+/// Object bytes a step reads before it takes no further object (the first
+/// is always taken, up to the largest a step may read): one object is
+/// held in memory at a time, and this bounds the step's time against its
+/// time limit where each publish is a network round trip (S3).
+const BYTES_PER_STEP: u64 = 4 * 1024 * 1024;
+/// Commit operations of the step's own rows: the denial commit's bound,
+/// leaving the host's headroom.
+const STEP_OPS: usize = denial::COMMIT_OPS;
+/// Operations [`context::finish`] adds (state, denial, lock, guards).
+const FINISH_OPS: usize = 8;
+/// Operations one object's selection or acquisition plans besides its
+/// queued chunks: at most a guard and four writes.
+const OBJECT_OPS: usize = 5;
 
 /// The `source` row: the copy selected for an object (its serving copy,
 /// or another request's preserved copy), kept as provenance even when it
@@ -75,15 +96,75 @@ impl Source {
 /// Why a serving copy cannot be preserved (it is recorded, not retried).
 struct Unusable(String);
 
-/// One acquire step.
+/// One acquire step: up to `OBJECTS_PER_STEP` queued objects, each
+/// selected or acquired, while the step's bounds leave room for another.
+/// Their progress and source rows are read at once: only each object's
+/// own handling writes them, so no earlier object of the step changes them.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::TODO, &step.id);
-    let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
-    let Some(todo) = page.entries.into_iter().next() else {
+    let page = kv::scan(PARTITION, &start, Some(&end), None, OBJECTS_PER_STEP)?;
+    if page.entries.is_empty() {
         finish(step);
         return Ok(());
-    };
-    let object = keys::object_of(&todo.key, &start, "todo")?;
+    }
+    let objects = keys::objects_of(&page.entries, &start, "todo")?;
+    let rows = state::object_rows(&step.id, &objects, &[keys::OBJECT, keys::SOURCE])?;
+    let mut rows = rows.into_iter();
+    let mut read = 0;
+    for (taken, (todo, object)) in page.entries.into_iter().zip(objects).enumerate() {
+        let (info, source) = (rows.next().flatten(), rows.next().flatten());
+        let room = STEP_OPS.saturating_sub(step.ops() + FINISH_OPS);
+        if taken > 0
+            && (read >= BYTES_PER_STEP || room < OBJECT_OPS || step.audit_len() >= MAX_AUDIT)
+        {
+            break;
+        }
+        let queued = Queued {
+            object,
+            todo,
+            info,
+            source,
+        };
+        let done = one(step, queued, room - OBJECT_OPS)?;
+        read += done.read;
+        // Two manifests queued in one step could both queue a chunk they
+        // share: each reads the committed rows, which do not yet hold the
+        // other's. One queueing per step keeps every object queued once.
+        if done.queued {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A queued object and its rows as the step read them.
+struct Queued {
+    object: Id,
+    todo: kv::Entry,
+    /// Its progress row.
+    info: Option<Vec<u8>>,
+    /// Its source row.
+    source: Option<Vec<u8>>,
+}
+
+/// What handling one queued object did.
+#[derive(Default)]
+struct Done {
+    /// Object bytes read.
+    read: u64,
+    /// Whether manifest chunks were queued.
+    queued: bool,
+}
+
+/// Selects or acquires a queued object, queueing at most `chunk_room`
+/// manifest chunks.
+fn one(step: &mut Step, queued: Queued, chunk_room: usize) -> Result<Done, Error> {
+    let Queued {
+        object,
+        todo,
+        info,
+        source,
+    } = queued;
     let expected = match todo.value.as_slice() {
         [kind] if *kind == 0 || content::is_kind(*kind) => *kind,
         _ => {
@@ -93,15 +174,15 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             )));
         }
     };
-    let info = state::load_info(&step.id, &object)?;
+    let info = state::decode_info(&object, info.as_deref())?;
     if info.source_failed || info.verified {
         // Queued again by a later manifest or pack: nothing left to do.
         step.delete(todo.key);
-        return Ok(());
+        return Ok(Done::default());
     }
     let source_key = keys::object_key(keys::SOURCE, &step.id, &object);
-    match kv::get(PARTITION, &source_key)? {
-        None => select(step, &object, expected, info),
+    match source {
+        None => select(step, &object, expected, info).map(|()| Done::default()),
         Some(raw) => {
             let source: Source = decode(&raw, "a source checkpoint")?;
             if source.key != source.expected_key(&object)?
@@ -116,7 +197,7 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
                 )));
             }
             step.require_observed(source_key, Some(&raw));
-            acquire(step, &object, &source, info, todo.key)
+            acquire(step, &object, &source, info, todo.key, chunk_room)
         }
     }
 }
@@ -245,14 +326,16 @@ enum Origin {
     Preserved(Id),
 }
 
-/// Copies, verifies and completes `object` from its selected `source`.
+/// Copies, verifies and completes `object` from its selected `source`,
+/// queueing at most `chunk_room` of a manifest's chunks.
 fn acquire(
     step: &mut Step,
     object: &Id,
     source: &Source,
     mut info: ObjectInfo,
     todo: Vec<u8>,
-) -> Result<(), Error> {
+    chunk_room: usize,
+) -> Result<Done, Error> {
     let count = if source.kind == MANIFEST {
         manifest::count_for_size(source.size)
             .ok_or_else(|| corrupt(format!("manifest {} has an impossible size", hex(object))))?
@@ -263,12 +346,20 @@ fn acquire(
         match read(object, source) {
             Ok(bytes) => Some(bytes),
             Err(Ok(Unusable(reason))) => {
-                return source_corrupt(step, object, info, true, reason);
+                source_corrupt(step, object, info, true, reason)?;
+                return Ok(Done {
+                    read: source.size,
+                    queued: false,
+                });
             }
             Err(Err(error)) => return Err(error),
         }
     } else {
         None
+    };
+    let mut done = Done {
+        read: bytes.as_ref().map_or(0, |b| b.len() as u64),
+        queued: false,
     };
     if let Some(bytes) = &bytes {
         copy::pieces(step, object, &mut info, bytes)?;
@@ -276,7 +367,7 @@ fn acquire(
     let info_key = keys::object_key(keys::OBJECT, &step.id, object);
     if info.copied < source.size {
         step.put(info_key, encode(&info)?);
-        return Ok(());
+        return Ok(done);
     }
     // The CRC-64/NVME verification against the serving copy: the pieces'
     // CRCs, combined in order, must be the whole object's.
@@ -292,7 +383,9 @@ fn acquire(
         if step.state.verification != Verification::SourceCorrupt {
             step.state.verification = Verification::ManifestClosurePending;
         }
-        let upto = count.min(info.chunks.saturating_add(CHUNKS_PER_STEP));
+        // Within u32: bounded by CHUNKS_PER_STEP.
+        let take = CHUNKS_PER_STEP.min(u32::try_from(chunk_room).unwrap_or(u32::MAX));
+        let upto = count.min(info.chunks.saturating_add(take));
         let chunks = (info.chunks..upto)
             .map(|index| {
                 let at = usize::try_from(manifest::chunk_offset(index))
@@ -305,11 +398,12 @@ fn acquire(
                 Ok((id, content::BLOB))
             })
             .collect::<Result<Vec<_>, Error>>()?;
+        done.queued = !chunks.is_empty();
         queue::enqueue(step, &chunks)?;
         info.chunks = upto;
         if info.chunks < count {
             step.put(info_key, encode(&info)?);
-            return Ok(());
+            return Ok(done);
         }
         step.put(
             keys::object_key(keys::CLOSURE, &step.id, object),
@@ -321,7 +415,7 @@ fn acquire(
     step.put(info_key, encode(&info)?);
     step.delete(todo);
     step.put(keys::object_key(keys::DISCOVER, &step.id, object), vec![0]);
-    Ok(())
+    Ok(done)
 }
 
 /// The whole source copy, verified against the selected source: its

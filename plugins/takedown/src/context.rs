@@ -84,6 +84,11 @@ impl Step {
         });
     }
 
+    /// Operations the commit holds so far (writes and guards).
+    pub fn ops(&self) -> usize {
+        self.batch.len()
+    }
+
     /// Audit entries added so far.
     pub fn audit_len(&self) -> usize {
         self.audit.len()

@@ -8,15 +8,27 @@ use custodian_sdk::contract::invalidation;
 use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{corrupt, encode, hex};
+use crate::codec::{Id, corrupt, encode, hex};
 use crate::content;
 use crate::context::Step;
+use crate::denial;
 use crate::keys::{self, PARTITION};
-use crate::state::{self, Phase};
+use crate::state::{self, ObjectInfo, Phase};
 
 /// Holders handled per step: each costs up to three commit operations
 /// (marker guard and write, invalidation entry).
 const HOLDERS_PER_STEP: u32 = 16;
+/// Objects a step looks at most: the step's fixed costs are shared by
+/// them, so a request of many objects held by few repositories (the
+/// usual case) is not a step per object.
+const OBJECTS_PER_STEP: u32 = 8;
+/// Operations a new holder costs: its marker's guard and write, and its
+/// invalidation entry.
+const HOLDER_OPS: usize = 3;
+/// Operations of the step's own rows (the denial commit's bound, leaving
+/// the host's headroom), less what [`crate::context::finish`] adds and an
+/// object's own rows (its discover row deleted, its progress written).
+const HOLDER_ROOM: usize = denial::COMMIT_OPS - 8 - 2;
 
 /// The `holder` marker: which object revealed the holder, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,14 +40,51 @@ pub struct HolderMarker {
     pub discovered_ms: u64,
 }
 
-/// One discover step.
+/// One discover step: the holders of up to `OBJECTS_PER_STEP` objects,
+/// at most `HOLDERS_PER_STEP` each, while the commit has room for them.
+/// Their progress rows are read at once: only each object's own handling
+/// writes its row.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::DISCOVER, &step.id);
-    let page = kv::scan(PARTITION, &start, Some(&end), None, 1)?;
-    let Some(row) = page.entries.into_iter().next() else {
+    let page = kv::scan(PARTITION, &start, Some(&end), None, OBJECTS_PER_STEP)?;
+    if page.entries.is_empty() {
         return finish(step);
-    };
-    let object = keys::object_of(&row.key, &start, "discover")?;
+    }
+    let objects = keys::objects_of(&page.entries, &start, "discover")?;
+    let infos = state::object_rows(&step.id, &objects, &[keys::OBJECT])?;
+    // Holders planned by this step: markers it wrote are not yet in the
+    // KV, so an object later in the step sharing a holder must skip it here.
+    let mut planned = BTreeSet::new();
+    let mut used = 0;
+    for (taken, ((row, object), info)) in
+        page.entries.into_iter().zip(objects).zip(infos).enumerate()
+    {
+        // Within u32: at most HOLDERS_PER_STEP.
+        let limit = HOLDERS_PER_STEP
+            .min(u32::try_from(HOLDER_ROOM.saturating_sub(used) / HOLDER_OPS).unwrap_or(0));
+        if taken > 0 && limit == 0 {
+            break;
+        }
+        let before = step.ops();
+        let info = state::decode_info(&object, info.as_deref())?;
+        one(step, &object, row, info, limit.max(1), &mut planned)?;
+        used += step.ops() - before;
+    }
+    Ok(())
+}
+
+/// Plans the invalidations of up to `limit` holders of `object` (its
+/// discover `row` and progress `info` as read) not in `planned`, adding
+/// them to it.
+fn one(
+    step: &mut Step,
+    object: &Id,
+    row: kv::Entry,
+    mut info: ObjectInfo,
+    limit: u32,
+    planned: &mut BTreeSet<Vec<u8>>,
+) -> Result<(), Error> {
+    let object = *object;
     if !matches!(row.value.as_slice(), [0] | [1]) {
         return Err(corrupt(format!(
             "the discover row of {} is neither an object nor a pack",
@@ -43,13 +92,12 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         )));
     }
     let info_key = keys::object_key(keys::OBJECT, &step.id, &object);
-    let mut info = state::load_info(&step.id, &object)?;
     if info.holders_done {
         step.delete(row.key);
         return Ok(());
     }
     let cursor = info.holders_cursor()?;
-    let holders = content::holders(&object, cursor.as_deref(), HOLDERS_PER_STEP)?;
+    let holders = content::holders(&object, cursor.as_deref(), limit)?;
     if !holders.holders.is_empty() {
         let markers: Vec<Vec<u8>> = holders
             .holders
@@ -57,7 +105,6 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             .map(|h| keys::holder_key(&step.id, &h.namespace, &h.name))
             .collect();
         let known = kv::get_many(PARTITION, &markers)?;
-        let mut planned = BTreeSet::new();
         for ((holder, marker), existing) in holders.holders.iter().zip(markers).zip(known) {
             if existing.is_some() || !planned.insert(marker.clone()) {
                 continue;

@@ -123,6 +123,17 @@ pub fn object_of(row: &[u8], start: &[u8], what: &str) -> Result<Id, Error> {
         .ok_or_else(|| corrupt(format!("a {what} row key does not end in an object id")))
 }
 
+/// The objects of `rows` (keys under `start`, rows of `what`), in order.
+pub fn objects_of(
+    rows: &[custodian_sdk::kv::Entry],
+    start: &[u8],
+    what: &str,
+) -> Result<Vec<Id>, Error> {
+    rows.iter()
+        .map(|row| object_of(&row.key, start, what))
+        .collect()
+}
+
 /// Where the piece of `object` at `offset` is written in `preserved`:
 /// `pieces/<id>/<first byte of object>/<object>/<offset>`. The fan-out by
 /// the object's first byte keeps directories of a filesystem store small

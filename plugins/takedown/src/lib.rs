@@ -198,6 +198,17 @@
 //! 256) and commits at most 96 operations and 8 audit entries; each
 //! phase's per-step constants say what they bound.
 //!
+//! Acquisition and discovery take up to 8 objects a step, not one: a
+//! step's fixed costs (the request's rows, its commit, the host's timer
+//! row and claim) are then shared by them. An acquire step takes another
+//! object only while its commit has room (72 operations of its own, a
+//! manifest's queued chunks included), it has read under 4 MiB and has
+//! audited fewer than 8 entries, and queues one manifest's chunks at most
+//! (two queued in one step could each queue a chunk they share). A
+//! discover step gives each further object only the holders its commit
+//! still has room for, and plans a holder once even when several of its
+//! objects reveal it.
+//!
 //! A commit carrying denial work (`plan-create`'s, `plan-denial`'s, a
 //! step of denial work) has at most 72 operations in all, its own rows
 //! and guards included, leaving 24 of the host's 96 for the rows the

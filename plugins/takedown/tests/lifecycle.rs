@@ -265,13 +265,16 @@ fn a_purge_deletes_every_piece_keeps_the_intents_and_an_hourly_re_sweep_finds_a_
 #[test]
 fn purging_before_acquisition_finished_skips_to_discovery_and_ends_purged() {
     setup();
-    let a = blob(&bytes(1, 3 * MIB));
+    // Larger than a step copies (8 pieces of 1 MiB), so the step after
+    // the selection leaves `a` unfinished and `b` untouched.
+    let a = blob(&bytes(1, 9 * MIB));
     let b = blob(&bytes(2, 10));
     hold(&a, REPO);
     hold(&b, REPO);
     let mut driver = file(actions(request_id(1), REPO, &[a, b]));
     driver.until_event("PreservationSourceSelected", 5);
     driver.step();
+    assert_eq!(driver.rows("todo").len(), 2, "acquisition is unfinished");
     past_retention(&mut driver);
     assert_eq!(driver.step()[0].event, "PreservationPurgeStarted");
     driver.until("discover", 5);

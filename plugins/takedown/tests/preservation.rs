@@ -294,13 +294,7 @@ fn a_nested_sealed_pack_is_walked_once_even_when_referenced_twice() {
     assert!(driver.rows("pack-todo").is_empty());
     driver.until("retain", 60);
 
-    let status = driver.status();
-    assert_eq!(
-        status.counts.objects, 4,
-        "x, y, z and the unsealed pack as one object"
-    );
-    assert_eq!(status.counts.verified, 4);
-    assert_eq!(status.verification, "verified");
+    every_object_verified(&driver, 4, "x, y, z and the unsealed pack as one object");
     for object in [x, y, z] {
         assert!(!driver.preserved(&object).is_empty());
     }
@@ -506,4 +500,90 @@ fn a_manifest_with_many_chunks_is_queued_and_verified_across_steps() {
     assert_eq!(status.counts.verified, 71);
     let closure_steps = driver.phases.iter().filter(|p| *p == "closure").count();
     assert!(closure_steps >= 9, "8 chunks per step: {closure_steps}");
+}
+
+#[test]
+fn small_objects_are_selected_acquired_and_discovered_up_to_eight_a_step() {
+    setup();
+    let objects: Vec<Id> = (0..20u8)
+        .map(|n| blob(&bytes(n, 100 + usize::from(n))))
+        .collect();
+    for object in &objects {
+        hold(object, REPO);
+    }
+    let mut driver = file(actions(request_id(9), REPO, &objects));
+    driver.until("retain", 40);
+
+    let steps_in = |phase: &str| driver.phases.iter().filter(|p| *p == phase).count();
+    // 20 objects, 8 a step: 3 steps select them, 3 acquire them, and one
+    // finds the queue empty; one step per object would take 40.
+    assert_eq!(steps_in("acquire"), 7, "{:?}", driver.phases);
+    // 3 steps discover them (their one holder is planned once), one finds
+    // none left.
+    assert_eq!(steps_in("discover"), 4, "{:?}", driver.phases);
+    let status = driver.status();
+    assert_eq!(status.verification, "verified");
+    assert_eq!(status.counts.verified, 20);
+    assert_eq!(status.counts.pieces, 20);
+    assert_eq!(status.counts.holders, 1);
+    assert_eq!(
+        driver
+            .event_names()
+            .iter()
+            .filter(|n| *n == "PreservationSourceSelected")
+            .count(),
+        20
+    );
+    for object in &objects {
+        assert!(!driver.preserved(object).is_empty());
+    }
+    assert_eq!(driver.rows("holder").len(), 1);
+    assert_eq!(testing::partition(invalidation::PARTITION).len(), 1);
+}
+
+#[test]
+fn a_step_takes_no_object_past_its_first_once_it_has_read_four_mebibytes() {
+    setup();
+    let large = bytes(1, 4 * MIB);
+    let a = blob(&large);
+    // Queued objects are taken in id order: `b` must come after `a`.
+    let small = (2..=u8::MAX)
+        .map(|seed| bytes(seed, 10))
+        .find(|small| id_of(small) > a)
+        .unwrap();
+    let b = blob(&small);
+    hold(&a, REPO);
+    hold(&b, REPO);
+    let mut driver = file(actions(request_id(10), REPO, &[a, b]));
+    driver.until_event("PreservationSourceSelected", 5);
+    // The copy step reads all 4 MiB of `a`, then stops.
+    driver.step();
+    assert!(driver.preserved(&b).is_empty());
+    assert_eq!(driver.preserved(&a), large);
+    driver.until("retain", 20);
+    assert_eq!(driver.preserved(&b), small);
+    assert_eq!(driver.status().counts.verified, 2);
+}
+
+#[test]
+fn two_manifests_sharing_chunks_acquired_in_one_step_queue_each_chunk_once() {
+    setup();
+    let shared = bytes(1, 300);
+    let (m1, _) = manifest(&[shared.clone(), bytes(2, 400)]);
+    let (m2, _) = manifest(&[shared, bytes(3, 500)]);
+    hold(&m1, REPO);
+    hold(&m2, REPO);
+    let mut driver = file(actions(request_id(11), REPO, &[m1, m2]));
+    driver.until("retain", 60);
+
+    every_object_verified(&driver, 5, "two manifests and three distinct chunks");
+}
+
+/// Asserts that the request counted `objects` objects (`which`) and
+/// verified each.
+fn every_object_verified(driver: &Driver, objects: u64, which: &str) {
+    let status = driver.status();
+    assert_eq!(status.counts.objects, objects, "{which}");
+    assert_eq!(status.counts.verified, objects);
+    assert_eq!(status.verification, "verified");
 }

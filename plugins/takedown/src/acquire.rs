@@ -11,6 +11,8 @@
 //! row names the request it came from. With neither, the source is
 //! missing (data loss), recorded like corruption.
 
+use std::collections::BTreeMap;
+
 use custodian_sdk::objects::{self, MAX_BODY_BYTES};
 use custodian_sdk::{Error, checksum, kv};
 use serde::{Deserialize, Serialize};
@@ -100,6 +102,11 @@ struct Unusable(String);
 /// selected or acquired, while the step's bounds leave room for another.
 /// Their progress and source rows are read at once: only each object's
 /// own handling writes them, so no earlier object of the step changes them.
+///
+/// The objects being copied are read and verified first, then the
+/// intents of all their pieces this step writes are one commit, and only
+/// then are the pieces published and the objects completed: one intent
+/// commit a step, not one per object.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let (start, end) = keys::range(keys::TODO, &step.id);
     let page = kv::scan(PARTITION, &start, Some(&end), None, OBJECTS_PER_STEP)?;
@@ -109,13 +116,33 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     }
     let objects = keys::objects_of(&page.entries, &start, "todo")?;
     let rows = state::object_rows(&step.id, &objects, &[keys::OBJECT, keys::SOURCE])?;
+    // The content index rows of the objects to select (no source yet), in
+    // one read too.
+    let selecting: Vec<Id> = objects
+        .iter()
+        .zip(rows.chunks_exact(2))
+        .filter(|(_, rows)| rows[1].is_none())
+        .map(|(object, _)| *object)
+        .collect();
+    let mut index: BTreeMap<Id, Option<content::ObjectRow>> = selecting
+        .iter()
+        .copied()
+        .zip(content::object_rows(&selecting)?)
+        .collect();
     let mut rows = rows.into_iter();
     let mut read = 0;
+    let mut copying: Vec<Copying> = Vec::new();
+    // Operations the objects being copied will add once completed.
+    let mut reserved = 0;
+    let mut pieces_left = copy::PIECES_PER_STEP;
     for (taken, (todo, object)) in page.entries.into_iter().zip(objects).enumerate() {
         let (info, source) = (rows.next().flatten(), rows.next().flatten());
-        let room = STEP_OPS.saturating_sub(step.ops() + FINISH_OPS);
+        let room = STEP_OPS.saturating_sub(step.ops() + reserved + FINISH_OPS);
         if taken > 0
-            && (read >= BYTES_PER_STEP || room < OBJECT_OPS || step.audit_len() >= MAX_AUDIT)
+            && (read >= BYTES_PER_STEP
+                || room < OBJECT_OPS
+                || step.audit_len() >= MAX_AUDIT
+                || pieces_left == 0)
         {
             break;
         }
@@ -124,15 +151,31 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             todo,
             info,
             source,
+            index: index.remove(&object).flatten(),
         };
-        let done = one(step, queued, room - OBJECT_OPS)?;
-        read += done.read;
+        let Some(copy) = one(step, queued, pieces_left)? else {
+            continue;
+        };
+        read += copy.bytes.as_ref().map_or(0, |b| b.len() as u64);
+        pieces_left -= copy.pieces.len();
+        reserved += OBJECT_OPS;
         // Two manifests queued in one step could both queue a chunk they
         // share: each reads the committed rows, which do not yet hold the
-        // other's. One queueing per step keeps every object queued once.
-        if done.queued {
+        // other's. One queueing per step keeps every object queued once,
+        // and the manifest's chunks get the room the step has left.
+        let queues = copy.queues_chunks();
+        copying.push(copy);
+        if queues {
             break;
         }
+    }
+    let pieces: Vec<(Id, copy::Piece)> = copying
+        .iter()
+        .flat_map(|c| c.pieces.iter().map(|p| (c.object, p.clone())))
+        .collect();
+    copy::commit_intents(step, &pieces)?;
+    for copy in copying {
+        complete(step, copy)?;
     }
     Ok(())
 }
@@ -145,25 +188,41 @@ struct Queued {
     info: Option<Vec<u8>>,
     /// Its source row.
     source: Option<Vec<u8>>,
+    /// Its content index row, read when it has no source row.
+    index: Option<content::ObjectRow>,
 }
 
-/// What handling one queued object did.
-#[derive(Default)]
-struct Done {
-    /// Object bytes read.
-    read: u64,
-    /// Whether manifest chunks were queued.
-    queued: bool,
+/// An object this step copies (or, all copied, completes): its source,
+/// its verified bytes when anything is left to copy or queue, and the
+/// pieces planned.
+struct Copying {
+    object: Id,
+    source: Source,
+    info: ObjectInfo,
+    todo: Vec<u8>,
+    /// Its manifest chunks (0 for any other kind).
+    count: u32,
+    bytes: Option<Vec<u8>>,
+    pieces: Vec<copy::Piece>,
 }
 
-/// Selects or acquires a queued object, queueing at most `chunk_room`
-/// manifest chunks.
-fn one(step: &mut Step, queued: Queued, chunk_room: usize) -> Result<Done, Error> {
+impl Copying {
+    /// Whether completing it queues manifest chunks.
+    fn queues_chunks(&self) -> bool {
+        self.info.chunks < self.count
+    }
+}
+
+/// Selects a queued object, or reads what acquiring it needs and plans at
+/// most `pieces` of its pieces (`None`: nothing left to do but what was
+/// added to the step).
+fn one(step: &mut Step, queued: Queued, pieces: usize) -> Result<Option<Copying>, Error> {
     let Queued {
         object,
         todo,
         info,
         source,
+        index,
     } = queued;
     let expected = match todo.value.as_slice() {
         [kind] if *kind == 0 || content::is_kind(*kind) => *kind,
@@ -178,40 +237,46 @@ fn one(step: &mut Step, queued: Queued, chunk_room: usize) -> Result<Done, Error
     if info.source_failed || info.verified {
         // Queued again by a later manifest or pack: nothing left to do.
         step.delete(todo.key);
-        return Ok(Done::default());
+        return Ok(None);
     }
     let source_key = keys::object_key(keys::SOURCE, &step.id, &object);
-    match source {
-        None => select(step, &object, expected, info).map(|()| Done::default()),
-        Some(raw) => {
-            let source: Source = decode(&raw, "a source checkpoint")?;
-            if source.key != source.expected_key(&object)?
-                || !content::is_kind(source.kind)
-                || info.kind != source.kind
-                || info.size != source.size
-                || (expected != 0 && expected != source.kind)
-            {
-                return Err(corrupt(format!(
-                    "the source checkpoint of {} does not match its object",
-                    hex(&object)
-                )));
-            }
-            step.require_observed(source_key, Some(&raw));
-            acquire(step, &object, &source, info, todo.key, chunk_room)
-        }
+    let Some(raw) = source else {
+        select(step, &object, expected, info, index)?;
+        return Ok(None);
+    };
+    let source: Source = decode(&raw, "a source checkpoint")?;
+    if source.key != source.expected_key(&object)?
+        || !content::is_kind(source.kind)
+        || info.kind != source.kind
+        || info.size != source.size
+        || (expected != 0 && expected != source.kind)
+    {
+        return Err(corrupt(format!(
+            "the source checkpoint of {} does not match its object",
+            hex(&object)
+        )));
     }
+    step.require_observed(source_key, Some(&raw));
+    prepare(step, object, source, info, todo.key, pieces)
 }
 
 /// Selects the serving copy of `object` (or, when it was removed, another
-/// request's preserved copy) and records it as provenance.
-fn select(step: &mut Step, object: &Id, expected: u8, mut info: ObjectInfo) -> Result<(), Error> {
+/// request's preserved copy) and records it as provenance; `index` is its
+/// content index row as read.
+fn select(
+    step: &mut Step,
+    object: &Id,
+    expected: u8,
+    mut info: ObjectInfo,
+    index: Option<content::ObjectRow>,
+) -> Result<(), Error> {
     let serving = keys::serving_key(object);
     let head = match objects::head(SERVING, &serving) {
         Ok(meta) => Some(meta),
         Err(Error::NotFound(_)) => None,
         Err(other) => return Err(other),
     };
-    let Some(row) = content::object_row(object)? else {
+    let Some(row) = index else {
         return source_corrupt(
             step,
             object,
@@ -326,48 +391,73 @@ enum Origin {
     Preserved(Id),
 }
 
-/// Copies, verifies and completes `object` from its selected `source`,
-/// queueing at most `chunk_room` of a manifest's chunks.
-fn acquire(
+/// Reads and verifies `object` from its selected `source` when anything
+/// is left to copy or queue, and plans at most `pieces` of its pieces; an
+/// unusable source is recorded instead (`None`).
+fn prepare(
     step: &mut Step,
-    object: &Id,
-    source: &Source,
-    mut info: ObjectInfo,
+    object: Id,
+    source: Source,
+    info: ObjectInfo,
     todo: Vec<u8>,
-    chunk_room: usize,
-) -> Result<Done, Error> {
+    pieces: usize,
+) -> Result<Option<Copying>, Error> {
     let count = if source.kind == MANIFEST {
         manifest::count_for_size(source.size)
-            .ok_or_else(|| corrupt(format!("manifest {} has an impossible size", hex(object))))?
+            .ok_or_else(|| corrupt(format!("manifest {} has an impossible size", hex(&object))))?
     } else {
         0
     };
     let bytes = if info.copied < source.size || info.chunks < count {
-        match read(object, source) {
+        match read(&object, &source) {
             Ok(bytes) => Some(bytes),
             Err(Ok(Unusable(reason))) => {
-                source_corrupt(step, object, info, true, reason)?;
-                return Ok(Done {
-                    read: source.size,
-                    queued: false,
-                });
+                source_corrupt(step, &object, info, true, reason)?;
+                return Ok(None);
             }
             Err(Err(error)) => return Err(error),
         }
     } else {
         None
     };
-    let mut done = Done {
-        read: bytes.as_ref().map_or(0, |b| b.len() as u64),
-        queued: false,
-    };
+    let planned = bytes
+        .as_deref()
+        .map(|bytes| copy::plan(step, &object, &info, bytes, pieces))
+        .unwrap_or_default();
+    Ok(Some(Copying {
+        object,
+        source,
+        info,
+        todo,
+        count,
+        bytes,
+        pieces: planned,
+    }))
+}
+
+/// Publishes the planned pieces of `copying` (their intents committed),
+/// then verifies and completes it once every piece is there, queueing as
+/// many of a manifest's chunks as the step's commit has room for.
+fn complete(step: &mut Step, copying: Copying) -> Result<(), Error> {
+    let Copying {
+        object,
+        source,
+        mut info,
+        todo,
+        count,
+        bytes,
+        pieces,
+    } = copying;
+    let object = &object;
     if let Some(bytes) = &bytes {
-        copy::pieces(step, object, &mut info, bytes)?;
+        for piece in &pieces {
+            copy::write(step, piece, &mut info, bytes)?;
+        }
     }
     let info_key = keys::object_key(keys::OBJECT, &step.id, object);
     if info.copied < source.size {
         step.put(info_key, encode(&info)?);
-        return Ok(done);
+        return Ok(());
     }
     // The CRC-64/NVME verification against the serving copy: the pieces'
     // CRCs, combined in order, must be the whole object's.
@@ -383,8 +473,9 @@ fn acquire(
         if step.state.verification != Verification::SourceCorrupt {
             step.state.verification = Verification::ManifestClosurePending;
         }
+        let room = STEP_OPS.saturating_sub(step.ops() + FINISH_OPS + OBJECT_OPS);
         // Within u32: bounded by CHUNKS_PER_STEP.
-        let take = CHUNKS_PER_STEP.min(u32::try_from(chunk_room).unwrap_or(u32::MAX));
+        let take = CHUNKS_PER_STEP.min(u32::try_from(room).unwrap_or(u32::MAX));
         let upto = count.min(info.chunks.saturating_add(take));
         let chunks = (info.chunks..upto)
             .map(|index| {
@@ -398,12 +489,11 @@ fn acquire(
                 Ok((id, content::BLOB))
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        done.queued = !chunks.is_empty();
         queue::enqueue(step, &chunks)?;
         info.chunks = upto;
         if info.chunks < count {
             step.put(info_key, encode(&info)?);
-            return Ok(done);
+            return Ok(());
         }
         step.put(
             keys::object_key(keys::CLOSURE, &step.id, object),
@@ -415,7 +505,7 @@ fn acquire(
     step.put(info_key, encode(&info)?);
     step.delete(todo);
     step.put(keys::object_key(keys::DISCOVER, &step.id, object), vec![0]);
-    Ok(done)
+    Ok(())
 }
 
 /// The whole source copy, verified against the selected source: its

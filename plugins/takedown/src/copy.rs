@@ -3,7 +3,9 @@
 //! write that may exist, even one delayed past the purge. The intent's
 //! commit also locks the piece's key to the request ([`crate::lock`]), so
 //! the host keeps the piece from its first byte; the piece is published
-//! with `if-none-match: *`, never over an existing object.
+//! with `if-none-match: *`, never over an existing object. The intents of
+//! every piece a step writes are one commit ([`commit_intents`]), made
+//! before the first of them is published.
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::kv::Outcome;
@@ -20,9 +22,11 @@ use crate::state::ObjectInfo;
 
 /// Bytes per piece: a piece is one publish, small enough to retry cheaply.
 pub const PIECE_BYTES: u64 = 1024 * 1024;
-/// Pieces copied per step: each is an intent commit, a publish, maybe a
-/// head and two checksum calls, well inside the step's call budget.
-const PIECES_PER_STEP: usize = 8;
+/// Pieces copied per step, over all the objects it copies: their intents
+/// are one commit, audited one entry each within a commit's
+/// [`crate::context::MAX_AUDIT`]; each piece is a publish, maybe a head
+/// and two checksum calls, well inside the step's call budget.
+pub const PIECES_PER_STEP: usize = crate::context::MAX_AUDIT;
 
 /// The `piece` row: a piece intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,14 +65,35 @@ impl Piece {
     }
 }
 
-/// Copies up to [`PIECES_PER_STEP`] pieces of `bytes` (the verified whole
-/// object) from `info.copied` on, advancing `info` and the counts.
-pub fn pieces(
-    step: &mut Step,
-    object: &Id,
-    info: &mut ObjectInfo,
-    bytes: &[u8],
-) -> Result<(), Error> {
+/// Plans the next pieces of `object` (its verified whole `bytes`) from
+/// `info.copied` on, at most `limit` of them.
+pub fn plan(step: &Step, object: &Id, info: &ObjectInfo, bytes: &[u8], limit: usize) -> Vec<Piece> {
+    let size = bytes.len() as u64;
+    let mut pieces = Vec::new();
+    let mut offset = info.copied;
+    while offset < size && pieces.len() < limit {
+        let len = PIECE_BYTES.min(size - offset);
+        // Both fit in usize: they are bounded by `bytes.len()`.
+        let body = &bytes[offset as usize..(offset + len) as usize];
+        pieces.push(Piece {
+            object: hex(object),
+            offset,
+            len,
+            crc64: checksum::crc64_nvme(body),
+            key: keys::preserved_key(&step.id, object, offset),
+        });
+        offset += len;
+    }
+    pieces
+}
+
+/// Commits the intents of `pieces` (of the objects `objects`, in the same
+/// order) in one commit, before any of them is published: each piece row,
+/// its key's lock and its `PreservationPieceIntent` entry.
+pub fn commit_intents(step: &Step, pieces: &[(Id, Piece)]) -> Result<(), Error> {
+    if pieces.is_empty() {
+        return Ok(());
+    }
     let old = step
         .old
         .clone()
@@ -80,52 +105,53 @@ pub fn pieces(
     } else {
         step.lock.retain_until(&step.state)
     };
-    for _ in 0..PIECES_PER_STEP {
-        let size = bytes.len() as u64;
-        if info.copied >= size {
-            break;
-        }
-        let offset = info.copied;
-        let len = PIECE_BYTES.min(size - offset);
-        // Both fit in usize: they are bounded by `bytes.len()`.
-        let body = &bytes[offset as usize..(offset + len) as usize];
-        let crc64 = checksum::crc64_nvme(body);
-        let piece = Piece {
-            object: hex(object),
-            offset,
-            len,
-            crc64,
-            key: keys::preserved_key(&step.id, object, offset),
-        };
-        let intent = Batch::new()
-            .require_equals(PARTITION, step.state_key(), old.clone())
-            .not_after(deadline)
-            .put(
-                PARTITION,
-                keys::piece_key(&step.id, object, offset),
-                encode(&piece)?,
-            );
+    let mut intent = Batch::new()
+        .require_equals(PARTITION, step.state_key(), old)
+        .not_after(deadline);
+    let mut audited = Vec::with_capacity(pieces.len());
+    for (object, piece) in pieces {
+        intent = intent.put(
+            PARTITION,
+            keys::piece_key(&step.id, object, piece.offset),
+            encode(piece)?,
+        );
+        intent = lock::piece(intent, &step.id, &piece.key);
         // Audited in the intent's own commit: the log shows every piece
         // that may exist, as the purge will look for it.
-        let audited = Entry {
+        audited.push(Entry {
             event: "PreservationPieceIntent".into(),
             targets: vec![hex(&step.id), hex(object), piece.key.clone()],
-            detail: Some(format!("offset {offset}, {len} bytes, crc64 {crc64:016x}")),
-        };
-        let outcome = lock::piece(intent, &step.id, &piece.key).apply_audited(&[audited])?;
-        if outcome != Outcome::Committed {
-            return Err(Error::Unavailable("preservation intent raced".into()));
-        }
-        publish(&piece, body)?;
-        info.crc64 = if offset == 0 {
-            crc64
-        } else {
-            checksum::combine(info.crc64, crc64, len)
-        };
-        info.copied = offset + len;
-        step.state.counts.pieces += 1;
-        step.state.counts.bytes += len;
+            detail: Some(format!(
+                "offset {}, {} bytes, crc64 {:016x}",
+                piece.offset, piece.len, piece.crc64
+            )),
+        });
     }
+    if intent.apply_audited(&audited)? != Outcome::Committed {
+        return Err(Error::Unavailable("preservation intent raced".into()));
+    }
+    Ok(())
+}
+
+/// Publishes `piece` of `bytes` (the verified whole object), its intent
+/// committed, advancing `info` and the counts.
+pub fn write(
+    step: &mut Step,
+    piece: &Piece,
+    info: &mut ObjectInfo,
+    bytes: &[u8],
+) -> Result<(), Error> {
+    // Both fit in usize: a planned piece lies within `bytes`.
+    let body = &bytes[piece.offset as usize..(piece.offset + piece.len) as usize];
+    publish(piece, body)?;
+    info.crc64 = if piece.offset == 0 {
+        piece.crc64
+    } else {
+        checksum::combine(info.crc64, piece.crc64, piece.len)
+    };
+    info.copied = piece.offset + piece.len;
+    step.state.counts.pieces += 1;
+    step.state.counts.bytes += piece.len;
     Ok(())
 }
 

@@ -207,7 +207,9 @@
 //! (two queued in one step could each queue a chunk they share). A
 //! discover step gives each further object only the holders its commit
 //! still has room for, and plans a holder once even when several of its
-//! objects reveal it.
+//! objects reveal it. The pieces an acquire step copies (8 at most, over
+//! all its objects) have their intents in one commit, before any is
+//! published.
 //!
 //! A commit carrying denial work (`plan-create`'s, `plan-denial`'s, a
 //! step of denial work) has at most 72 operations in all, its own rows

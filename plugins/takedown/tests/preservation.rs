@@ -587,3 +587,64 @@ fn every_object_verified(driver: &Driver, objects: u64, which: &str) {
     assert_eq!(status.counts.verified, objects);
     assert_eq!(status.verification, "verified");
 }
+
+thread_local! {
+    /// Piece rows written by each batch that wrote any, in order.
+    static INTENT_BATCHES: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Intent batches committed when each preserved piece was published.
+    static INTENTS_AT_PUBLISH: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn counting_intents(batch: &custodian_sdk::kv::WitBatch) -> Result<(), Error> {
+    host_lock_rows(batch)?;
+    let pieces = batch
+        .writes
+        .iter()
+        .filter(|w| matches!(w, custodian_sdk::kv::Write::Put(p) if p.key.starts_with(b"piece\0")))
+        .count();
+    if pieces > 0 {
+        INTENT_BATCHES.with(|b| b.borrow_mut().push(pieces));
+    }
+    Ok(())
+}
+
+fn counting_publishes(
+    store: &str,
+    key: &str,
+    write: custodian_sdk::testing::ObjectWrite,
+) -> Result<(), Error> {
+    host_locked_objects(store, key, write)?;
+    if store == "preserved" {
+        let committed = INTENT_BATCHES.with(|b| b.borrow().len());
+        INTENTS_AT_PUBLISH.with(|p| p.borrow_mut().push(committed));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_step_copying_several_objects_commits_all_their_piece_intents_at_once_before_publishing_any() {
+    setup();
+    let objects: Vec<Id> = (0..5u8).map(|n| blob(&bytes(n, 64))).collect();
+    for object in &objects {
+        hold(object, REPO);
+    }
+    let mut driver = file(actions(request_id(12), REPO, &objects));
+    driver.until_event("PreservationSourceSelected", 5);
+    testing::set_guard(custodian_sdk::testing::Guard {
+        batch: counting_intents,
+        object: counting_publishes,
+    });
+    driver.step();
+
+    assert_eq!(INTENT_BATCHES.with(|b| b.borrow().clone()), [5]);
+    assert_eq!(
+        INTENTS_AT_PUBLISH.with(|p| p.borrow().clone()),
+        [1, 1, 1, 1, 1],
+        "every piece is published after the one intent commit"
+    );
+    assert_eq!(driver.status().counts.pieces, 5);
+    driver.until("retain", 20);
+    for object in &objects {
+        assert!(!driver.preserved(object).is_empty());
+    }
+}

@@ -96,7 +96,7 @@ fn refuse(why: String) -> Error {
 /// ([`RequestLock::check_transition`] at the host's now), a piece's lock
 /// never changes hands and names a request whose lock is there, and no
 /// lock row is ever deleted.
-fn host_lock_rows(batch: &WitBatch) -> Result<(), Error> {
+pub fn host_lock_rows(batch: &WitBatch) -> Result<(), Error> {
     if BEHIND.with(Cell::get) {
         return Ok(());
     }
@@ -142,7 +142,7 @@ fn host_lock_rows(batch: &WitBatch) -> Result<(), Error> {
 /// releases it and the retention plugin (asked by the host) allows the
 /// delete. Beyond the host, a check of this policy: nothing is written to
 /// `preserved` before its key is locked.
-fn host_locked_objects(store: &str, key: &str, write: ObjectWrite) -> Result<(), Error> {
+pub fn host_locked_objects(store: &str, key: &str, write: ObjectWrite) -> Result<(), Error> {
     if BEHIND.with(Cell::get) {
         return Ok(());
     }

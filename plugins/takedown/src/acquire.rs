@@ -153,10 +153,9 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             source,
             index: index.remove(&object).flatten(),
         };
-        let Some(copy) = one(step, queued, pieces_left)? else {
+        let Some(copy) = one(step, queued, pieces_left, &mut read)? else {
             continue;
         };
-        read += copy.bytes.as_ref().map_or(0, |b| b.len() as u64);
         pieces_left -= copy.pieces.len();
         reserved += OBJECT_OPS;
         // Two manifests queued in one step could both queue a chunk they
@@ -213,10 +212,15 @@ impl Copying {
     }
 }
 
-/// Selects a queued object, or reads what acquiring it needs and plans at
-/// most `pieces` of its pieces (`None`: nothing left to do but what was
-/// added to the step).
-fn one(step: &mut Step, queued: Queued, pieces: usize) -> Result<Option<Copying>, Error> {
+/// Selects a queued object, or reads what acquiring it needs (adding the
+/// bytes to `read`) and plans at most `pieces` of its pieces (`None`:
+/// nothing left to do but what was added to the step).
+fn one(
+    step: &mut Step,
+    queued: Queued,
+    pieces: usize,
+    read: &mut u64,
+) -> Result<Option<Copying>, Error> {
     let Queued {
         object,
         todo,
@@ -257,7 +261,7 @@ fn one(step: &mut Step, queued: Queued, pieces: usize) -> Result<Option<Copying>
         )));
     }
     step.require_observed(source_key, Some(&raw));
-    prepare(step, object, source, info, todo.key, pieces)
+    prepare(step, object, source, info, todo.key, pieces, read)
 }
 
 /// Selects the serving copy of `object` (or, when it was removed, another
@@ -392,8 +396,9 @@ enum Origin {
 }
 
 /// Reads and verifies `object` from its selected `source` when anything
-/// is left to copy or queue, and plans at most `pieces` of its pieces; an
-/// unusable source is recorded instead (`None`).
+/// is left to copy or queue (adding its size to `read`, usable or not),
+/// and plans at most `pieces` of its pieces; an unusable source is
+/// recorded instead (`None`).
 fn prepare(
     step: &mut Step,
     object: Id,
@@ -401,6 +406,7 @@ fn prepare(
     info: ObjectInfo,
     todo: Vec<u8>,
     pieces: usize,
+    read: &mut u64,
 ) -> Result<Option<Copying>, Error> {
     let count = if source.kind == MANIFEST {
         manifest::count_for_size(source.size)
@@ -409,7 +415,8 @@ fn prepare(
         0
     };
     let bytes = if info.copied < source.size || info.chunks < count {
-        match read(&object, &source) {
+        *read += source.size;
+        match read_source(&object, &source) {
             Ok(bytes) => Some(bytes),
             Err(Ok(Unusable(reason))) => {
                 source_corrupt(step, &object, info, true, reason)?;
@@ -512,7 +519,7 @@ fn complete(step: &mut Step, copying: Copying) -> Result<(), Error> {
 /// etag (a serving copy) or its pieces' intents (a preserved copy), size,
 /// CRC, BLAKE3 id and structure. `Err(Ok(_))` when it cannot be
 /// preserved; `Err(Err(_))` when the host failed.
-fn read(object: &Id, source: &Source) -> Result<Vec<u8>, Result<Unusable, Error>> {
+fn read_source(object: &Id, source: &Source) -> Result<Vec<u8>, Result<Unusable, Error>> {
     let unusable = |reason: String| Err(Ok(Unusable(reason)));
     let bytes = match source.preserved_by().map_err(Err)? {
         Some(request) => match preserved::read(&request, object, source.size) {

@@ -541,12 +541,13 @@ fn small_objects_are_selected_acquired_and_discovered_up_to_eight_a_step() {
     assert_eq!(testing::partition(invalidation::PARTITION).len(), 1);
 }
 
-#[test]
-fn a_step_takes_no_object_past_its_first_once_it_has_read_four_mebibytes() {
+/// A request (id from `seed`) for a blob `a` of 4 MiB and one `b` of 10
+/// bytes that comes after it in id order (the order queued objects are
+/// taken in), both selected: (`a`'s bytes, `a`, `b`'s bytes, `b`, driver).
+fn four_mebibytes_then_ten_bytes(seed: u8) -> (Vec<u8>, Id, Vec<u8>, Id, Driver) {
     setup();
     let large = bytes(1, 4 * MIB);
     let a = blob(&large);
-    // Queued objects are taken in id order: `b` must come after `a`.
     let small = (2..=u8::MAX)
         .map(|seed| bytes(seed, 10))
         .find(|small| id_of(small) > a)
@@ -554,8 +555,14 @@ fn a_step_takes_no_object_past_its_first_once_it_has_read_four_mebibytes() {
     let b = blob(&small);
     hold(&a, REPO);
     hold(&b, REPO);
-    let mut driver = file(actions(request_id(10), REPO, &[a, b]));
+    let mut driver = file(actions(request_id(seed), REPO, &[a, b]));
     driver.until_event("PreservationSourceSelected", 5);
+    (large, a, small, b, driver)
+}
+
+#[test]
+fn a_step_takes_no_object_past_its_first_once_it_has_read_four_mebibytes() {
+    let (large, a, small, b, mut driver) = four_mebibytes_then_ten_bytes(10);
     // The copy step reads all 4 MiB of `a`, then stops.
     driver.step();
     assert!(driver.preserved(&b).is_empty());
@@ -647,4 +654,20 @@ fn a_step_copying_several_objects_commits_all_their_piece_intents_at_once_before
     for object in &objects {
         assert!(!driver.preserved(object).is_empty());
     }
+}
+
+#[test]
+fn the_bytes_of_a_source_found_unusable_count_towards_a_steps_four_mebibytes() {
+    let (large, a, small, b, mut driver) = four_mebibytes_then_ten_bytes(13);
+    // Same bytes, new etag: `a`'s selected copy is gone.
+    serve_as(&a, &large, 1);
+    let events = driver.step();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].event, "PreservationSourceCorrupt");
+    assert!(
+        driver.preserved(&b).is_empty(),
+        "the step read 4 MiB of `a`"
+    );
+    driver.until("retain", 20);
+    assert_eq!(driver.preserved(&b), small);
 }

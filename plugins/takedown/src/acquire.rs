@@ -21,10 +21,10 @@ use crate::closure::Checkpoint;
 use crate::codec::{Id, corrupt, decode, describe, encode, hex, id_from_hex};
 use crate::content::{self, MANIFEST, PACK, SERVING, manifest, pack};
 use crate::context::{MAX_AUDIT, Step};
-use crate::denial;
 use crate::keys::{self, PARTITION};
 use crate::preserved::{self, ReadError};
 use crate::state::{self, ObjectInfo, Phase, Verification};
+use crate::survey::get_paged;
 use crate::{copy, queue};
 
 /// Manifest chunks queued per step: each costs a commit write, and their
@@ -37,15 +37,10 @@ const CHUNKS_PER_STEP: u32 = 64;
 /// ([`MAX_AUDIT`]).
 const OBJECTS_PER_STEP: u32 = 8;
 /// Object bytes a step reads before it takes no further object (the first
-/// is always taken, up to the largest a step may read): one object is
-/// held in memory at a time, and this bounds the step's time against its
-/// time limit where each publish is a network round trip (S3).
+/// is always taken, up to the largest a step may read): this bounds the
+/// step's time against its time limit where each publish is a network
+/// round trip (S3), and the bytes it holds until its pieces are published.
 const BYTES_PER_STEP: u64 = 4 * 1024 * 1024;
-/// Commit operations of the step's own rows: the denial commit's bound,
-/// leaving the host's headroom.
-const STEP_OPS: usize = denial::COMMIT_OPS;
-/// Operations [`context::finish`] adds (state, denial, lock, guards).
-const FINISH_OPS: usize = 8;
 /// Operations one object's selection or acquisition plans besides its
 /// queued chunks: at most a guard and four writes.
 const OBJECT_OPS: usize = 5;
@@ -115,7 +110,10 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         return Ok(());
     }
     let objects = keys::objects_of(&page.entries, &start, "todo")?;
-    let rows = state::object_rows(&step.id, &objects, &[keys::OBJECT, keys::SOURCE])?;
+    let rows = get_paged(
+        PARTITION,
+        &keys::object_keys(&step.id, &objects, &[keys::OBJECT, keys::SOURCE]),
+    )?;
     // The content index rows of the objects to select (no source yet), in
     // one read too.
     let selecting: Vec<Id> = objects
@@ -137,7 +135,7 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
     let mut pieces_left = copy::PIECES_PER_STEP;
     for (taken, (todo, object)) in page.entries.into_iter().zip(objects).enumerate() {
         let (info, source) = (rows.next().flatten(), rows.next().flatten());
-        let room = STEP_OPS.saturating_sub(step.ops() + reserved + FINISH_OPS);
+        let room = step.room().saturating_sub(reserved);
         if taken > 0
             && (read >= BYTES_PER_STEP
                 || room < OBJECT_OPS
@@ -168,9 +166,9 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             break;
         }
     }
-    let pieces: Vec<(Id, copy::Piece)> = copying
+    let pieces: Vec<(&Id, &copy::Piece)> = copying
         .iter()
-        .flat_map(|c| c.pieces.iter().map(|p| (c.object, p.clone())))
+        .flat_map(|c| c.pieces.iter().map(|p| (&c.object, p)))
         .collect();
     copy::commit_intents(step, &pieces)?;
     for copy in copying {
@@ -480,7 +478,7 @@ fn complete(step: &mut Step, copying: Copying) -> Result<(), Error> {
         if step.state.verification != Verification::SourceCorrupt {
             step.state.verification = Verification::ManifestClosurePending;
         }
-        let room = STEP_OPS.saturating_sub(step.ops() + FINISH_OPS + OBJECT_OPS);
+        let room = step.room().saturating_sub(OBJECT_OPS);
         // Within u32: bounded by CHUNKS_PER_STEP.
         let take = CHUNKS_PER_STEP.min(u32::try_from(room).unwrap_or(u32::MAX));
         let upto = count.min(info.chunks.saturating_add(take));

@@ -15,6 +15,10 @@ use crate::state::{self, Phase, State};
 
 /// Most audit entries one commit may carry (the host's bound).
 pub const MAX_AUDIT: usize = 8;
+/// Most operations [`finish`] adds to a step's commit: the lock's guard
+/// and write, the state's and the `denial` row's guards, the deadline,
+/// the state and the `denial` row (7), rounded up.
+const FINISH_OPS: usize = 8;
 /// The soonest a waiting request is stepped again: a retain-until a
 /// moment away is not worth a step per millisecond.
 const MIN_WAIT_MS: u64 = 1_000;
@@ -84,9 +88,12 @@ impl Step {
         });
     }
 
-    /// Operations the commit holds so far (writes and guards).
-    pub fn ops(&self) -> usize {
-        self.batch.len()
+    /// Operations a phase may still add to the commit: the bound of a
+    /// commit's own rows ([`crate::denial::COMMIT_OPS`], which leaves the
+    /// host its headroom), less what the commit holds and what [`finish`]
+    /// will add.
+    pub fn room(&self) -> usize {
+        crate::denial::COMMIT_OPS.saturating_sub(self.batch.len() + FINISH_OPS)
     }
 
     /// Audit entries added so far.

@@ -87,10 +87,10 @@ pub fn plan(step: &Step, object: &Id, info: &ObjectInfo, bytes: &[u8], limit: us
     pieces
 }
 
-/// Commits the intents of `pieces` (of the objects `objects`, in the same
-/// order) in one commit, before any of them is published: each piece row,
-/// its key's lock and its `PreservationPieceIntent` entry.
-pub fn commit_intents(step: &Step, pieces: &[(Id, Piece)]) -> Result<(), Error> {
+/// Commits the intents of `pieces` (each with its object) in one commit,
+/// before any of them is published: each piece row, its key's lock and its
+/// `PreservationPieceIntent` entry.
+pub fn commit_intents(step: &Step, pieces: &[(&Id, &Piece)]) -> Result<(), Error> {
     if pieces.is_empty() {
         return Ok(());
     }
@@ -109,7 +109,7 @@ pub fn commit_intents(step: &Step, pieces: &[(Id, Piece)]) -> Result<(), Error> 
         .require_equals(PARTITION, step.state_key(), old)
         .not_after(deadline);
     let mut audited = Vec::with_capacity(pieces.len());
-    for (object, piece) in pieces {
+    for &(object, piece) in pieces {
         intent = intent.put(
             PARTITION,
             keys::piece_key(&step.id, object, piece.offset),

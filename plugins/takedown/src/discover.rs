@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{Id, corrupt, encode, hex};
 use crate::content;
 use crate::context::Step;
-use crate::denial;
 use crate::keys::{self, PARTITION};
 use crate::state::{self, ObjectInfo, Phase};
+use crate::survey::get_paged;
 
 /// Holders handled per step: each costs up to three commit operations
 /// (marker guard and write, invalidation entry).
@@ -25,10 +25,9 @@ const OBJECTS_PER_STEP: u32 = 8;
 /// Operations a new holder costs: its marker's guard and write, and its
 /// invalidation entry.
 const HOLDER_OPS: usize = 3;
-/// Operations of the step's own rows (the denial commit's bound, leaving
-/// the host's headroom), less what [`crate::context::finish`] adds and an
-/// object's own rows (its discover row deleted, its progress written).
-const HOLDER_ROOM: usize = denial::COMMIT_OPS - 8 - 2;
+/// Operations an object's own rows cost: its discover row deleted, its
+/// progress written.
+const OBJECT_OPS: usize = 2;
 
 /// The `holder` marker: which object revealed the holder, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,24 +50,24 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         return finish(step);
     }
     let objects = keys::objects_of(&page.entries, &start, "discover")?;
-    let infos = state::object_rows(&step.id, &objects, &[keys::OBJECT])?;
+    let infos = get_paged(
+        PARTITION,
+        &keys::object_keys(&step.id, &objects, &[keys::OBJECT]),
+    )?;
     // Holders planned by this step: markers it wrote are not yet in the
     // KV, so an object later in the step sharing a holder must skip it here.
     let mut planned = BTreeSet::new();
-    let mut used = 0;
     for (taken, ((row, object), info)) in
         page.entries.into_iter().zip(objects).zip(infos).enumerate()
     {
+        let room = step.room().saturating_sub(OBJECT_OPS) / HOLDER_OPS;
         // Within u32: at most HOLDERS_PER_STEP.
-        let limit = HOLDERS_PER_STEP
-            .min(u32::try_from(HOLDER_ROOM.saturating_sub(used) / HOLDER_OPS).unwrap_or(0));
+        let limit = HOLDERS_PER_STEP.min(u32::try_from(room).unwrap_or(u32::MAX));
         if taken > 0 && limit == 0 {
             break;
         }
-        let before = step.ops();
         let info = state::decode_info(&object, info.as_deref())?;
-        one(step, &object, row, info, limit.max(1), &mut planned)?;
-        used += step.ops() - before;
+        one(step, object, row, info, limit.max(1), &mut planned)?;
     }
     Ok(())
 }
@@ -78,13 +77,12 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
 /// them to it.
 fn one(
     step: &mut Step,
-    object: &Id,
+    object: Id,
     row: kv::Entry,
     mut info: ObjectInfo,
     limit: u32,
     planned: &mut BTreeSet<Vec<u8>>,
 ) -> Result<(), Error> {
-    let object = *object;
     if !matches!(row.value.as_slice(), [0] | [1]) {
         return Err(corrupt(format!(
             "the discover row of {} is neither an object nor a pack",

@@ -123,6 +123,15 @@ pub fn object_of(row: &[u8], start: &[u8], what: &str) -> Result<Id, Error> {
         .ok_or_else(|| corrupt(format!("a {what} row key does not end in an object id")))
 }
 
+/// The keys of the rows tagged `tags` of each of `objects` in request
+/// `id`: object by object, each object's rows in `tags`' order.
+pub fn object_keys(id: &Id, objects: &[Id], tags: &[&str]) -> Vec<Vec<u8>> {
+    objects
+        .iter()
+        .flat_map(|object| tags.iter().map(|tag| object_key(tag, id, object)))
+        .collect()
+}
+
 /// The objects of `rows` (keys under `start`, rows of `what`), in order.
 pub fn objects_of(
     rows: &[custodian_sdk::kv::Entry],

@@ -358,20 +358,6 @@ pub fn decode_info(object: &Id, raw: Option<&[u8]>) -> Result<ObjectInfo, Error>
     Ok(info)
 }
 
-/// The rows tagged `tags` of each of `objects` in request `id`, read in
-/// one `get-many`: object by object, each object's rows in `tags`' order.
-pub fn object_rows(id: &Id, objects: &[Id], tags: &[&str]) -> Result<Vec<Option<Vec<u8>>>, Error> {
-    let keys: Vec<Vec<u8>> = objects
-        .iter()
-        .flat_map(|object| tags.iter().map(|tag| keys::object_key(tag, id, object)))
-        .collect();
-    let rows = kv::get_many(PARTITION, &keys)?;
-    if rows.len() != keys.len() {
-        return Err(corrupt("get-many answered a different number of keys"));
-    }
-    Ok(rows)
-}
-
 /// The progress of `object` in request `id`.
 pub fn load_info(id: &Id, object: &Id) -> Result<ObjectInfo, Error> {
     let raw = kv::get(PARTITION, &keys::object_key(keys::OBJECT, id, object))?;

@@ -28,6 +28,12 @@
 //! - `fs put, rewrites`: each writer rewrites its own few keys.
 //!
 //! Each concurrent row also prints its p99 and slowest publish.
+//!
+//! Then concurrent deletes (word `deletes`): WRITERS threads delete
+//! keys of 4 KiB, each a key of its own (each delete removes the file,
+//! fsyncs its directory and prunes it), against the same number of plain
+//! `unlink` + directory fsync of files in one directory each. Each row
+//! prints deletes per second and its p99.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -87,27 +93,16 @@ struct Rate {
 fn concurrently(publish: impl Fn(usize, u64) + Sync) -> Rate {
     let stop = Instant::now() + std::time::Duration::from_secs_f64(CONCURRENT_SECONDS);
     let started = Instant::now();
-    let mut took: Vec<f64> = std::thread::scope(|scope| {
-        let publish = &publish;
-        let threads: Vec<_> = (0..WRITERS)
-            .map(|writer| {
-                scope.spawn(move || {
-                    let mut took = Vec::new();
-                    let mut n = 0;
-                    while Instant::now() < stop {
-                        let one = Instant::now();
-                        publish(writer, n);
-                        took.push(one.elapsed().as_secs_f64() * 1e3);
-                        n += 1;
-                    }
-                    took
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect()
+    let mut took = on_writers(|writer| {
+        let mut took = Vec::new();
+        let mut n = 0;
+        while Instant::now() < stop {
+            let one = Instant::now();
+            publish(writer, n);
+            took.push(one.elapsed().as_secs_f64() * 1e3);
+            n += 1;
+        }
+        took
     });
     took.sort_by(f64::total_cmp);
     Rate {
@@ -117,15 +112,41 @@ fn concurrently(publish: impl Fn(usize, u64) + Sync) -> Rate {
     }
 }
 
-/// The concurrent rows (see the module documentation).
-fn concurrent(scratch: &Path) {
-    let data: Vec<u8> = (0..64 << 10).map(|i: usize| (i * 7) as u8).collect();
-    let body = Bytes::from(data.clone());
+/// Runs `work(writer)` on WRITERS threads at once and gathers what each
+/// returns (the milliseconds its calls took).
+fn on_writers(work: impl Fn(usize) -> Vec<f64> + Sync) -> Vec<f64> {
+    std::thread::scope(|scope| {
+        let work = &work;
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|writer| scope.spawn(move || work(writer)))
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    })
+}
+
+/// `len` bytes of a simple pattern (byte `i` is `i * step`), as a vector
+/// for the plain rows, as the store's body, and their CRC-64/NVME.
+fn payload(len: usize, step: usize) -> (Vec<u8>, Bytes, u64) {
+    let data: Vec<u8> = (0..len).map(|i| (i * step) as u8).collect();
     let crc = crc64_nvme(&data);
-    let io = tokio::runtime::Builder::new_multi_thread()
+    (data.clone(), Bytes::from(data), crc)
+}
+
+/// The runtime the concurrent rows' store calls run on.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// The concurrent rows (see the module documentation).
+fn concurrent(scratch: &Path) {
+    let (data, body, crc) = payload(64 << 10, 7);
+    let io = two_workers();
     println!("\n{WRITERS} concurrent writers, 64 KiB, {CONCURRENT_SECONDS} s a row, rows in turn");
     let mut rates = [Vec::new(), Vec::new(), Vec::new()];
     for round in 0..2 {
@@ -275,5 +296,86 @@ fn main() {
     }
     if wanted("concurrent") {
         concurrent(scratch.path());
+    }
+    if wanted("deletes") {
+        deletes(scratch.path());
+    }
+}
+
+/// Keys each writer deletes in the `deletes` rows.
+const DELETES_PER_WRITER: usize = 200;
+
+/// Deletes `DELETES_PER_WRITER` things on each of WRITERS threads with
+/// `delete(writer, n)`; deletes per second and the p99 of one, in ms.
+fn delete_all(delete: impl Fn(usize, usize) + Sync) -> (f64, f64) {
+    let started = Instant::now();
+    let mut took = on_writers(|writer| {
+        (0..DELETES_PER_WRITER)
+            .map(|n| {
+                let one = Instant::now();
+                delete(writer, n);
+                one.elapsed().as_secs_f64() * 1e3
+            })
+            .collect()
+    });
+    let rate = took.len() as f64 / started.elapsed().as_secs_f64();
+    took.sort_by(f64::total_cmp);
+    (rate, took[took.len() * 99 / 100])
+}
+
+/// The delete rows (see the module documentation).
+fn deletes(scratch: &Path) {
+    let (data, body, crc) = payload(4 << 10, 11);
+    let io = two_workers();
+    println!("\n{WRITERS} concurrent deleters, {DELETES_PER_WRITER} each, 4 KiB, rows in turn");
+    let mut rows = [Vec::new(), Vec::new()];
+    for round in 0..2 {
+        let plain = tempfile::tempdir_in(scratch).unwrap();
+        for writer in 0..WRITERS {
+            let dir = plain.path().join(writer.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            for n in 0..DELETES_PER_WRITER {
+                std::fs::write(dir.join(n.to_string()), &data).unwrap();
+            }
+        }
+        rows[0].push(delete_all(|writer, n| {
+            let dir = plain.path().join(writer.to_string());
+            std::fs::remove_file(dir.join(n.to_string())).unwrap();
+            std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+        }));
+        let store = FsStore::open(
+            &scratch.join(format!("deletes-{round}")),
+            Arc::new(SystemClock),
+            false,
+        )
+        .unwrap();
+        for writer in 0..WRITERS {
+            for n in 0..DELETES_PER_WRITER {
+                io.block_on(store.put_whole(
+                    &format!("bench/{writer}-{n}"),
+                    body.clone(),
+                    &PutCondition::Unconditional,
+                    &Metadata::new(),
+                    crc,
+                ))
+                .unwrap();
+            }
+        }
+        rows[1].push(delete_all(|writer, n| {
+            io.block_on(store.delete(&format!("bench/{writer}-{n}")))
+                .unwrap();
+        }));
+    }
+    let reference = (rows[0][0].0 + rows[0][1].0) / 2.0;
+    for (name, row) in ["unlink + directory fsync", "fs delete"].iter().zip(&rows) {
+        let mean = (row[0].0 + row[1].0) / 2.0;
+        println!(
+            "{name:<44} {mean:>9.0} /s   {:.2}x   (rounds: {:.0}, {:.0}; p99 {:.1}, {:.1} ms)",
+            mean / reference,
+            row[0].0,
+            row[1].0,
+            row[0].1,
+            row[1].1
+        );
     }
 }

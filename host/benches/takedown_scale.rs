@@ -25,7 +25,8 @@
 //! API and times it from the filing to `retain`; then files the other
 //! REQUESTS at once and times them until every one is in `retain`. It
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
-//! run). `workers=N` starts the server with `--workers N`; `config=FILE`
+//! run), each with the server's CPU time over it (CPU near cores × wall
+//! is bound by the cores; far below, by syncs). `workers=N` starts the server with `--workers N`; `config=FILE`
 //! with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
 //! another build of the policy against the bundled one).
 
@@ -273,6 +274,21 @@ fn until_retained(base: &str, ids: &[String], since: Instant, objects: usize) ->
     since.elapsed()
 }
 
+/// The CPU time (user and system) process `pid` has used so far, from
+/// `/proc/PID/stat`. It tells a run bound by the cores (CPU ≈ cores ×
+/// wall) from one waiting on syncs.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the server runs");
+    // The command name (field 2) is in parentheses and may hold spaces;
+    // utime and stime are fields 14 and 15, counted after it.
+    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // /proc counts in USER_HZ, which Linux fixes at 100 on x86 and arm64
+    // whatever the kernel's own tick rate.
+    ticks as f64 / 100.0
+}
+
 /// The real-clock run: see the module documentation.
 fn real_clock(objects: usize, requests: usize, workers: Option<&str>, config: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
@@ -287,31 +303,37 @@ fn real_clock(objects: usize, requests: usize, workers: Option<&str>, config: Op
         let (pack, _) = push_pack(&cache, data, &repo, &tree);
         packs.push((repo, pack));
     }
-    let (_server, base) = serve(&cache, data, workers, config);
+    let (server, base) = serve(&cache, data, workers, config);
 
     let started = Instant::now();
+    let cpu = cpu_seconds(server.pid());
     let one = file(&base, &packs[0].0, &packs[0].1);
     let alone = until_retained(&base, &[one], started, objects);
+    let cpu_alone = cpu_seconds(server.pid()) - cpu;
     println!(
         "real clock, custodian serve on the embedded default (redb + fs, {} workers):",
         workers.unwrap_or("default")
     );
     println!(
-        "  1 request of {objects} objects of 1 KiB (one pack): file -> retain {:>8.2} s",
-        alone.as_secs_f64()
+        "  1 request of {objects} objects of 1 KiB (one pack): file -> retain {:>8.2} s, server CPU {cpu_alone:.2} s ({:.2} cores)",
+        alone.as_secs_f64(),
+        cpu_alone / alone.as_secs_f64()
     );
     if requests == 0 {
         return;
     }
     let started = Instant::now();
+    let cpu = cpu_seconds(server.pid());
     let ids: Vec<String> = packs[1..]
         .iter()
         .map(|(repo, pack)| file(&base, repo, pack))
         .collect();
     let together = until_retained(&base, &ids, started, objects);
+    let cpu_together = cpu_seconds(server.pid()) - cpu;
     println!(
-        "  {requests} concurrent requests of {objects} objects each: file -> all retain {:>8.2} s",
-        together.as_secs_f64()
+        "  {requests} concurrent requests of {objects} objects each: file -> all retain {:>8.2} s, server CPU {cpu_together:.2} s ({:.2} cores)",
+        together.as_secs_f64(),
+        cpu_together / together.as_secs_f64()
     );
     println!(
         "  ratio concurrent / one: {:.2}x (target <= 2x)",

@@ -5,8 +5,11 @@
 //! `flock(2)` on `<root>/lock` (std's [`File::lock`], which is `flock`
 //! with `LOCK_EX` on Unix), held only around check-and-rename: read the
 //! key's current version, evaluate the condition, rename the staged file
-//! in, fsync the directory, release. Writing and fsyncing the bytes happen
-//! before, outside the lock. Every change a condition can observe — a new
+//! in (fsyncing the parent of any directory created on the way), release.
+//! Writing and fsyncing the bytes happen before, outside the lock, and
+//! the sync of the version directory after a rename or a removal happens
+//! after it (`durable`, `publish::settle_removal`), before the caller is
+//! answered. Every change a condition can observe — a new
 //! version, a removed version that may be current, a created or pruned
 //! directory, an upload created, completed or aborted — happens under it,
 //! and the condition is evaluated under it, so two writers guarded on the

@@ -2,6 +2,7 @@
 //! delete one version. Every change to `objects/` happens under the
 //! arbiter; every new version arrives through [`durable`](super::durable).
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::{
@@ -361,22 +362,18 @@ impl FsStore {
             return Ok(());
         }
         let dir = self.layout.versions_dir(&key);
-        let _held = self.arbiter.lock()?;
-        let existing = version_ids(&dir)?;
-        if existing.is_empty() {
-            return Ok(());
-        }
-        for id in &existing {
-            let path = dir.join(id);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_error("deleting", &path, e)),
+        {
+            let _held = self.arbiter.lock()?;
+            for id in version_ids(&dir)? {
+                let path = dir.join(id);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error("deleting", &path, e)),
+                }
             }
         }
-        fsync_dir(&dir)?;
-        self.prune(&dir);
-        Ok(())
+        self.settle_removal(&dir)
     }
 
     /// `delete_opts` of a version: removes exactly that file; an absent one is fine.
@@ -392,22 +389,67 @@ impl FsStore {
         }
         let dir = self.layout.versions_dir(&key);
         let path = dir.join(version_id);
-        let _held = self.arbiter.lock()?;
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(());
+        {
+            let _held = self.arbiter.lock()?;
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                // Gone already, perhaps by a removal whose sync has not
+                // run yet: settled below all the same.
+                Err(e) if is_gone(&e) => {}
+                Err(e) => return Err(io_error("deleting", &path, e)),
             }
-            Err(e) => return Err(io_error("deleting", &path, e)),
         }
-        fsync_dir(&dir)?;
-        self.prune(&dir);
-        Ok(())
+        self.settle_removal(&dir)
+    }
+
+    /// Makes durable the removals just made from `versions_dir` under the
+    /// arbiter, then prunes it if it is empty. Called after the arbiter
+    /// was released, so removals from many keys wait on their directory
+    /// syncs side by side rather than one after the other under it.
+    ///
+    /// Why the sync may run outside the arbiter:
+    /// - a publisher whose guard was decided on the removal (a create
+    ///   that found the key gone) fsyncs the same directory before it is
+    ///   acknowledged, and a refusal decided on it is made durable first
+    ///   (`durable_refusal`): nobody acts on a removal a crash could undo;
+    /// - the directory may be pruned meanwhile by another removal from it,
+    ///   whose sync may have run before our file went. Then the arbiter is
+    ///   taken (so every directory created meanwhile has had its parent
+    ///   synced) and the nearest ancestor still there is fsynced: the
+    ///   pruning is durable, and what the directory held can no longer
+    ///   come back.
+    ///
+    /// The caller returns only after this, so a removal is acknowledged
+    /// only once durable, as before.
+    fn settle_removal(&self, versions_dir: &Path) -> Result<(), ObjectError> {
+        let gone = match File::open(versions_dir).and_then(|dir| dir.sync_all()) {
+            Ok(()) => false,
+            Err(e) if is_gone(&e) => true,
+            Err(e) => return Err(io_error("fsyncing directory", versions_dir, e)),
+        };
+        let _held = self.arbiter.lock()?;
+        if !gone {
+            // Pruned only after the sync: a pruned directory whose
+            // removal a crash undid would bring the version back.
+            self.prune(versions_dir);
+            return Ok(());
+        }
+        let mut at = versions_dir;
+        while let Some(parent) = at.parent().filter(|_| at != self.layout.objects) {
+            at = parent;
+            match File::open(at).and_then(|dir| dir.sync_all()) {
+                Ok(()) => return Ok(()),
+                Err(e) if is_gone(&e) => {}
+                Err(e) => return Err(io_error("fsyncing directory", at, e)),
+            }
+        }
+        Err(ObjectError::Io(
+            format!(
+                "no directory above {} is left to sync",
+                versions_dir.display()
+            )
+            .into(),
+        ))
     }
 
     /// Removes a version directory that has become empty, and then every
@@ -427,4 +469,13 @@ impl FsStore {
             }
         }
     }
+}
+
+/// Whether `error` says a path is no longer there (or a component of it
+/// is no longer a directory).
+fn is_gone(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
 }

@@ -975,3 +975,85 @@ fn a_streamed_version_reads_back_whole_and_by_range_after_a_reopen() {
     let range = block_on(store.get_range("streamed", 131_000..131_100, &written.etag)).unwrap();
     assert_eq!(range, body.slice(131_000..131_100));
 }
+
+#[test]
+fn concurrent_removals_from_one_directory_all_succeed_and_leave_it_pruned() {
+    // The removals sync their directory outside the arbiter, and each
+    // round's last one to prune finds the others' directory gone: every
+    // one must still succeed, and nothing may be left behind.
+    let store = FsStore::temporary(true);
+    for round in 0..20 {
+        let key = format!("shared/{round}/k");
+        let versions: Vec<String> = (0..8)
+            .map(|n| {
+                let body = Bytes::from(format!("{round}-{n}"));
+                let crc = crc64_nvme(&body);
+                let meta = block_on(store.put_whole(
+                    &key,
+                    body,
+                    &PutCondition::Unconditional,
+                    &Metadata::new(),
+                    crc,
+                ))
+                .unwrap();
+                meta.version_id
+                    .expect("a versioned store names its versions")
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            for version in &versions {
+                let (store, key) = (&store, &key);
+                scope.spawn(move || block_on(store.delete_version(key, version)).unwrap());
+            }
+        });
+        let left = block_on(store.list_key_versions(
+            &ObjectKey::new(key.clone()).unwrap(),
+            None,
+            MAX_LIST_PAGE,
+        ))
+        .unwrap();
+        assert!(left.items.is_empty(), "round {round}: {:?}", left.items);
+        // Removing a version that is gone already succeeds too.
+        block_on(store.delete_version(&key, &versions[0])).unwrap();
+    }
+    let left: Vec<_> = std::fs::read_dir(&store.layout.objects)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "directories left: {left:?}");
+}
+
+#[test]
+fn concurrent_deletes_of_keys_under_one_prefix_leave_nothing_behind() {
+    let store = FsStore::temporary(false);
+    let keys: Vec<String> = (0..32).map(|n| format!("p/q/{n}")).collect();
+    for key in &keys {
+        let body = Bytes::from(key.clone());
+        let crc = crc64_nvme(&body);
+        block_on(store.put_whole(
+            key,
+            body,
+            &PutCondition::Unconditional,
+            &Metadata::new(),
+            crc,
+        ))
+        .unwrap();
+    }
+    std::thread::scope(|scope| {
+        for key in &keys {
+            let store = &store;
+            scope.spawn(move || block_on(store.delete(key)).unwrap());
+        }
+    });
+    for key in &keys {
+        assert!(matches!(
+            block_on(store.head(key)),
+            Err(ObjectError::NotFound(_))
+        ));
+    }
+    let left: Vec<_> = std::fs::read_dir(&store.layout.objects)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "directories left: {left:?}");
+}

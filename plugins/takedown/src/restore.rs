@@ -49,7 +49,11 @@
 //! object id, CRC-64/NVME against the content index's `o` row), and put
 //! to `serving` at `content/<hex>` with `if-none-match: *` and the CRC (a
 //! copy put back meanwhile is fine). Counted (`denial.restored`) and
-//! audited (`ServingCopyRestored`).
+//! audited (`ServingCopyRestored`). A copy missing when the pass looked
+//! and found put back when it went to restore it is counted and audited
+//! too: most often another run of the same chunk wrote it and lost the
+//! commit (both are guarded on the `denial` row), so the run that commits
+//! counts every copy that was missing and is served again.
 //!
 //! With no usable copy the pass records `last_error` (in the `denial`
 //! row, shown by `status`) and goes on: the object's serving copy was not
@@ -184,7 +188,24 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
                         )),
                     });
                 }
-                Outcome::Present => {}
+                Outcome::Present => {
+                    // Missing when this chunk looked, there now: another
+                    // run of the same chunk put it back meanwhile (a timer
+                    // step racing the withdrawal's own call; both are
+                    // guarded on the `denial` row, so only one commits,
+                    // and the one that does must count what the other
+                    // wrote), or another writer did.
+                    state.restored += 1;
+                    events.push(Entry {
+                        event: "ServingCopyRestored".into(),
+                        targets: vec![hex(id), hex(object)],
+                        detail: Some(format!(
+                            "{} was put back meanwhile by another writer (missing when this \
+                             pass looked, present when it went to restore it)",
+                            keys::serving_key(object)
+                        )),
+                    });
+                }
                 Outcome::Failed(why) => {
                     state.last_error = Some(bounded(&format!(
                         "object {}: its denial is lifted without a serving copy: {why}",
@@ -263,7 +284,7 @@ fn needed(
 enum Outcome {
     /// Put back from `from`'s preserved copy.
     Restored { from: Id },
-    /// Put back meanwhile by someone else.
+    /// Missing when the chunk looked, put back meanwhile by someone else.
     Present,
     /// No usable copy, and why.
     Failed(String),

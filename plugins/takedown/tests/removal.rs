@@ -494,3 +494,70 @@ fn a_withdrawn_request_removes_nothing() {
     assert_eq!(driver.status().denial.removed, 0);
     assert!(driver.rows("removed").is_empty() && driver.rows("kept").is_empty());
 }
+
+thread_local! {
+    /// A serving copy (key, body) the next put to its key finds written a
+    /// moment before, by someone else.
+    static PUT_FIRST: std::cell::RefCell<Option<(String, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The host's lock rules ([`host_locked_objects`]), and before a put to
+/// `serving` of the key in [`PUT_FIRST`], that copy written behind the
+/// host, as a concurrent run of the same restore chunk would.
+fn put_back_meanwhile(
+    store: &str,
+    key: &str,
+    write: custodian_sdk::testing::ObjectWrite,
+) -> Result<(), Error> {
+    if store == "serving" && write == custodian_sdk::testing::ObjectWrite::Put {
+        let first = PUT_FIRST.with(|p| p.borrow_mut().take_if(|(k, _)| k == key));
+        if let Some((key, body)) = first {
+            behind_the_host(|| {
+                objects::put(
+                    "serving",
+                    &key,
+                    &body,
+                    &objects::PutCondition::Unconditional,
+                    None,
+                    &[],
+                )
+            })
+            .expect("the concurrent put");
+        }
+    }
+    host_locked_objects(store, key, write)
+}
+
+#[test]
+fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
+    setup();
+    let (a_body, b_body) = (bytes(1, 100), bytes(2, 300));
+    let (a, b) = (blob(&a_body), blob(&b_body));
+    for object in [a, b] {
+        hold(&object, REPO);
+    }
+    let mut driver = file(actions(request_id(1), REPO, &[a, b]));
+    driver.until("retain", 40);
+    assert_eq!(driver.status().denial.removed, 2);
+
+    driver.withdraw().unwrap();
+    PUT_FIRST.with(|p| *p.borrow_mut() = Some((format!("content/{}", hex(&a)), a_body)));
+    custodian_sdk::testing::set_guard(custodian_sdk::testing::Guard {
+        batch: host_lock_rows,
+        object: put_back_meanwhile,
+    });
+    driver.settle_denial(5);
+    assert!(
+        PUT_FIRST.with(|p| p.borrow().is_none()),
+        "the concurrent put never ran; the test proves nothing"
+    );
+    for (object, body) in [(a, bytes(1, 100)), (b, b_body)] {
+        assert_eq!(served(&object), body);
+        assert!(denied_by(&object).is_empty());
+        assert_eq!(events_about(&driver, "ServingCopyRestored", &object), 1);
+    }
+    let status = driver.status();
+    assert_eq!(status.denial.restored, 2, "{status:?}");
+    assert_eq!(status.last_error, None);
+}

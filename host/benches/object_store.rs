@@ -29,6 +29,11 @@
 //!
 //! Each concurrent row also prints its p99 and slowest publish.
 //!
+//! Then one writer publishing new keys of 4 KiB (word `first`): the
+//! store's `If-None-Match: *` publish against making a directory and
+//! doing the durable rename into it with each sync in turn (the file,
+//! the new directory, its parent), median time per publish.
+//!
 //! Then concurrent deletes (word `deletes`): WRITERS threads delete
 //! keys of 4 KiB, each a key of its own (each delete removes the file,
 //! fsyncs its directory and prunes it), against the same number of plain
@@ -299,6 +304,77 @@ fn main() {
     }
     if wanted("deletes") {
         deletes(scratch.path());
+    }
+    if wanted("first") {
+        first_publishes(scratch.path());
+    }
+}
+
+/// Publishes of new keys per batch in the `first` rows.
+const FIRSTS_PER_BATCH: usize = 50;
+
+/// The crash-safe publish of a file into a directory that does not exist
+/// yet, one step after another: make the directory, stage and fdatasync
+/// the file, rename it in, fsync the new directory, then its parent.
+fn into_new_dir(parent: &Path, name: &str, data: &[u8]) {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    let temp = parent.join(".stage");
+    let mut file = std::fs::File::create(&temp).unwrap();
+    file.write_all(data).unwrap();
+    file.sync_data().unwrap();
+    std::fs::rename(&temp, dir.join("v")).unwrap();
+    std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+    std::fs::File::open(parent).unwrap().sync_all().unwrap();
+}
+
+/// The `first` rows: one writer publishing 4 KiB to new keys (see the
+/// module documentation).
+fn first_publishes(scratch: &Path) {
+    let (data, body, crc) = payload(4 << 10, 13);
+    let io = two_workers();
+    let store = FsStore::open(&scratch.join("first"), Arc::new(SystemClock), true).unwrap();
+    let plain = tempfile::tempdir_in(scratch).unwrap();
+    println!(
+        "
+one writer, new keys of 4 KiB, {BATCHES} batches of {FIRSTS_PER_BATCH} per row, rows in turn"
+    );
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for batch in 0..BATCHES {
+        let started = Instant::now();
+        for n in 0..FIRSTS_PER_BATCH {
+            into_new_dir(plain.path(), &format!("{batch}-{n}"), &data);
+        }
+        times[0].push(started.elapsed().as_secs_f64() / FIRSTS_PER_BATCH as f64);
+        let started = Instant::now();
+        for n in 0..FIRSTS_PER_BATCH {
+            io.block_on(store.put_whole(
+                &format!("first/{batch}-{n}"),
+                body.clone(),
+                &PutCondition::IfNoneMatchAny,
+                &Metadata::new(),
+                crc,
+            ))
+            .unwrap();
+        }
+        times[1].push(started.elapsed().as_secs_f64() / FIRSTS_PER_BATCH as f64);
+    }
+    let medians = times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    });
+    for (name, seconds) in [
+        "new directory + durable rename, in turn",
+        "fs put, a new key",
+    ]
+    .iter()
+    .zip(medians)
+    {
+        println!(
+            "{name:<44} {:>9.3} ms   {:.2}x",
+            seconds * 1e3,
+            medians[0] / seconds
+        );
     }
 }
 

@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 use custodian::kv::etcd::local_server::EtcdCluster;
 use custodian::object::s3::local_server::{self, Kind};
 
+#[path = "support/metrics.rs"]
+mod metrics;
+use metrics::{failed_steps, kv_applies, kv_reads, metric};
+
 const TOKEN: &str = "bench-token-0123456789abcdef";
 const FILES: usize = 4;
 
@@ -85,19 +89,6 @@ fn json(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> serd
     let text = response.body_mut().read_to_string().unwrap();
     assert!(status.is_success(), "{status}: {text}");
     serde_json::from_str(&text).unwrap()
-}
-
-/// The value of an unlabelled series, or the sum of a family's series
-/// whose labels contain `labels`.
-fn metric(text: &str, name: &str, labels: &str) -> u64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            series == &name || (series.starts_with(&format!("{name}{{")) && series.contains(labels))
-        })
-        .filter_map(|(_, v)| v.parse::<u64>().ok())
-        .sum()
 }
 
 struct Run {
@@ -215,17 +206,8 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: 
     for host in &running {
         let mut response = agent.get(&format!("{}/metrics", host.1)).call().unwrap();
         let text = response.body_mut().read_to_string().unwrap();
-        out.applies += metric(&text, "custodian_kv_calls_total", "operation=\"apply\"");
-        out.reads += ["get", "get_many", "scan"]
-            .iter()
-            .map(|op| {
-                metric(
-                    &text,
-                    "custodian_kv_calls_total",
-                    &format!("operation=\"{op}\""),
-                )
-            })
-            .sum::<u64>();
+        out.applies += kv_applies(&text);
+        out.reads += kv_reads(&text);
         out.batch_ops += metric(&text, "custodian_kv_batch_ops_total", "");
         out.batch_bytes += metric(&text, "custodian_kv_batch_bytes_total", "");
         out.max_ops = out
@@ -234,8 +216,7 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: 
         out.max_bytes = out
             .max_bytes
             .max(metric(&text, "custodian_kv_batch_bytes_max", ""));
-        out.failed_steps += metric(&text, "custodian_steps_total", "outcome=\"failed\"")
-            + metric(&text, "custodian_steps_total", "outcome=\"lost\"");
+        out.failed_steps += failed_steps(&text);
     }
     out
 }

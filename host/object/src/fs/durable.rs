@@ -41,10 +41,15 @@
 //!
 //! fsyncs per publish: one for the file, one for the target directory,
 //! plus one per directory created on the way (a key's first publish);
-//! only the last kind is made under the arbiter.
+//! only the last kind is waited for under the arbiter. When the target
+//! directory itself was created by the publish (a key's first version),
+//! its sync is started on a helper (`syncer`) right after the rename, so
+//! it runs while the new directories' parents are synced under the
+//! arbiter rather than after them: a new key's publish waits for two
+//! syncs in a row, not three, and the arbiter is held no longer.
 
 use custodian_base::detail::Detail;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -56,6 +61,7 @@ use super::ids::Ids;
 use super::io_error;
 use super::layout::Layout;
 use super::lock::{Gate, Held};
+use super::syncer::{self, fsync_dir};
 
 /// A staging file, deleted on drop unless it was published.
 #[derive(Debug)]
@@ -85,13 +91,23 @@ pub(super) struct Sealed(StagingFile);
 /// not certain to survive a crash until [`Unsynced::sync`] returns.
 #[derive(Debug)]
 #[must_use = "a publish is durable only once `sync` has returned"]
-pub(super) struct Unsynced(PathBuf);
+pub(super) enum Unsynced {
+    /// A directory that was there before: synced by `sync`.
+    Dir(PathBuf),
+    /// A directory the publish created, whose sync a helper started at
+    /// the rename.
+    Started(syncer::Pending),
+}
 
 impl Unsynced {
-    /// fsyncs the directory the name went into, with or without the
-    /// arbiter (see the module doc).
+    /// fsyncs the directory the name went into (or waits for the sync
+    /// started at the rename), with or without the arbiter (see the
+    /// module doc).
     pub fn sync(self) -> Result<(), ObjectError> {
-        fsync_dir(&self.0)
+        match self {
+            Self::Dir(dir) => fsync_dir(&dir),
+            Self::Started(pending) => syncer::first_failure(pending.wait()),
+        }
     }
 }
 
@@ -195,7 +211,7 @@ impl Sealed {
         target: Target<'_>,
         created: &mut NewDirs,
     ) -> Result<Unsynced, ObjectError> {
-        let dir = create_dirs(target.base, target.dirs, created)?;
+        let (dir, made) = create_dirs(target.base, target.dirs, created)?;
         let destination = dir.join(target.name);
         std::fs::rename(&self.0.path, &destination)
             .map_err(|e| io_error("publishing", &destination, e))?;
@@ -204,7 +220,11 @@ impl Sealed {
         // survive a crash; the caller gets `Io` and must treat the outcome
         // as unknown, as after a timed-out PUT to S3.
         self.0.published = true;
-        Ok(Unsynced(dir))
+        if made {
+            // Side by side with its parent's sync (module doc).
+            return Ok(Unsynced::Started(syncer::start(dir)));
+        }
+        Ok(Unsynced::Dir(dir))
     }
 }
 
@@ -223,13 +243,21 @@ impl NewDirs {
         self.0.iter().map(PathBuf::as_path)
     }
 
-    /// fsyncs every directory, while the arbiter is still held (`_held`).
-    pub fn sync(self, _held: &Held<'_>) -> Result<(), ObjectError> {
-        self.0.iter().try_for_each(|dir| fsync_dir(dir))
+    /// fsyncs every directory, side by side, while the arbiter is still
+    /// held (`held`); the first that failed, if any.
+    pub fn sync(self, held: &Held<'_>) -> Result<(), ObjectError> {
+        syncer::first_failure(self.sync_each(held))
+    }
+
+    /// fsyncs every directory, side by side, while the arbiter is still
+    /// held (`_held`), and returns the ones that failed.
+    pub fn sync_each(&self, _held: &Held<'_>) -> BTreeMap<PathBuf, ObjectError> {
+        syncer::sync_all(self.iter())
     }
 }
 
-/// Creates `base/dirs...` as needed and returns it. Each new directory's
+/// Creates `base/dirs...` as needed and returns it, and whether the
+/// innermost directory was created by this call. Each new directory's
 /// name lives in its parent, so the parent of every created directory is
 /// added to `created`; the innermost one is left to the caller, who
 /// fsyncs it after putting something in it.
@@ -238,17 +266,25 @@ impl NewDirs {
 /// parent is missing: a `mkdir` locks its parent directory even when it
 /// fails, and in the common cases (a key that exists, a new key under an
 /// existing prefix) one call settles it instead of one per level.
-fn create_dirs(base: &Path, dirs: &[&str], created: &mut NewDirs) -> Result<PathBuf, ObjectError> {
+fn create_dirs(
+    base: &Path,
+    dirs: &[&str],
+    created: &mut NewDirs,
+) -> Result<(PathBuf, bool), ObjectError> {
     let mut path = base.to_path_buf();
     path.extend(dirs);
     // `probe` is `base/dirs[..level]`, from the innermost outwards until
     // one exists or is made.
     let mut probe = path.clone();
     let mut level = dirs.len();
+    // Whether the last `mkdir` that succeeded or found its directory
+    // there made the innermost one.
+    let mut made = false;
     while level > 0 {
         match std::fs::create_dir(&probe) {
             Ok(()) => {
                 created.0.insert(parent_of(&probe));
+                made = level == dirs.len();
                 break;
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => break,
@@ -262,26 +298,20 @@ fn create_dirs(base: &Path, dirs: &[&str], created: &mut NewDirs) -> Result<Path
     // Then the levels below it, outermost first.
     for dir in &dirs[level..] {
         probe.push(dir);
-        match std::fs::create_dir(&probe) {
+        made = match std::fs::create_dir(&probe) {
             Ok(()) => {
                 created.0.insert(parent_of(&probe));
+                true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(io_error("creating directory", &probe, e)),
-        }
+        };
     }
-    Ok(path)
+    Ok((path, made))
 }
 
 fn parent_of(dir: &Path) -> PathBuf {
     dir.parent()
         .expect("a created directory lies below the store's root")
         .to_path_buf()
-}
-
-/// fsyncs a directory, making the names in it durable.
-pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("fsyncing directory", dir, e))
 }

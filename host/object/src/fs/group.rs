@@ -7,10 +7,11 @@
 //! turn and finds its own publish still queued leads: it takes the flock,
 //! drains the queue, decides and renames each publish in queue order,
 //! fsyncs every directory those publishes created (each distinct one
-//! once, several at a time), releases the flock and hands each publisher
-//! its outcome. A publisher whose outcome is already there when it gets
-//! the turn returns at once. Each then syncs its own version directory
-//! outside the arbiter, as a lone publish does (`durable`).
+//! once, several at a time: `syncer`), releases the flock and hands each
+//! publisher its outcome. A publisher whose outcome is already there when
+//! it gets the turn returns at once. Each then syncs its own version
+//! directory outside the arbiter, as a lone publish does (`durable`;
+//! one the publish created has had its sync running since the rename).
 //!
 //! Why this keeps every guarantee of one publish at a time:
 //! - **Decisions.** The publishes of a group are decided one after
@@ -26,7 +27,8 @@
 //!   as after any failed sync).
 //! - **Acknowledgement.** Nobody is answered before its own syncs have
 //!   returned: the file's before it queued, the new directories' by the
-//!   leader, its version directory's by itself.
+//!   leader, its version directory's by itself (waiting for a helper's,
+//!   when the publish created that directory).
 //! - **Crashes.** Each publish of a group is, at any instant, in one of
 //!   the states a lone publish can be in (staged, renamed but not
 //!   durable, durable), so recovery is unchanged.
@@ -38,25 +40,19 @@
 //! turn. So a publisher that gets the turn and finds its slot empty knows
 //! its publish is still queued, and leads.
 
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{ObjectError, ObjectMeta, PutCondition};
 
 use super::FsStore;
-use super::durable::{NewDirs, Sealed, Unsynced, fsync_dir};
+use super::durable::{NewDirs, Sealed, Unsynced};
 use super::layout::KeyPath;
-use super::lock::{Held, Turn};
+use super::lock::Turn;
 use super::publish::Superseded;
 use super::version_file::Header;
-
-/// How many directory fsyncs a leader runs at once. Syncs of different
-/// directories proceed side by side on the device; beyond a handful the
-/// threads cost more than they overlap on this scale of group.
-const PARALLEL_SYNCS: usize = 8;
 
 /// What a grouped publish gets back: the published version, what it
 /// superseded, and its version directory to sync.
@@ -170,7 +166,7 @@ impl FsStore {
             });
             decided.push((slot, outcome));
         }
-        let failed = sync_each(&held, &created);
+        let failed = created.sync_each(&held);
         // Answered while the turn is still held, which is what the
         // invariant in the module doc needs (`held` gives up the flock and
         // the turn together).
@@ -191,36 +187,6 @@ impl FsStore {
         }
         drop(held);
     }
-}
-
-/// fsyncs each directory of `dirs` while the arbiter is held, up to
-/// [`PARALLEL_SYNCS`] at a time, and returns the ones that failed.
-fn sync_each(_held: &Held<'_>, dirs: &NewDirs) -> BTreeMap<PathBuf, ObjectError> {
-    let dirs: Vec<&Path> = dirs.iter().collect();
-    let failed = Mutex::new(BTreeMap::new());
-    let next = AtomicUsize::new(0);
-    let work = || {
-        while let Some(dir) = dirs.get(next.fetch_add(1, Ordering::Relaxed)) {
-            if let Err(error) = fsync_dir(dir) {
-                lock(&failed).insert(dir.to_path_buf(), error);
-            }
-        }
-    };
-    let helpers = dirs.len().min(PARALLEL_SYNCS).saturating_sub(1);
-    std::thread::scope(|scope| {
-        for _ in 0..helpers {
-            // A thread the system will not give is not needed: whatever
-            // the helpers leave, the leader's own loop syncs.
-            if std::thread::Builder::new()
-                .spawn_scoped(scope, work)
-                .is_err()
-            {
-                break;
-            }
-        }
-        work();
-    });
-    failed.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

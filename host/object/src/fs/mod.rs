@@ -15,6 +15,8 @@
 //!   writers exactly one winner per generation across processes;
 //! - `group`: group commit, concurrent publishes decided under one hold
 //!   of the arbiter;
+//! - `syncer`: directory fsyncs, and the threads that make a group's side by
+//!   side;
 //! - `ids`: version ids (sorted by creation), etags, upload
 //!   ids;
 //! - `versions`, `publish`, `listing`, `uploads`: the trait's calls;
@@ -55,11 +57,14 @@
 //! holds its name). Only those directory-creation syncs are made under
 //! the arbiter: the version file is synced before it is taken, and the
 //! version directory after it is released, so concurrent publishes wait
-//! on their syncs side by side (why that is safe: `durable`). Concurrent
-//! publishes are committed in groups under one hold of the arbiter, and
-//! a group syncs each directory it created once, several at a time
-//! (`group`), so the syncs made under the arbiter no longer grow one by
-//! one with the writers waiting for it. A
+//! on their syncs side by side (why that is safe: `durable`); a version
+//! directory the publish created has its sync started at the rename, so
+//! it overlaps its parent's and a key's first publish waits for two
+//! syncs in a row, not three. Concurrent publishes are committed in
+//! groups under one hold of the arbiter, and a group syncs each
+//! directory it created once, several at a time (`group`, `syncer`), so
+//! the syncs made under the arbiter no longer grow one by one with the
+//! writers waiting for it. A
 //! precondition refusal syncs the directory it was judged on first.
 //! Removing superseded versions on an unversioned store is not fsynced:
 //! undoing it in a crash is harmless (see above). The body is written
@@ -73,6 +78,7 @@ mod listing;
 mod lock;
 mod publish;
 mod recovery;
+mod syncer;
 mod uploads;
 mod version_file;
 mod versions;

@@ -10,10 +10,11 @@ use crate::{
     StreamedBody, validate_metadata,
 };
 
-use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced, fsync_dir};
+use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced};
 use super::ids::version_seq;
 use super::layout::KeyPath;
 use super::lock::Held;
+use super::syncer::fsync_dir;
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header, VersionFile, checksums};
 use super::versions::version_ids;
 use super::{FsStore, io_error};

@@ -34,10 +34,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::{BootstrapReport, ObjectError};
 
-use super::durable::{Staged, Target, fsync_dir};
+use super::durable::{Staged, Target};
 use super::ids::is_upload_id;
 use super::layout::{Layout, Spelling};
 use super::lock::{Arbiter, Gate};
+use super::syncer::fsync_dir;
 use super::uploads::read_meta;
 use super::versions::version_ids;
 use super::{FsStore, io_error};

@@ -1057,3 +1057,75 @@ fn concurrent_deletes_of_keys_under_one_prefix_leave_nothing_behind() {
         .collect();
     assert!(left.is_empty(), "directories left: {left:?}");
 }
+
+/// The directories under `root` fsynced so far.
+fn synced_under(root: &Path) -> Vec<PathBuf> {
+    super::syncer::SYNCED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|dir| dir.starts_with(root))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_keys_first_publish_has_synced_its_new_version_directory_and_its_parent_when_answered() {
+    let store = FsStore::temporary(true);
+    let root = store.layout.root.clone();
+    create(&store, "first/key", b"one");
+    // Marks the answer in the record of syncs: what was synced before it
+    // was durable when the publish was acknowledged.
+    let answered = root.join("<answered>");
+    super::syncer::SYNCED.lock().unwrap().push(answered.clone());
+    let dir = store
+        .layout
+        .versions_dir(&KeyPath::new(&ObjectKey::new("first/key").unwrap()));
+    let synced = synced_under(&root);
+    let before = |d: &Path| {
+        let at = |x: &Path| synced.iter().position(|s| s == x);
+        matches!((at(d), at(&answered)), (Some(d), Some(a)) if d < a)
+    };
+    assert!(before(&dir), "{synced:?}");
+    assert!(before(dir.parent().unwrap()), "{synced:?}");
+    // The directory is synced once: by the group, not again by the writer.
+    assert_eq!(
+        synced.iter().filter(|d| **d == dir).count(),
+        1,
+        "{synced:?}"
+    );
+
+    // A later version goes into the existing directory, which its writer
+    // syncs after the arbiter.
+    put(&store, "first/key", b"two", &PutCondition::Unconditional).unwrap();
+    let synced = synced_under(&root);
+    assert_eq!(
+        synced.iter().filter(|d| **d == dir).count(),
+        2,
+        "{synced:?}"
+    );
+}
+
+#[test]
+fn concurrent_first_publishes_each_have_their_version_directory_synced() {
+    let store = FsStore::temporary(true);
+    let root = store.layout.root.clone();
+    std::thread::scope(|scope| {
+        for writer in 0..8 {
+            let store = &store;
+            scope.spawn(move || {
+                for n in 0..10 {
+                    create(store, &format!("many/{writer}/{n}"), b"x");
+                }
+            });
+        }
+    });
+    let synced = synced_under(&root);
+    for writer in 0..8 {
+        for n in 0..10 {
+            let key = ObjectKey::new(format!("many/{writer}/{n}")).unwrap();
+            let dir = store.layout.versions_dir(&KeyPath::new(&key));
+            assert!(synced.contains(&dir), "{} was never synced", dir.display());
+        }
+    }
+}

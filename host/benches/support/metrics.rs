@@ -1,0 +1,39 @@
+//! Reading a host's `/metrics` (Prometheus text) in the benchmarks.
+
+/// The value of an unlabelled series, or the sum of a family's series
+/// whose labels contain `labels` (`""`: every series of the family).
+pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            series == &name || (series.starts_with(&format!("{name}{{")) && series.contains(labels))
+        })
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// KV transactions (`apply` calls).
+pub fn kv_applies(text: &str) -> u64 {
+    metric(text, "custodian_kv_calls_total", "operation=\"apply\"")
+}
+
+/// KV reads: point reads, multi-key reads and scans, each one call.
+pub fn kv_reads(text: &str) -> u64 {
+    ["get", "get_many", "scan"]
+        .iter()
+        .map(|op| {
+            metric(
+                text,
+                "custodian_kv_calls_total",
+                &format!("operation=\"{op}\""),
+            )
+        })
+        .sum()
+}
+
+/// Timer steps that failed or lost a race (and will run again).
+pub fn failed_steps(text: &str) -> u64 {
+    metric(text, "custodian_steps_total", "outcome=\"failed\"")
+        + metric(text, "custodian_steps_total", "outcome=\"lost\"")
+}

@@ -29,11 +29,12 @@
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
 //! run), each with the server's CPU time over it (CPU near cores × wall
 //! is bound by the cores; far below, by syncs) and what the server did
-//! per object over it (steps, failed steps, KV calls, store calls, from
-//! its `/metrics`). `workers=N` starts the server with `--workers N`; `config=FILE`
+//! per object over it (steps, failed steps, KV calls, store calls in all
+//! and by store and operation, from its `/metrics`). `workers=N` starts the server with `--workers N`; `config=FILE`
 //! with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
 //! another build of the policy against the bundled one).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ use std::time::{Duration, Instant};
 mod metrics;
 #[path = "support/server.rs"]
 mod server;
-use metrics::{failed_steps, kv_applies, kv_reads, metric};
+use metrics::{failed_steps, kv_applies, kv_reads, metric, series};
 use server::{Server, TOKEN};
 
 const T0: u64 = 1_700_000_000_000;
@@ -298,14 +299,15 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 /// What the server has done so far, from its `/metrics`: a part's
 /// figures are the difference of two of these.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Work {
     steps: u64,
     /// Steps that failed or lost a race (and will run again).
     failed: u64,
     kv_applies: u64,
     kv_reads: u64,
-    store_calls: u64,
+    /// Object-store calls by their labels (store and operation).
+    store_calls: BTreeMap<String, u64>,
 }
 
 impl Work {
@@ -320,22 +322,37 @@ impl Work {
             failed: failed_steps(&text),
             kv_applies: kv_applies(&text),
             kv_reads: kv_reads(&text),
-            store_calls: metric(&text, "custodian_store_calls_total", ""),
+            store_calls: series(&text, "custodian_store_calls_total"),
         }
     }
 
-    /// One line of what happened between `self` and `later`, per object
-    /// of `objects`.
-    fn line(self, later: Self, objects: usize) -> String {
+    /// What happened between `self` and `later`, per object of
+    /// `objects`: one line of totals, one of store calls by store and
+    /// operation.
+    fn lines(&self, later: &Self, objects: usize) -> String {
         let per = |n: u64, m: u64| (m - n) as f64 / objects as f64;
+        let calls = |work: &Self| work.store_calls.values().sum::<u64>();
+        let by_call: Vec<String> = later
+            .store_calls
+            .iter()
+            .map(|(labels, n)| {
+                (
+                    labels,
+                    per(self.store_calls.get(labels).copied().unwrap_or(0), *n),
+                )
+            })
+            .filter(|(_, per_object)| *per_object > 0.0)
+            .map(|(labels, per_object)| format!("{labels} {per_object:.2}"))
+            .collect();
         format!(
-            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls",
+            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls\n    store calls per object: {}",
             later.steps - self.steps,
             later.failed - self.failed,
             per(self.steps, later.steps),
             per(self.kv_applies, later.kv_applies),
             per(self.kv_reads, later.kv_reads),
-            per(self.store_calls, later.store_calls),
+            per(calls(self), calls(later)),
+            by_call.join(", "),
         )
     }
 }
@@ -380,7 +397,7 @@ fn real_clock(objects: usize, requests: usize, workers: Option<&str>, config: Op
         alone.as_secs_f64(),
         cpu_alone / alone.as_secs_f64()
     );
-    println!("    {}", work.line(work_alone, objects));
+    println!("    {}", work.lines(&work_alone, objects));
     if requests == 0 {
         return;
     }
@@ -398,7 +415,10 @@ fn real_clock(objects: usize, requests: usize, workers: Option<&str>, config: Op
         together.as_secs_f64(),
         cpu_together / together.as_secs_f64()
     );
-    println!("    {}", work_alone.line(work_together, objects * requests));
+    println!(
+        "    {}",
+        work_alone.lines(&work_together, objects * requests)
+    );
     println!(
         "  ratio concurrent / one: {:.2}x (target <= 2x)",
         together.as_secs_f64() / alone.as_secs_f64()

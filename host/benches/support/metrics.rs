@@ -13,6 +13,20 @@ pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
         .sum()
 }
 
+/// Every series of family `name`: its labels (as written between the
+/// braces) and its value.
+// Only `takedown_scale` breaks a family down; every benchmark includes
+// this module whole.
+#[allow(dead_code)]
+pub fn series(text: &str, name: &str) -> std::collections::BTreeMap<String, u64> {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| l.rsplit_once("} "))
+        .filter_map(|(labels, v)| Some((labels.to_owned(), v.parse::<u64>().ok()?)))
+        .collect()
+}
+
 /// KV transactions (`apply` calls).
 pub fn kv_applies(text: &str) -> u64 {
     metric(text, "custodian_kv_calls_total", "operation=\"apply\"")

@@ -62,6 +62,21 @@ fn wanted(what: &str) -> bool {
     filter.is_empty() || filter.iter().any(|f| what.contains(f.as_str()))
 }
 
+/// Seconds per call of `call(n)` over `calls` calls, `n` counting from 0.
+fn per_call(calls: usize, mut call: impl FnMut(usize)) -> f64 {
+    let started = Instant::now();
+    for n in 0..calls {
+        call(n);
+    }
+    started.elapsed().as_secs_f64() / calls as f64
+}
+
+/// The median of `times` (reordered).
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 /// Rewrites one file in place, as an unversioned store rewrites one key.
 fn write_fsync(dir: &Path, data: &[u8]) {
     let path = dir.join("plain");
@@ -231,7 +246,7 @@ fn main() {
         "what", "size", "per op", "MB/s"
     );
     for (label, size, per_batch) in [
-        ("4 KiB", 4usize << 10, 200),
+        ("4 KiB", 4usize << 10, 200usize),
         ("1 MiB", 1 << 20, 40),
         ("16 MiB", 16 << 20, 6),
     ] {
@@ -253,18 +268,11 @@ fn main() {
         .unwrap();
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..BATCHES {
-            let started = Instant::now();
-            for _ in 0..per_batch {
-                write_fsync(plain.path(), &data);
-            }
-            times[0].push(started.elapsed().as_secs_f64() / f64::from(per_batch));
-            let started = Instant::now();
-            for _ in 0..per_batch {
-                durable_rename(renamed.path(), &data);
-            }
-            times[1].push(started.elapsed().as_secs_f64() / f64::from(per_batch));
-            let started = Instant::now();
-            for _ in 0..per_batch {
+            times[0].push(per_call(per_batch, |_| write_fsync(plain.path(), &data)));
+            times[1].push(per_call(per_batch, |_| {
+                durable_rename(renamed.path(), &data)
+            }));
+            times[2].push(per_call(per_batch, |_| {
                 let meta = io
                     .block_on(store.put_whole(
                         "bench/object",
@@ -275,14 +283,9 @@ fn main() {
                     ))
                     .unwrap();
                 black_box(meta);
-            }
-            times[2].push(started.elapsed().as_secs_f64() / f64::from(per_batch));
+            }));
         }
-        let median = |t: &mut Vec<f64>| {
-            t.sort_by(f64::total_cmp);
-            t[t.len() / 2]
-        };
-        let medians: Vec<f64> = times.iter_mut().map(median).collect();
+        let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
         for (name, seconds) in [
             "write+fsync",
             "durable rename (tmp, fdatasync, dir fsync)",
@@ -341,13 +344,10 @@ one writer, new keys of 4 KiB, {BATCHES} batches of {FIRSTS_PER_BATCH} per row, 
     );
     let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for batch in 0..BATCHES {
-        let started = Instant::now();
-        for n in 0..FIRSTS_PER_BATCH {
+        times[0].push(per_call(FIRSTS_PER_BATCH, |n| {
             into_new_dir(plain.path(), &format!("{batch}-{n}"), &data);
-        }
-        times[0].push(started.elapsed().as_secs_f64() / FIRSTS_PER_BATCH as f64);
-        let started = Instant::now();
-        for n in 0..FIRSTS_PER_BATCH {
+        }));
+        times[1].push(per_call(FIRSTS_PER_BATCH, |n| {
             io.block_on(store.put_whole(
                 &format!("first/{batch}-{n}"),
                 body.clone(),
@@ -356,13 +356,9 @@ one writer, new keys of 4 KiB, {BATCHES} batches of {FIRSTS_PER_BATCH} per row, 
                 crc,
             ))
             .unwrap();
-        }
-        times[1].push(started.elapsed().as_secs_f64() / FIRSTS_PER_BATCH as f64);
+        }));
     }
-    let medians = times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    });
+    let medians = times.map(|mut t| median(&mut t));
     for (name, seconds) in [
         "new directory + durable rename, in turn",
         "fs put, a new key",

@@ -171,47 +171,44 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
                 tried += 1;
                 bytes += size;
             }
-            match outcome {
+            // How the copy came back; `None` when it did not.
+            let how = match outcome {
                 Outcome::Restored { from } => {
-                    state.restored += 1;
                     let whose = if from == *id {
                         "this request's".to_owned()
                     } else {
                         format!("request {}'s", hex(&from))
                     };
-                    events.push(Entry {
-                        event: "ServingCopyRestored".into(),
-                        targets: vec![hex(id), hex(object)],
-                        detail: Some(format!(
-                            "{} restored from {whose} preserved copy ({size} bytes)",
-                            keys::serving_key(object)
-                        )),
-                    });
+                    Some(format!(
+                        "restored from {whose} preserved copy ({size} bytes)"
+                    ))
                 }
-                Outcome::Present => {
-                    // Missing when this chunk looked, there now: another
-                    // run of the same chunk put it back meanwhile (a timer
-                    // step racing the withdrawal's own call; both are
-                    // guarded on the `denial` row, so only one commits,
-                    // and the one that does must count what the other
-                    // wrote), or another writer did.
-                    state.restored += 1;
-                    events.push(Entry {
-                        event: "ServingCopyRestored".into(),
-                        targets: vec![hex(id), hex(object)],
-                        detail: Some(format!(
-                            "{} was put back meanwhile by another writer (missing when this \
-                             pass looked, present when it went to restore it)",
-                            keys::serving_key(object)
-                        )),
-                    });
-                }
+                // Missing when this chunk looked, there now: another run
+                // of the same chunk put it back meanwhile (a timer step
+                // racing the withdrawal's own call; both are guarded on
+                // the `denial` row, so only one commits, and the one that
+                // does must count what the other wrote), or another
+                // writer did.
+                Outcome::Present => Some(
+                    "was put back meanwhile by another writer (missing when this pass \
+                     looked, present when it went to restore it)"
+                        .to_owned(),
+                ),
                 Outcome::Failed(why) => {
                     state.last_error = Some(bounded(&format!(
                         "object {}: its denial is lifted without a serving copy: {why}",
                         hex(object)
                     )));
+                    None
                 }
+            };
+            if let Some(how) = how {
+                state.restored += 1;
+                events.push(Entry {
+                    event: "ServingCopyRestored".into(),
+                    targets: vec![hex(id), hex(object)],
+                    detail: Some(format!("{} {how}", keys::serving_key(object))),
+                });
             }
         }
         last = Some(key);

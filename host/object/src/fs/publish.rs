@@ -2,7 +2,6 @@
 //! delete one version. Every change to `objects/` happens under the
 //! arbiter; every new version arrives through [`durable`](super::durable).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::{
@@ -14,7 +13,7 @@ use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced};
 use super::ids::version_seq;
 use super::layout::KeyPath;
 use super::lock::Held;
-use super::syncer::fsync_dir;
+use super::syncer::{fsync_dir, sync_dir};
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header, VersionFile, checksums};
 use super::versions::version_ids;
 use super::{FsStore, io_error};
@@ -423,7 +422,7 @@ impl FsStore {
     /// The caller returns only after this, so a removal is acknowledged
     /// only once durable, as before.
     fn settle_removal(&self, versions_dir: &Path) -> Result<(), ObjectError> {
-        let gone = match File::open(versions_dir).and_then(|dir| dir.sync_all()) {
+        let gone = match sync_dir(versions_dir) {
             Ok(()) => false,
             Err(e) if is_gone(&e) => true,
             Err(e) => return Err(io_error("fsyncing directory", versions_dir, e)),
@@ -438,7 +437,7 @@ impl FsStore {
         let mut at = versions_dir;
         while let Some(parent) = at.parent().filter(|_| at != self.layout.objects) {
             at = parent;
-            match File::open(at).and_then(|dir| dir.sync_all()) {
+            match sync_dir(at) {
                 Ok(()) => return Ok(()),
                 Err(e) if is_gone(&e) => {}
                 Err(e) => return Err(io_error("fsyncing directory", at, e)),

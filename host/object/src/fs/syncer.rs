@@ -123,6 +123,10 @@ pub(super) fn sync_all<'a>(
     dirs: impl IntoIterator<Item = &'a Path>,
 ) -> BTreeMap<PathBuf, ObjectError> {
     let dirs: Vec<PathBuf> = dirs.into_iter().map(Path::to_path_buf).collect();
+    // Most groups create no directory (every publish to an existing key).
+    if dirs.is_empty() {
+        return BTreeMap::new();
+    }
     // One directory needs no helper: the caller syncs it at once.
     let helpers = dirs.len().saturating_sub(1).min(HELPERS);
     Pending::start(dirs, helpers).wait()
@@ -191,14 +195,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// fsyncs a directory, making the names in it durable.
 pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("fsyncing directory", dir, e))?;
+    sync_dir(dir).map_err(|e| io_error("fsyncing directory", dir, e))
+}
+
+/// [`fsync_dir`] with the system's error, for a caller that tells a
+/// directory gone meanwhile from a failed sync.
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir).and_then(|d| d.sync_all())?;
     #[cfg(test)]
-    SYNCED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(dir.to_path_buf());
+    lock(&SYNCED).push(dir.to_path_buf());
     Ok(())
 }
 
@@ -206,7 +211,7 @@ pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
 /// durable, which nothing else can observe short of a power cut. Tests
 /// run side by side, so each keeps the paths under its own store.
 #[cfg(test)]
-pub(super) static SYNCED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+pub(super) static SYNCED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 #[cfg(test)]
 mod tests {

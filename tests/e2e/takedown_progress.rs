@@ -3,7 +3,9 @@
 //! seconds, and a push racing its filing is either refused or found as a
 //! holder; a manifest that no longer reassembles is recorded once and the
 //! request goes on; raising the retention setting mid-acquisition neither
-//! stalls a request nor moves its retain-until.
+//! stalls a request nor moves its retain-until; and removing a serving
+//! copy costs the store one decision's `head`, one version listing and
+//! one delete.
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -271,4 +273,76 @@ fn on_the_real_clock_pushes_racing_a_filing_are_refused_or_found_and_the_request
         "one object, {landed} of {RACERS} racing pushes landed: retain {:.2} s after the filing (real clock)",
         reached.as_secs_f64()
     );
+}
+
+/// `custodian_store_calls_total` of `store`, by operation, on `/metrics`.
+fn store_calls(base: &str, store: &str) -> std::collections::BTreeMap<String, u64> {
+    let (code, text) = answer(agent().get(&format!("{base}/metrics")).call());
+    assert_eq!(code, 200);
+    let prefix = format!("custodian_store_calls_total{{store=\"{store}\",operation=\"");
+    text.as_str()
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.strip_prefix(prefix.as_str()))
+        .filter_map(|rest| {
+            let (operation, count) = rest.split_once("\"} ")?;
+            Some((operation.to_owned(), count.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_takedown_decides_on_each_serving_copy_once_and_removes_it_with_one_listing_and_one_delete() {
+    // 20 objects: the remove phase looks at 8 rows a step, so its steps
+    // see 8, 8 and 4; a step removing fewer than it looked at would
+    // decide on the rest again (and head their serving copies again).
+    const OBJECTS: usize = 20;
+    let server = Server::start("");
+    let base = server.base.clone();
+    let objects: Vec<String> = (0..OBJECTS)
+        .map(|i| {
+            let path = format!("/v1/repos/alpha/one/files/f{i}.bin");
+            let (code, entry) = put(&base, &path, &noise(1024, 2 * i as u64 + 101));
+            assert_eq!(code, 200, "{entry}");
+            entry["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let before = store_calls(&base, "serving");
+
+    let (code, created) = answer(
+        agent()
+            .post(&format!("{base}/v1/takedowns"))
+            .header("authorization", &bearer())
+            .send(&json_body(json!({"repository": "alpha/one", "objects": objects}))[..]),
+    );
+    assert_eq!(code, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    wait_for(
+        "the request to reach retain",
+        Duration::from_secs(60),
+        || get_json(&base, &format!("/v1/takedowns/{id}"))["phase"] == "retain",
+    );
+    let s = get_json(&base, &format!("/v1/takedowns/{id}"));
+    assert_eq!(
+        s["denial"]["removed"], OBJECTS,
+        "every serving copy went: {s}"
+    );
+
+    let after = store_calls(&base, "serving");
+    let made = |operation: &str| {
+        after.get(operation).copied().unwrap_or(0) - before.get(operation).copied().unwrap_or(0)
+    };
+    let n = OBJECTS as u64;
+    assert_eq!(made("delete_version"), n, "one delete per copy: {after:?}");
+    assert_eq!(
+        made("list_versions"),
+        n,
+        "one listing of each copy's versions, not a second to see it empty: {after:?}"
+    );
+    assert_eq!(
+        made("head"),
+        2 * n,
+        "one head when acquiring and one when deciding on its removal: {after:?}"
+    );
+    assert_eq!(made("get_whole"), n, "each copy read once: {after:?}");
 }

@@ -105,8 +105,16 @@ use crate::versions;
 
 /// `object` rows looked at per step.
 pub const OBJECTS_PER_STEP: u32 = 8;
-/// Serving copies removed per step (and so pending intents at once).
-pub const REMOVALS_PER_STEP: usize = 4;
+/// Serving copies removed per step (and so pending intents at once). As
+/// many as the rows looked at: a step decides on every row it looks at
+/// (reading its rows and heading its serving copy), and a row left for
+/// the next step is decided on again, so with fewer removals than rows a
+/// request would decide on most objects twice.
+pub const REMOVALS_PER_STEP: usize = OBJECTS_PER_STEP as usize;
+/// Pending removals a withdrawal's lifting chunk finishes: each is an
+/// audit entry, and a chunk's entries stay within 7 (see
+/// [`crate::denial_work::Work`]).
+pub const LIFT_REMOVALS: usize = 4;
 /// Most requests denying an object whose serving copy is removed: each
 /// is a guard of the intent commit.
 pub const MAX_DENIERS: usize = 16;
@@ -154,17 +162,11 @@ pub struct Finished {
     pub detail: String,
 }
 
-/// The pending removal intents of request `id` (at most a step's worth).
-pub fn pending(id: &Id) -> Result<Vec<(Vec<u8>, Id, Intent)>, Error> {
+/// The first `limit` pending removal intents of request `id` (a step
+/// leaves at most [`REMOVALS_PER_STEP`]).
+pub fn pending(id: &Id, limit: usize) -> Result<Vec<(Vec<u8>, Id, Intent)>, Error> {
     let (start, end) = keys::range(keys::REMOVE, id);
-    // At most REMOVALS_PER_STEP.
-    let page = kv::scan(
-        PARTITION,
-        &start,
-        Some(&end),
-        None,
-        REMOVALS_PER_STEP as u32,
-    )?;
+    let page = kv::scan(PARTITION, &start, Some(&end), None, limit as u32)?;
     page.entries
         .into_iter()
         .map(|entry| {
@@ -211,15 +213,16 @@ pub fn finish(
     })
 }
 
-/// Finishes the pending removals of a lifting chunk (a withdrawal found
-/// them): their rows for the chunk's batch, counted in `state`, with their
-/// audit entries. `None` when none is pending.
+/// Finishes up to [`LIFT_REMOVALS`] pending removals for a lifting chunk
+/// (a withdrawal found them): their rows for the chunk's batch, counted in
+/// `state`, with their audit entries. `None` when none is pending; the
+/// next chunk finishes any left.
 pub fn finish_for_lift(
     id: &Id,
     state: &mut DenialState,
     now: u64,
 ) -> Result<Option<(Batch, Vec<Entry>)>, Error> {
-    let found = pending(id)?;
+    let found = pending(id, LIFT_REMOVALS)?;
     if found.is_empty() {
         return Ok(None);
     }
@@ -244,7 +247,7 @@ pub fn finish_for_lift(
 /// else then); returns whether there were any. Runs before the purge
 /// check, so a purge never starts over a half-done removal.
 pub fn finish_pending(step: &mut Step) -> Result<bool, Error> {
-    let found = pending(&step.id)?;
+    let found = pending(&step.id, REMOVALS_PER_STEP)?;
     if found.is_empty() {
         return Ok(false);
     }

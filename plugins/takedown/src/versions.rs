@@ -32,13 +32,18 @@ pub fn destroy(store: &str, key: &str, pages: usize) -> Result<u32, Error> {
             }
             Err(other) => return Err(other),
         };
-        // Each page starts afresh: the versions of the last one are gone.
-        if page.versions.is_empty() {
-            return Ok(found);
-        }
         for version in &page.versions {
             found += u32::from(!version.is_delete_marker);
             objects::delete_version(store, key, &version.version_id)?;
+        }
+        // A page without `next` was the last: every version is deleted,
+        // and a key's one version costs one listing. (Another listing
+        // would not close the window for a writer anyway; what keeps a
+        // denied key from being written again is the host's denial.)
+        // Otherwise the next page starts afresh, since the versions of
+        // this one are gone.
+        if page.next.is_none() {
+            return Ok(found);
         }
     }
     Err(Error::Unavailable(format!(

@@ -29,9 +29,10 @@
 //! prints both times and their ratio (REQUESTS = 0 skips the concurrent
 //! run), each with the server's CPU time over it (CPU near cores × wall
 //! is bound by the cores; far below, by syncs) and what the server did
-//! per object over it (steps, failed steps, KV calls, store calls in all
-//! and by store and operation, from its `/metrics`). `workers=N` starts the server with `--workers N`; `config=FILE`
-//! with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
+//! per object over it (steps, failed steps, KV calls in all and by
+//! operation, store calls in all and by store and operation, from its
+//! `/metrics`). `workers=N` starts the server with `--workers N`;
+//! `config=FILE` with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
 //! another build of the policy against the bundled one).
 
 use std::collections::BTreeMap;
@@ -308,6 +309,8 @@ struct Work {
     kv_reads: u64,
     /// Object-store calls by their labels (store and operation).
     store_calls: BTreeMap<String, u64>,
+    /// KV calls by their label (operation).
+    kv_calls: BTreeMap<String, u64>,
 }
 
 impl Work {
@@ -323,36 +326,36 @@ impl Work {
             kv_applies: kv_applies(&text),
             kv_reads: kv_reads(&text),
             store_calls: series(&text, "custodian_store_calls_total"),
+            kv_calls: series(&text, "custodian_kv_calls_total"),
         }
     }
 
     /// What happened between `self` and `later`, per object of
-    /// `objects`: one line of totals, one of store calls by store and
-    /// operation.
+    /// `objects`: one line of totals, one of KV calls by operation and one
+    /// of store calls by store and operation.
     fn lines(&self, later: &Self, objects: usize) -> String {
         let per = |n: u64, m: u64| (m - n) as f64 / objects as f64;
         let calls = |work: &Self| work.store_calls.values().sum::<u64>();
-        let by_call: Vec<String> = later
-            .store_calls
-            .iter()
-            .map(|(labels, n)| {
-                (
-                    labels,
-                    per(self.store_calls.get(labels).copied().unwrap_or(0), *n),
-                )
-            })
-            .filter(|(_, per_object)| *per_object > 0.0)
-            .map(|(labels, per_object)| format!("{labels} {per_object:.2}"))
-            .collect();
+        // The series of `later` that moved, each per object.
+        let by_label = |earlier: &BTreeMap<String, u64>, later: &BTreeMap<String, u64>| {
+            later
+                .iter()
+                .map(|(labels, n)| (labels, per(earlier.get(labels).copied().unwrap_or(0), *n)))
+                .filter(|(_, per_object)| *per_object > 0.0)
+                .map(|(labels, per_object)| format!("{labels} {per_object:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         format!(
-            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls\n    store calls per object: {}",
+            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls\n    KV calls per object: {}\n    store calls per object: {}",
             later.steps - self.steps,
             later.failed - self.failed,
             per(self.steps, later.steps),
             per(self.kv_applies, later.kv_applies),
             per(self.kv_reads, later.kv_reads),
             per(calls(self), calls(later)),
-            by_call.join(", "),
+            by_label(&self.kv_calls, &later.kv_calls),
+            by_label(&self.store_calls, &later.store_calls),
         )
     }
 }

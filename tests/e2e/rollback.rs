@@ -19,9 +19,12 @@ use crate::server::{Server, agent, answer, bearer, wait_for};
 use crate::support::stepper;
 
 /// Requests filed before the swap, and objects in each: enough steps
-/// still to run after it for a verdict.
+/// still to run after it for a verdict. (A request's steps follow each
+/// other at once on the real clock, so a small request is done before
+/// the swap: with 60 objects each, four removals a step left enough
+/// steps, eight did not.)
 const REQUESTS: usize = 6;
-const OBJECTS: usize = 60;
+const OBJECTS: usize = 150;
 
 /// A server on the bundled takedown plugin; `replay_timers = 0` lets a
 /// failing plugin past the swap, onto probation.
@@ -31,12 +34,13 @@ fn start(mode: &str, replay_timers: u32) -> Server {
     ))
 }
 
-/// Files [`REQUESTS`] takedowns of [`OBJECTS`] new objects each; their
-/// ids.
+/// Files [`REQUESTS`] takedowns of [`OBJECTS`] new objects each, one
+/// right after the other once every object is pushed (so all of them
+/// are under way at the swap that follows); their ids.
 fn file_requests(server: &Server) -> Vec<String> {
-    (0..REQUESTS)
+    let pushed: Vec<Vec<String>> = (0..REQUESTS)
         .map(|r| {
-            let objects: Vec<String> = (0..OBJECTS)
+            (0..OBJECTS)
                 .map(|o| {
                     let body = format!("request {r} object {o}");
                     push(
@@ -46,9 +50,12 @@ fn file_requests(server: &Server) -> Vec<String> {
                         body.as_bytes(),
                     )
                 })
-                .collect();
-            file_takedown(server, &objects)
+                .collect()
         })
+        .collect();
+    pushed
+        .iter()
+        .map(|objects| file_takedown(server, objects))
         .collect()
 }
 

@@ -32,8 +32,8 @@
 //! per object over it (steps, failed steps, KV calls in all and by
 //! operation, store calls in all and by store and operation, from its
 //! `/metrics`). `workers=N` starts the server with `--workers N`;
-//! `config=FILE` with `--config FILE` (e.g. `[plugins.takedown] path = …`, to time
-//! another build of the policy against the bundled one).
+//! `config=FILE` with `--config FILE` (e.g. `[plugins.takedown] path =
+//! …`, to time another build of the policy against the bundled one).
 
 use std::collections::BTreeMap;
 use std::path::Path;

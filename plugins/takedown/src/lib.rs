@@ -222,11 +222,12 @@
 //! A remove step looks at 8 `object` rows and may remove the serving
 //! copies of all 8 (so it decides on each object once); its intent commit
 //! has at most 72 operations, an object whose removal needs more guards
-//! (more than 16 deniers or 16 manifests) is kept ([`remove`]). A lifting chunk of a withdrawal finishes at most 4
-//! pending removals, or visits 24 denied objects and restores at most 6
-//! objects and 32 MiB (one object at least; one at a time in memory, each
-//! at most 16 MiB, under the plugin's 64 MiB), in ~150 host calls at the
-//! most ([`restore`]); its audit entries stay within 7.
+//! (more than 16 deniers or 16 manifests) is kept ([`remove`]). A lifting
+//! chunk of a withdrawal finishes at most 4 pending removals, or visits 24
+//! denied objects and restores at most 6 objects and 32 MiB (one object
+//! at least; one at a time in memory, each at most 16 MiB, under the
+//! plugin's 64 MiB), in ~150 host calls at the most ([`restore`]); its
+//! audit entries stay within 7.
 //!
 //! # Modules
 //!

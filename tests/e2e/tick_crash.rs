@@ -16,7 +16,11 @@ use crate::support::{Rng, custodian, stepper};
 
 const T0: u64 = 1_700_000_000_000;
 const TIMERS: u64 = 24;
-const STEPS: u64 = 20;
+/// Steps per timer: each launch takes about one step of each timer, so
+/// this is about the launches the work lasts, and so the chances of a
+/// kill landing mid-work (with 20, a loaded CI machine once saw 4 such
+/// kills, under the 5 required).
+const STEPS: u64 = 40;
 /// Launches that may be killed; the ones after it run to completion, so
 /// the test always finishes.
 const KILLED_LAUNCHES: u32 = 100;

@@ -14,6 +14,7 @@ use custodian::object::PutCondition;
 use custodian_object::ObjectStoreExt;
 use serde_json::{Value, json};
 
+use crate::serve::metric;
 use crate::server::{Server, agent, answer, bearer, json_body, wait_for};
 use crate::takedown::{
     DAY, HOUR, MINUTE, RETENTION, T0, block, noise, ok, policy_events, push, status, store,
@@ -275,18 +276,16 @@ fn on_the_real_clock_pushes_racing_a_filing_are_refused_or_found_and_the_request
     );
 }
 
-/// `custodian_store_calls_total` of `store`, by operation, on `/metrics`.
-fn store_calls(base: &str, store: &str) -> std::collections::BTreeMap<String, u64> {
-    let (code, text) = answer(agent().get(&format!("{base}/metrics")).call());
-    assert_eq!(code, 200);
-    let prefix = format!("custodian_store_calls_total{{store=\"{store}\",operation=\"");
-    text.as_str()
-        .unwrap()
-        .lines()
-        .filter_map(|line| line.strip_prefix(prefix.as_str()))
-        .filter_map(|rest| {
-            let (operation, count) = rest.split_once("\"} ")?;
-            Some((operation.to_owned(), count.parse().ok()?))
+/// `custodian_store_calls_total` of the `serving` store for each of
+/// `operations`, on `/metrics`.
+fn serving_calls(server: &Server, operations: &[&str]) -> Vec<u64> {
+    operations
+        .iter()
+        .map(|op| {
+            metric(
+                server,
+                &format!("custodian_store_calls_total{{store=\"serving\",operation=\"{op}\"}}"),
+            )
         })
         .collect()
 }
@@ -307,7 +306,8 @@ fn a_takedown_decides_on_each_serving_copy_once_and_removes_it_with_one_listing_
             entry["id"].as_str().unwrap().to_owned()
         })
         .collect();
-    let before = store_calls(&base, "serving");
+    const OPERATIONS: [&str; 4] = ["delete_version", "list_versions", "head", "get_whole"];
+    let before = serving_calls(&server, &OPERATIONS);
 
     let (code, created) = answer(
         agent()
@@ -328,21 +328,13 @@ fn a_takedown_decides_on_each_serving_copy_once_and_removes_it_with_one_listing_
         "every serving copy went: {s}"
     );
 
-    let after = store_calls(&base, "serving");
-    let made = |operation: &str| {
-        after.get(operation).copied().unwrap_or(0) - before.get(operation).copied().unwrap_or(0)
-    };
+    let after = serving_calls(&server, &OPERATIONS);
+    let made: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     let n = OBJECTS as u64;
-    assert_eq!(made("delete_version"), n, "one delete per copy: {after:?}");
     assert_eq!(
-        made("list_versions"),
-        n,
-        "one listing of each copy's versions, not a second to see it empty: {after:?}"
+        made,
+        [n, n, 2 * n, n],
+        "per copy ({OPERATIONS:?}): one delete, one listing of its versions (not a second to \
+         see it empty), one head when acquiring and one when deciding on its removal, one read"
     );
-    assert_eq!(
-        made("head"),
-        2 * n,
-        "one head when acquiring and one when deciding on its removal: {after:?}"
-    );
-    assert_eq!(made("get_whole"), n, "each copy read once: {after:?}");
 }

@@ -19,7 +19,7 @@
 //! - every host did part of the work.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -344,12 +344,14 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
     // Chaos until every request is purged, while the requests are polled;
     // each request's pieces are checked the first time it is seen verified.
     let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU32::new(0));
     let chaos = Chaos {
         hosts,
         etcd,
         bases,
         rng: Rng::from_env(),
         stop: stop.clone(),
+        rounds: rounds.clone(),
     };
     let chaos = std::thread::spawn(move || chaos.run());
     let started = Instant::now();
@@ -361,9 +363,11 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
             "{} of {TAKEDOWNS} purged after {DEADLINE:?}",
             purged.len()
         );
-        // One more filing per round, so they meet kills along the way.
+        // One more filing per round of kills, so each meets kills along the
+        // way, and the work lasts at least FILED_DURING_CHAOS rounds however
+        // fast the requests run.
         let n = requests.len() + FILED_DURING_CHAOS - TAKEDOWNS;
-        if n < FILED_DURING_CHAOS {
+        if n < FILED_DURING_CHAOS && rounds.load(Ordering::Relaxed) as usize > n {
             let id = system.file(&ids, &format!("during-{n}"));
             system.hold(&id, true);
             requests.push(id);
@@ -377,7 +381,8 @@ fn three_hosts_on_etcd_and_s3_finish_fifty_takedowns_exactly_once_while_hosts_an
         );
     }
     stop.store(true, Ordering::Relaxed);
-    let (_hosts, _etcd, kills) = chaos.join().expect("the chaos thread");
+    let (_hosts, _etcd) = chaos.join().expect("the chaos thread");
+    let kills = rounds.load(Ordering::Relaxed);
     let (host_kills, member_kills) = (kills, kills);
     eprintln!(
         "purged {TAKEDOWNS} takedowns in {:?}: {host_kills} host kills, {member_kills} etcd member \
@@ -450,27 +455,27 @@ struct Chaos {
     bases: Arc<Mutex<Vec<String>>>,
     rng: Rng,
     stop: Arc<AtomicBool>,
+    /// Rounds of kills made so far.
+    rounds: Arc<AtomicU32>,
 }
 
 impl Chaos {
     /// Runs until stopped; hands back the hosts and the cluster (to be
-    /// dropped, which stops them, after the test's last request) and how
-    /// many rounds of kills it made.
-    fn run(mut self) -> (Vec<Server>, EtcdCluster, u32) {
-        let mut rounds = 0;
+    /// dropped, which stops them, after the test's last request).
+    fn run(mut self) -> (Vec<Server>, EtcdCluster) {
         while !self.stop.load(Ordering::Relaxed) {
             let host = self.rng.below(HOSTS as u64) as usize;
             let member = self.rng.below(self.etcd.members() as u64) as usize;
             self.hosts[host].kill();
             self.etcd.kill(member);
-            rounds += 1;
+            self.rounds.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(500 + self.rng.below(1_500)));
             self.etcd.restart(member).expect("the member restarts");
             self.hosts[host].restart();
             self.bases.lock().unwrap()[host] = self.hosts[host].base.clone();
             std::thread::sleep(Duration::from_millis(1_000 + self.rng.below(2_000)));
         }
-        (self.hosts, self.etcd, rounds)
+        (self.hosts, self.etcd)
     }
 }
 

@@ -14,6 +14,9 @@ use super::{Limits, RuntimeError};
 /// ticker thread costing anything measurable.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
+/// Set (to anything) to have the runtime write a perf map of plugin code.
+const PERF_MAP_VAR: &str = "CUSTODIAN_PERF_MAP";
+
 /// Builds the engine every plugin of a [`super::Runtime`] runs on.
 pub(crate) fn build(concurrent_calls: u32) -> Result<Engine, RuntimeError> {
     let mut config = Config::new();
@@ -24,6 +27,13 @@ pub(crate) fn build(concurrent_calls: u32) -> Result<Engine, RuntimeError> {
     config.epoch_interruption(true);
     config.memory_init_cow(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // `perf` cannot name JIT code by itself: with this set, wasmtime writes
+    // `/tmp/perf-<pid>.map` naming each compiled function, so a profile of
+    // a plugin's calls reads `wasm[0]::function[N]` (or its name, if the
+    // plugin keeps its name section) instead of bare addresses.
+    if std::env::var_os(PERF_MAP_VAR).is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     let mut pool = PoolingAllocationConfig::new();
     // A Rust wasip2 component holds a handful of core instances (the
     // program, the WASI adapter, shims) and one or two memories; the totals

@@ -174,14 +174,36 @@ pub fn kept_input(record: &Record) -> Option<serde_json::Value> {
     detail.get("input").cloned()
 }
 
-/// A uniform draw below one million, for [`Sampling::logs`]; 0 (log it)
-/// when no randomness is available, so a fault logs more, never less.
+/// A uniform draw below one million, for [`Sampling::logs`].
+///
+/// Every API request and every step draws, so the draw must not be a
+/// system call (`getrandom` was one per request): each thread seeds a
+/// SplitMix64 sequence from the OS once and steps it. Sampling needs
+/// draws an observer cannot steer, not secrecy; the seed is secret and
+/// differs per thread and process. A thread that cannot get a seed draws
+/// 0 (log it) every time, so a fault logs more, never less.
 fn draw() -> u32 {
-    let mut bytes = [0u8; 4];
-    match getrandom::fill(&mut bytes) {
-        Ok(()) => u32::from_le_bytes(bytes) % 1_000_000,
-        Err(_) => 0,
+    thread_local! {
+        static STATE: std::cell::Cell<Option<u64>> = std::cell::Cell::new({
+            let mut seed = [0u8; 8];
+            getrandom::fill(&mut seed).ok().map(|()| u64::from_le_bytes(seed))
+        });
     }
+    STATE.with(|state| {
+        let Some(current) = state.get() else {
+            return 0;
+        };
+        let next = current.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        state.set(Some(next));
+        // SplitMix64's output function: every bit of `next` reaches every
+        // bit of the result.
+        let mut z = next;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // The modulo bias is below 2^-44 for a 64-bit draw.
+        (z % 1_000_000) as u32
+    })
 }
 
 /// The input of a step of `timer` at `now_ms`, as a step's decision
@@ -379,6 +401,26 @@ mod tests {
             .count();
         // 1% of 100,000 is 1,000; 5 standard deviations (~31 each) either side.
         assert!((840..=1_160).contains(&logged), "{logged}");
+    }
+
+    #[test]
+    fn draws_spread_evenly_over_the_million_and_each_thread_draws_its_own_sequence() {
+        let mut tenths = [0u32; 10];
+        for _ in 0..100_000 {
+            let d = draw();
+            assert!(d < 1_000_000, "{d}");
+            tenths[(d / 100_000) as usize] += 1;
+        }
+        // ~10,000 a tenth, one standard deviation ~95: 5 either side.
+        assert!(
+            tenths.iter().all(|n| (9_525..=10_475).contains(n)),
+            "{tenths:?}"
+        );
+        let there: Vec<u32> = std::thread::spawn(|| (0..16).map(|_| draw()).collect())
+            .join()
+            .unwrap();
+        let here: Vec<u32> = (0..16).map(|_| draw()).collect();
+        assert_ne!(there, here, "two threads drew the same sequence");
     }
 
     #[test]

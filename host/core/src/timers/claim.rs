@@ -158,6 +158,9 @@ pub enum Claimed {
     Elsewhere {
         /// Who.
         holder: String,
+        /// When the claim lapses, if it was read (a claim that won the
+        /// race against this one was not).
+        until_ms: Option<u64>,
     },
 }
 
@@ -180,7 +183,10 @@ pub async fn claim(
     if let Some(bytes) = &current {
         let row = ClaimRow::decode(bytes)?;
         if row.excludes(&config.holder, timer, now_ms) {
-            return Ok(Claimed::Elsewhere { holder: row.holder });
+            return Ok(Claimed::Elsewhere {
+                holder: row.holder,
+                until_ms: Some(row.until_ms),
+            });
         }
         if row.held_by(config, timer, now_ms) {
             return Ok(Claimed::Held);
@@ -219,6 +225,7 @@ pub async fn claim(
         // Someone claimed between the read and the write: theirs.
         Outcome::PreconditionFailed { .. } | Outcome::DeadlinePassed => Ok(Claimed::Elsewhere {
             holder: "another worker".into(),
+            until_ms: None,
         }),
     }
 }

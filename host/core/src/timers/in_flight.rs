@@ -22,18 +22,46 @@
 //!
 //! Hosts sharing a KV do not see each other's sets; between hosts, step
 //! claims keep workers apart (see [`super::claim`]).
+//!
+//! The set also remembers, for the host's workers together, the due rows
+//! another host was found to hold a live claim on, and until when. A
+//! worker that scans such a due row again skips it without reading its
+//! claim: nothing it could read would let it fire, because a claim lapses
+//! only at its expiry and is moved on only with its due row (a committed
+//! step moves the due row, so a remembered claim then no longer matches
+//! and the next look reads again). Without this, every tick of every
+//! worker of every other host read the claim of each timer it found due,
+//! so reads per step grew with the hosts (`scale_out`). Forgetting is
+//! always safe (it costs a read); skipping can at worst delay a timer that
+//! was cancelled and scheduled again at the same due time until the old
+//! claim's expiry, as a crashed claimer would.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A timer's identity: its kind and reference.
 type TimerId = (String, Vec<u8>);
 
+/// Most claims elsewhere remembered. Past this the lapsed ones are
+/// dropped, and if none has lapsed all are (each costs one read to learn
+/// again): the memory stays bounded whatever the number of timers.
+const MAX_REMEMBERED: usize = 4096;
+
+/// A claim another host holds: on the due row of `due_ms`, until
+/// `until_ms`.
+#[derive(Debug, Clone, Copy)]
+struct Elsewhere {
+    due_ms: u64,
+    until_ms: u64,
+}
+
 /// The set of timers being fired, shared by a host's workers (clone it
-/// into each; see [`super::Worker::share_in_flight`]).
+/// into each; see [`super::Worker::share_in_flight`]), and the claims
+/// other hosts hold that its workers have read.
 #[derive(Debug, Clone, Default)]
 pub struct InFlight {
     firing: Arc<Mutex<HashSet<TimerId>>>,
+    elsewhere: Arc<Mutex<HashMap<TimerId, Elsewhere>>>,
 }
 
 impl InFlight {
@@ -57,6 +85,50 @@ impl InFlight {
         // The set is only inserted into and removed from; a panic while
         // it was held cannot leave it half-changed.
         self.firing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether another host was found holding a claim on the due row of
+    /// `due_ms` of this timer that is still live at `now_ms`.
+    pub(crate) fn claimed_elsewhere(
+        &self,
+        kind: &str,
+        reference: &[u8],
+        due_ms: u64,
+        now_ms: u64,
+    ) -> bool {
+        self.remembered()
+            .get(&(kind.to_owned(), reference.to_vec()))
+            .is_some_and(|claim| claim.due_ms == due_ms && claim.until_ms > now_ms)
+    }
+
+    /// Remembers that another host holds a claim on the due row of
+    /// `due_ms` of this timer until `until_ms`.
+    pub(crate) fn remember_claim_elsewhere(
+        &self,
+        kind: &str,
+        reference: &[u8],
+        due_ms: u64,
+        until_ms: u64,
+        now_ms: u64,
+    ) {
+        let mut remembered = self.remembered();
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, claim| claim.until_ms > now_ms);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(
+            (kind.to_owned(), reference.to_vec()),
+            Elsewhere { due_ms, until_ms },
+        );
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, Elsewhere>> {
+        // Entries are only inserted, replaced and dropped whole.
+        self.elsewhere
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -94,6 +166,46 @@ mod tests {
             .take("takedown", b"r2")
             .expect("another reference");
         let _c = in_flight.take("sweep", b"r1").expect("another kind");
+    }
+
+    #[test]
+    fn a_claim_elsewhere_is_remembered_for_its_due_row_until_it_lapses() {
+        let in_flight = InFlight::new();
+        let other = in_flight.clone();
+        assert!(!in_flight.claimed_elsewhere("takedown", b"r1", 100, 50));
+        in_flight.remember_claim_elsewhere("takedown", b"r1", 100, 200, 50);
+        assert!(other.claimed_elsewhere("takedown", b"r1", 100, 199));
+        assert!(
+            !other.claimed_elsewhere("takedown", b"r1", 100, 200),
+            "lapsed"
+        );
+        assert!(
+            !other.claimed_elsewhere("takedown", b"r1", 101, 60),
+            "a moved due row"
+        );
+        assert!(
+            !other.claimed_elsewhere("takedown", b"r2", 100, 60),
+            "another timer"
+        );
+    }
+
+    #[test]
+    fn claims_remembered_stay_bounded_and_lapsed_ones_go_first() {
+        let in_flight = InFlight::new();
+        for n in 0..MAX_REMEMBERED as u64 {
+            // Every other one has lapsed by 1_000.
+            let until = if n % 2 == 0 { 500 } else { 5_000 };
+            in_flight.remember_claim_elsewhere("t", &n.to_le_bytes(), 1, until, 0);
+        }
+        in_flight.remember_claim_elsewhere("t", b"new", 1, 5_000, 1_000);
+        assert_eq!(in_flight.remembered().len(), MAX_REMEMBERED / 2 + 1);
+        assert!(in_flight.claimed_elsewhere("t", &1u64.to_le_bytes(), 1, 1_000));
+        assert!(in_flight.claimed_elsewhere("t", b"new", 1, 1_000));
+        // None lapsed: all are forgotten rather than grow past the bound.
+        for n in 0..MAX_REMEMBERED as u64 {
+            in_flight.remember_claim_elsewhere("u", &n.to_le_bytes(), 1, 9_000, 1_000);
+        }
+        assert!(in_flight.remembered().len() <= MAX_REMEMBERED);
     }
 
     #[test]

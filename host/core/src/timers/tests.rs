@@ -1318,6 +1318,44 @@ async fn a_claiming_host_carries_its_claim_to_the_next_step_and_writes_it_once_p
 }
 
 #[tokio::test]
+async fn a_host_reads_another_hosts_live_claim_once_and_then_skips_its_timer_on_sight() {
+    let (kv, clock) = setup();
+    claimed_elsewhere(&kv).await;
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let in_flight = InFlight::new();
+    let (mut first, first_calls) = counted_claiming(&kv, &clock, "node-b", handler.clone());
+    first.share_in_flight(in_flight.clone());
+    let (mut second, second_calls) = counted_claiming(&kv, &clock, "node-b", handler.clone());
+    second.share_in_flight(in_flight);
+
+    assert_eq!(first.tick().await.unwrap().claimed_elsewhere, 1);
+    assert_eq!(
+        first_calls.take(),
+        (2, 0),
+        "the page, then the due and claim rows"
+    );
+    for worker in [&first, &second, &first] {
+        let report = worker.tick().await.unwrap();
+        assert_eq!(report.claimed_elsewhere, 1);
+        assert!(report.fired.is_empty());
+    }
+    assert_eq!(first_calls.take(), (2, 0), "two pages, no claim read");
+    assert_eq!(
+        second_calls.take(),
+        (1, 0),
+        "the page alone: its host had read the claim"
+    );
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 0, "no wasted call");
+
+    // The claim lapses: it is read again and the step taken over.
+    clock.set(START + 30_000);
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 0);
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(second_calls.take(), (2, 2));
+}
+
+#[tokio::test]
 async fn another_host_leaves_a_step_whose_claim_was_carried_to_it_until_the_claim_lapses() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();

@@ -581,6 +581,21 @@ impl Worker {
                     }
                     None => None,
                 };
+                // Another host's live claim on this very due row, read by
+                // this host before: reading it again could not let it fire.
+                if self.claims.is_some()
+                    && self.in_flight.as_ref().is_some_and(|in_flight| {
+                        in_flight.claimed_elsewhere(
+                            &timer.kind,
+                            &timer.reference,
+                            timer.due_ms,
+                            now,
+                        )
+                    })
+                {
+                    report.claimed_elsewhere += 1;
+                    continue;
+                }
                 let (current, claim_row) = self.reread(&timer, key).await?;
                 // The page was read before this worker's earlier steps of
                 // the tick; another worker may have stepped the timer
@@ -590,9 +605,18 @@ impl Worker {
                     continue;
                 }
                 if let Some(claims) = &self.claims
-                    && let Claimed::Elsewhere { .. } =
+                    && let Claimed::Elsewhere { until_ms, .. } =
                         claim::claim(self.kv.as_ref(), claims, &timer, claim_row, now).await?
                 {
+                    if let (Some(in_flight), Some(until_ms)) = (&self.in_flight, until_ms) {
+                        in_flight.remember_claim_elsewhere(
+                            &timer.kind,
+                            &timer.reference,
+                            timer.due_ms,
+                            until_ms,
+                            now,
+                        );
+                    }
                     report.claimed_elsewhere += 1;
                     continue;
                 }

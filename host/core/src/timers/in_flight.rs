@@ -87,43 +87,6 @@ impl InFlight {
         self.firing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether another host was found holding a claim on the due row of
-    /// `due_ms` of this timer that is still live at `now_ms`.
-    pub(crate) fn claimed_elsewhere(
-        &self,
-        kind: &str,
-        reference: &[u8],
-        due_ms: u64,
-        now_ms: u64,
-    ) -> bool {
-        self.remembered()
-            .get(&(kind.to_owned(), reference.to_vec()))
-            .is_some_and(|claim| claim.due_ms == due_ms && claim.until_ms > now_ms)
-    }
-
-    /// Remembers that another host holds a claim on the due row of
-    /// `due_ms` of this timer until `until_ms`.
-    pub(crate) fn remember_claim_elsewhere(
-        &self,
-        kind: &str,
-        reference: &[u8],
-        due_ms: u64,
-        until_ms: u64,
-        now_ms: u64,
-    ) {
-        let mut remembered = self.remembered();
-        if remembered.len() >= MAX_REMEMBERED {
-            remembered.retain(|_, claim| claim.until_ms > now_ms);
-            if remembered.len() >= MAX_REMEMBERED {
-                remembered.clear();
-            }
-        }
-        remembered.insert(
-            (kind.to_owned(), reference.to_vec()),
-            Elsewhere { due_ms, until_ms },
-        );
-    }
-
     fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, Elsewhere>> {
         // Entries are only inserted, replaced and dropped whole.
         self.elsewhere
@@ -137,6 +100,31 @@ impl InFlight {
 pub(crate) struct Firing {
     set: InFlight,
     id: TimerId,
+}
+
+impl Firing {
+    /// Whether another host was found holding a claim on this timer's due
+    /// row of `due_ms` that is still live at `now_ms`. Asked of the
+    /// `Firing` a worker already holds, so the lookup builds no key.
+    pub(crate) fn claimed_elsewhere(&self, due_ms: u64, now_ms: u64) -> bool {
+        self.set
+            .remembered()
+            .get(&self.id)
+            .is_some_and(|claim| claim.due_ms == due_ms && claim.until_ms > now_ms)
+    }
+
+    /// Remembers, for every worker of the host, that another host holds a
+    /// claim on this timer's due row of `due_ms` until `until_ms`.
+    pub(crate) fn remember_claim_elsewhere(&self, due_ms: u64, until_ms: u64, now_ms: u64) {
+        let mut remembered = self.set.remembered();
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, claim| claim.until_ms > now_ms);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(self.id.clone(), Elsewhere { due_ms, until_ms });
+    }
 }
 
 impl Drop for Firing {
@@ -172,38 +160,43 @@ mod tests {
     fn a_claim_elsewhere_is_remembered_for_its_due_row_until_it_lapses() {
         let in_flight = InFlight::new();
         let other = in_flight.clone();
-        assert!(!in_flight.claimed_elsewhere("takedown", b"r1", 100, 50));
-        in_flight.remember_claim_elsewhere("takedown", b"r1", 100, 200, 50);
-        assert!(other.claimed_elsewhere("takedown", b"r1", 100, 199));
-        assert!(
-            !other.claimed_elsewhere("takedown", b"r1", 100, 200),
-            "lapsed"
-        );
-        assert!(
-            !other.claimed_elsewhere("takedown", b"r1", 101, 60),
-            "a moved due row"
-        );
-        assert!(
-            !other.claimed_elsewhere("takedown", b"r2", 100, 60),
-            "another timer"
-        );
+        let firing = in_flight.take("takedown", b"r1").expect("free");
+        assert!(!firing.claimed_elsewhere(100, 50));
+        firing.remember_claim_elsewhere(100, 200, 50);
+        drop(firing);
+        let firing = other.take("takedown", b"r1").expect("released");
+        assert!(firing.claimed_elsewhere(100, 199), "shared by clones");
+        assert!(!firing.claimed_elsewhere(100, 200), "lapsed");
+        assert!(!firing.claimed_elsewhere(101, 60), "a moved due row");
+        let another = other.take("takedown", b"r2").expect("free");
+        assert!(!another.claimed_elsewhere(100, 60), "another timer");
     }
 
     #[test]
     fn claims_remembered_stay_bounded_and_lapsed_ones_go_first() {
         let in_flight = InFlight::new();
+        let remember = |kind: &str, reference: &[u8], until: u64, now: u64| {
+            let firing = in_flight.take(kind, reference).expect("free");
+            firing.remember_claim_elsewhere(1, until, now);
+        };
         for n in 0..MAX_REMEMBERED as u64 {
             // Every other one has lapsed by 1_000.
             let until = if n % 2 == 0 { 500 } else { 5_000 };
-            in_flight.remember_claim_elsewhere("t", &n.to_le_bytes(), 1, until, 0);
+            remember("t", &n.to_le_bytes(), until, 0);
         }
-        in_flight.remember_claim_elsewhere("t", b"new", 1, 5_000, 1_000);
+        remember("t", b"new", 5_000, 1_000);
         assert_eq!(in_flight.remembered().len(), MAX_REMEMBERED / 2 + 1);
-        assert!(in_flight.claimed_elsewhere("t", &1u64.to_le_bytes(), 1, 1_000));
-        assert!(in_flight.claimed_elsewhere("t", b"new", 1, 1_000));
+        let kept = |reference: &[u8]| {
+            in_flight
+                .take("t", reference)
+                .expect("free")
+                .claimed_elsewhere(1, 1_000)
+        };
+        assert!(kept(&1u64.to_le_bytes()));
+        assert!(kept(b"new"));
         // None lapsed: all are forgotten rather than grow past the bound.
         for n in 0..MAX_REMEMBERED as u64 {
-            in_flight.remember_claim_elsewhere("u", &n.to_le_bytes(), 1, 9_000, 1_000);
+            remember("u", &n.to_le_bytes(), 9_000, 1_000);
         }
         assert!(in_flight.remembered().len() <= MAX_REMEMBERED);
     }

@@ -571,7 +571,7 @@ impl Worker {
                     continue;
                 }
                 // Held until the step ends, whichever way it ends.
-                let _firing = match &self.in_flight {
+                let firing = match &self.in_flight {
                     Some(in_flight) => {
                         let Some(firing) = in_flight.take(&timer.kind, &timer.reference) else {
                             report.busy += 1;
@@ -584,14 +584,9 @@ impl Worker {
                 // Another host's live claim on this very due row, read by
                 // this host before: reading it again could not let it fire.
                 if self.claims.is_some()
-                    && self.in_flight.as_ref().is_some_and(|in_flight| {
-                        in_flight.claimed_elsewhere(
-                            &timer.kind,
-                            &timer.reference,
-                            timer.due_ms,
-                            now,
-                        )
-                    })
+                    && firing
+                        .as_ref()
+                        .is_some_and(|firing| firing.claimed_elsewhere(timer.due_ms, now))
                 {
                     report.claimed_elsewhere += 1;
                     continue;
@@ -608,14 +603,8 @@ impl Worker {
                     && let Claimed::Elsewhere { until_ms, .. } =
                         claim::claim(self.kv.as_ref(), claims, &timer, claim_row, now).await?
                 {
-                    if let (Some(in_flight), Some(until_ms)) = (&self.in_flight, until_ms) {
-                        in_flight.remember_claim_elsewhere(
-                            &timer.kind,
-                            &timer.reference,
-                            timer.due_ms,
-                            until_ms,
-                            now,
-                        );
+                    if let (Some(firing), Some(until_ms)) = (&firing, until_ms) {
+                        firing.remember_claim_elsewhere(timer.due_ms, until_ms, now);
                     }
                     report.claimed_elsewhere += 1;
                     continue;

@@ -20,6 +20,10 @@
 //!
 //! The ratio is wasm throughput over native (higher is better; the target
 //! is ≥ 0.8).
+//!
+//! `-- wasm-only [RUNS]` runs only the wasm build, RUNS times (default
+//! 300), for a profiler: `CUSTODIAN_PERF_MAP=1 perf record -g` names the
+//! plugin's functions (see the README's profiling paragraph).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -422,6 +426,17 @@ fn main() {
     // The path to retain, found once; timed runs take exactly its steps
     // (and check they arrived), so no status call is timed.
     let (steps, _) = native(&fixture, None);
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "wasm-only") {
+        let runs: u64 = args.get(at + 1).and_then(|r| r.parse().ok()).unwrap_or(300);
+        let timed: Duration = (0..runs).map(|_| wasm.run(&fixture, steps, false).1).sum();
+        let per_step = timed.as_secs_f64() / (runs * steps) as f64;
+        println!(
+            "wasm (takedown + retention), {runs} runs of {steps} steps: {:.0} steps/s",
+            1.0 / per_step
+        );
+        return;
+    }
     let (mut native_best, mut wasm_best, mut wasm_native_retention) =
         (f64::MAX, f64::MAX, f64::MAX);
     // Alternate, so background noise hits all alike; keep each best.

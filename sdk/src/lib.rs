@@ -18,6 +18,7 @@
 //! see [`testing`] — so policy logic is unit-testable without wasm and the
 //! same code can be benchmarked natively against its component build.
 
+pub mod arena;
 pub mod audit;
 pub mod batch;
 #[doc(hidden)]
@@ -50,6 +51,26 @@ pub use bindings::host::custodian::host::types::Error;
 
 /// Milliseconds since the Unix epoch, UTC.
 pub type TimestampMs = u64;
+
+/// Makes [`arena::CallArena`] this plugin's global allocator in its wasm
+/// build (a native build keeps the standard one). Write it once, at the
+/// crate's top level:
+///
+/// ```ignore
+/// custodian_sdk::use_call_arena!();
+/// ```
+///
+/// For a plugin whose calls keep nothing on the heap from one call to the
+/// next it makes allocation a pointer bump; for one that does, it is
+/// merely no faster (see the module's documentation).
+#[macro_export]
+macro_rules! use_call_arena {
+    () => {
+        #[cfg(target_arch = "wasm32")]
+        #[global_allocator]
+        static CUSTODIAN_CALL_ARENA: $crate::arena::CallArena = $crate::arena::CallArena::new();
+    };
+}
 
 /// Exports a type implementing [`retention::RetentionRules`] as this
 /// component's retention policy. Expands to nothing in a native build.

@@ -110,3 +110,8 @@ impl RetentionRules for Policy {
 }
 
 custodian_sdk::export_retention!(Policy);
+
+// Allocation in wasm: a call's small allocations are cut from one region
+// that starts over once the call has freed them all; the policy keeps
+// nothing on the heap between calls (see `custodian_sdk::arena`).
+custodian_sdk::use_call_arena!();

@@ -279,6 +279,11 @@ use custodian_sdk::Error;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::takedown::{Request, RequestStatus, TakedownSteps};
 
+// Allocation in wasm: a call's small allocations are cut from one region
+// that starts over once the call has freed them all; the policy keeps
+// nothing on the heap between calls (see `custodian_sdk::arena`).
+custodian_sdk::use_call_arena!();
+
 /// The policy; stateless: a call may run on a fresh instance or on one
 /// that served earlier calls, so it decides from its arguments alone.
 pub struct Policy;

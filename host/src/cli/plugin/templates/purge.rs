@@ -38,3 +38,9 @@ impl PurgeRules for Policy {
 }
 
 custodian_sdk::export_purge!(Policy);
+
+// Allocation in wasm: a call's small allocations are cut from one region
+// that starts over once the call has freed them all. Keep it while the
+// policy keeps nothing on the heap between calls; with a cache in a
+// `static` it is merely no faster (see `custodian_sdk::arena`).
+custodian_sdk::use_call_arena!();

@@ -104,7 +104,7 @@ impl ClaimRow {
     fn held_by(&self, config: &ClaimConfig, timer: &Timer, now_ms: u64) -> bool {
         self.holder == config.holder
             && self.due_ms == timer.due_ms
-            && self.until_ms >= now_ms.saturating_add(config.ttl_ms / 2)
+            && still_held(config, self.until_ms, now_ms)
     }
 }
 
@@ -126,6 +126,20 @@ pub(crate) fn release(timer: &Timer) -> Write {
     }
 }
 
+/// Whether a claim of `config`'s holder lapsing at `until_ms` is held at
+/// `now_ms`: with at least half its time to live left, long enough for a
+/// step, since a time to live is longer than a step may run.
+pub(crate) fn still_held(config: &ClaimConfig, until_ms: u64, now_ms: u64) -> bool {
+    until_ms >= now_ms.saturating_add(config.ttl_ms / 2)
+}
+
+/// Until when a step at `now_ms` that reschedules its timer to
+/// `next_due_ms` carries `config`'s claim, if it does (see [`carry`]).
+pub(crate) fn carried_until(config: &ClaimConfig, next_due_ms: u64, now_ms: u64) -> Option<u64> {
+    (next_due_ms < now_ms.saturating_add(config.ttl_ms / 2))
+        .then(|| now_ms.saturating_add(config.ttl_ms))
+}
+
 /// The write that carries `config`'s claim on `timer` to the due row at
 /// `next_due_ms`, for the batch of a step (at `now_ms`) that reschedules
 /// it; `None` when the next step is not due until the claim would be half
@@ -136,8 +150,7 @@ pub(crate) fn carry(
     next_due_ms: u64,
     now_ms: u64,
 ) -> Option<Write> {
-    let until_ms = now_ms.saturating_add(config.ttl_ms);
-    (next_due_ms < now_ms.saturating_add(config.ttl_ms / 2)).then(|| Write::Put {
+    carried_until(config, next_due_ms, now_ms).map(|until_ms| Write::Put {
         partition: partition(),
         key: claim_key(&timer.kind, &timer.reference),
         value: ClaimRow {

@@ -1280,6 +1280,22 @@ fn counted_claiming(
     (claiming(&counted, clock, holder, handler), calls)
 }
 
+/// Two claiming workers of host `holder`, sharing its in-flight set, each
+/// with its own count of KV calls.
+fn two_counted_workers_of_one_host(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    holder: &str,
+    handler: &Arc<Handler>,
+) -> [(Worker, Arc<Calls>); 2] {
+    let in_flight = InFlight::new();
+    [(), ()].map(|()| {
+        let (mut worker, calls) = counted_claiming(kv, clock, holder, handler.clone());
+        worker.share_in_flight(in_flight.clone());
+        (worker, calls)
+    })
+}
+
 #[tokio::test]
 async fn a_claiming_host_carries_its_claim_to_the_next_step_and_writes_it_once_per_timer() {
     let (kv, clock) = setup();
@@ -1322,11 +1338,8 @@ async fn a_host_reads_another_hosts_live_claim_once_and_then_skips_its_timer_on_
     let (kv, clock) = setup();
     claimed_elsewhere(&kv).await;
     let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
-    let in_flight = InFlight::new();
-    let (mut first, first_calls) = counted_claiming(&kv, &clock, "node-b", handler.clone());
-    first.share_in_flight(in_flight.clone());
-    let (mut second, second_calls) = counted_claiming(&kv, &clock, "node-b", handler.clone());
-    second.share_in_flight(in_flight);
+    let [(first, first_calls), (second, second_calls)] =
+        two_counted_workers_of_one_host(&kv, &clock, "node-b", &handler);
 
     assert_eq!(first.tick().await.unwrap().claimed_elsewhere, 1);
     assert_eq!(
@@ -1353,6 +1366,52 @@ async fn a_host_reads_another_hosts_live_claim_once_and_then_skips_its_timer_on_
     assert_eq!(report.claimed_elsewhere, 0);
     assert_eq!(report.fired.len(), 1);
     assert_eq!(second_calls.take(), (2, 2));
+}
+
+#[tokio::test]
+async fn a_host_takes_the_next_step_of_a_timer_it_carried_its_claim_to_without_reading_its_rows_again()
+ {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 4 }));
+    let [(first, first_calls), (second, second_calls)] =
+        two_counted_workers_of_one_host(&kv, &clock, "node-a", &handler);
+
+    assert_eq!(
+        first.tick().await.unwrap().fired[0].outcome,
+        FireOutcome::Rescheduled
+    );
+    assert_eq!(
+        first_calls.take(),
+        (2, 2),
+        "the page, the due and claim rows; the claim, the step"
+    );
+    // Either worker of the host: the note is the host's.
+    clock.set(START + 1_000);
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(second_calls.take(), (1, 1), "the page and the step alone");
+
+    // And back: each commit moves the note to its new due row.
+    clock.set(START + 2_000);
+    let report = first.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(first_calls.take(), (1, 1));
+
+    // The host fell behind: with less than half the claim's time to live
+    // left, the rows are read and the claim written again.
+    clock.set(START + 2_000 + 20_000);
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(second_calls.take(), (2, 2));
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 4, "no step twice");
+    assert!(
+        claim::current(kv.as_ref(), "work", b"r1")
+            .await
+            .unwrap()
+            .is_none(),
+        "the last step removed the claim"
+    );
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::claim::{self, ClaimConfig, Claimed};
 use super::governor::{Governor, Quarantine};
-use super::in_flight::InFlight;
+use super::in_flight::{Firing, InFlight};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
     parse_due, partition,
@@ -591,23 +591,34 @@ impl Worker {
                     report.claimed_elsewhere += 1;
                     continue;
                 }
-                let (current, claim_row) = self.reread(&timer, key).await?;
-                // The page was read before this worker's earlier steps of
-                // the tick; another worker may have stepped the timer
-                // since. Firing a stale row would only lose at commit,
-                // after a wasted plugin call.
-                if current.is_some_and(|row| row.as_deref() != Some(value.as_slice())) {
-                    continue;
-                }
-                if let Some(claims) = &self.claims
-                    && let Claimed::Elsewhere { until_ms, .. } =
-                        claim::claim(self.kv.as_ref(), claims, &timer, claim_row, now).await?
-                {
-                    if let (Some(firing), Some(until_ms)) = (&firing, until_ms) {
-                        firing.remember_claim_elsewhere(timer.due_ms, until_ms, now);
+                // This host's own claim on this very due row, carried by
+                // its last step of the timer and still held: the row and
+                // the claim are as that commit left them (see `in_flight`).
+                let own_claim = self.claims.as_ref().is_some_and(|claims| {
+                    firing
+                        .as_ref()
+                        .and_then(|firing| firing.own_claim(timer.due_ms))
+                        .is_some_and(|until_ms| claim::still_held(claims, until_ms, now))
+                });
+                if !own_claim {
+                    let (current, claim_row) = self.reread(&timer, key).await?;
+                    // The page was read before this worker's earlier steps
+                    // of the tick; another worker may have stepped the
+                    // timer since. Firing a stale row would only lose at
+                    // commit, after a wasted plugin call.
+                    if current.is_some_and(|row| row.as_deref() != Some(value.as_slice())) {
+                        continue;
                     }
-                    report.claimed_elsewhere += 1;
-                    continue;
+                    if let Some(claims) = &self.claims
+                        && let Claimed::Elsewhere { until_ms, .. } =
+                            claim::claim(self.kv.as_ref(), claims, &timer, claim_row, now).await?
+                    {
+                        if let (Some(firing), Some(until_ms)) = (&firing, until_ms) {
+                            firing.remember_claim_elsewhere(timer.due_ms, until_ms, now);
+                        }
+                        report.claimed_elsewhere += 1;
+                        continue;
+                    }
                 }
                 *fired_of_kind += 1;
                 steps += 1;
@@ -618,7 +629,7 @@ impl Worker {
                     .fire(
                         handler.as_ref(),
                         (&fence, authority),
-                        timer,
+                        (timer, firing.as_ref()),
                         key,
                         value,
                         &budget,
@@ -719,7 +730,7 @@ impl Worker {
         &self,
         handler: &dyn TimerHandler,
         (fence, authority): (&[Precondition], Option<u64>),
-        timer: Timer,
+        (timer, firing): (Timer, Option<&Firing>),
         key: &[u8],
         value: &[u8],
         budget: &SliceBudget,
@@ -797,6 +808,17 @@ impl Worker {
         let mut fired = ran.report(&timer, FireOutcome::Failed);
         match outcome {
             Outcome::Committed => {
+                if let (Some(claims), Some(firing)) = (&self.claims, firing) {
+                    // What the commit did with the claim, noted for the
+                    // host's next step of the timer.
+                    if let Some(next) = next_due
+                        && let Some(until_ms) = claim::carried_until(claims, next, now)
+                    {
+                        firing.remember_own_claim(next, until_ms, now);
+                    } else {
+                        firing.forget_claim();
+                    }
+                }
                 fired.outcome = match next_due {
                     Some(_) => FireOutcome::Rescheduled,
                     None => FireOutcome::Done,

@@ -40,8 +40,9 @@
 //!
 //! It is single-threaded by construction: a `wasm32-wasip2` component has
 //! one thread, so the allocator is `Sync` (usable as a `static`) only on
-//! wasm32 without the atomics feature. Natively it can be made and driven
-//! directly, which is how its tests run.
+//! wasm32 without the atomics feature; on a threaded wasm target
+//! `use_call_arena!` does not compile, rather than race. Natively it can
+//! be made and driven directly, which is how its tests run.
 
 // An allocator cannot be written without `unsafe`: `GlobalAlloc` is an
 // unsafe trait handing out raw memory. Every block below says why it holds.

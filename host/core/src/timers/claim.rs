@@ -18,9 +18,8 @@
 //! moves its due row to a later time (a committed step reschedules it
 //! after the step's `now`, a failure backs it off), so a claim on an older
 //! `due_ms` is stale at once and the next attempt may be claimed by
-//! anyone. The row is deleted with the timer's last step; a timer that is
-//! cancelled leaves its claim row behind, which the next claim of the same
-//! `(kind, reference)` overwrites.
+//! anyone. The row is deleted with the timer's last step, and with the
+//! timer when it is cancelled.
 //!
 //! A worker that dies holding a claim delays the step by at most the claim's
 //! time to live, after which any worker takes it.

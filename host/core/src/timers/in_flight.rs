@@ -44,11 +44,13 @@
 //! due row and claim again: both are as the host's own commit left them,
 //! since no worker of the host has stepped the timer since (it would have
 //! moved the due row and the note) and no other host may claim a row
-//! under a live claim. Were the row changed anyway (an operator cancels
-//! and reschedules the timer at that very time), the step's commit,
-//! guarded on the row as scanned, would lose; correctness never rests on
-//! the note. One read less per step, on every step after a timer's first
-//! on a host.
+//! under a live claim. Were the rows changed anyway (an operator cancels
+//! the timer, which removes its claim, and schedules it again at that
+//! very time), another host could run the same step, and the guard on the
+//! due row lets at most one of them commit: correctness never rests on the
+//! note, as it never rests on a claim. A step that does not commit a move
+//! of its own (it failed, lost or was put off) drops the note. One read
+//! less per step, on every step after a timer's first on a host.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};

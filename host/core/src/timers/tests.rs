@@ -1415,6 +1415,44 @@ async fn a_host_takes_the_next_step_of_a_timer_it_carried_its_claim_to_without_r
 }
 
 #[tokio::test]
+async fn a_failed_step_forgets_the_hosts_note_of_its_claim_so_the_next_look_reads_the_rows() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let in_flight = InFlight::new();
+    let counting = Arc::new(Handler::new("work", Mode::Count { steps: 4 }));
+    let (mut steps, step_calls) = counted_claiming(&kv, &clock, "node-a", counting);
+    steps.share_in_flight(in_flight.clone());
+    let (mut fails, _) = counted_claiming(
+        &kv,
+        &clock,
+        "node-a",
+        Arc::new(Handler::new("work", Mode::Fail)),
+    );
+    fails.share_in_flight(in_flight);
+
+    steps.tick().await.unwrap();
+    clock.set(START + 1_000);
+    assert_eq!(
+        fails.tick().await.unwrap().fired[0].outcome,
+        FireOutcome::Failed
+    );
+    // An operator puts the timer back at the very due row the host's note
+    // named (cancelling it removed its claim).
+    cancel(kv.as_ref(), "work", b"r1").await.unwrap();
+    schedule(kv.as_ref(), "work", b"r1", START + 1_000)
+        .await
+        .unwrap();
+    step_calls.take();
+    let report = steps.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(
+        step_calls.take(),
+        (2, 2),
+        "the rows read and the claim written again"
+    );
+}
+
+#[tokio::test]
 async fn another_host_leaves_a_step_whose_claim_was_carried_to_it_until_the_claim_lapses() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();

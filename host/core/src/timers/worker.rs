@@ -636,6 +636,14 @@ impl Worker {
                     )
                     .await?;
                 let outcome = fired.outcome;
+                // A step that failed, lost or was put off carried no claim
+                // to a due row of its own: whatever the host noted of the
+                // timer's claim may no longer match its rows.
+                if !matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
+                    && let Some(firing) = &firing
+                {
+                    firing.forget_claim();
+                }
                 if let Some(governor) = &self.governor
                     && matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
                     && let Some(reason) = governor.count(&counted.0, &fired.actor, &counted.1, now)

@@ -34,8 +34,19 @@
 //!   `value(k) == v`, which etcd evaluates as false when `k` is missing;
 //! - success branch: the writes, one per key, the last write to a key
 //!   winning (etcd refuses two writes to one key in one `Txn` with
-//!   "duplicate key given in txn request");
+//!   "duplicate key given in txn request"); for a batch without writes,
+//!   one linearizable read of its first guarded key instead (see below);
 //! - failure branch: empty.
+//!
+//! **A batch of guards alone.** etcd counts a `Txn` whose branches hold
+//! no operation at all as serializable (`isTxnSerializable` is true of
+//! empty branches), so it serves it from the answering member's own
+//! state, without the read barrier a linearizable read waits on: on a
+//! member behind the leader the compares would see stale values, and a
+//! guard-only batch could answer `Committed` for a key another client's
+//! acknowledged write had already changed (seen in the three-member
+//! differential test). One linearizable read in the success branch makes
+//! the `Txn` a linearizable read-only one; its answer is ignored.
 //!
 //! When the compares fail, the guarded keys are read at the revision the
 //! `Txn` was evaluated at (its header revision; in transactions of at
@@ -335,56 +346,6 @@ impl EtcdKv {
         .await
     }
 
-    /// The transaction of a batch (see the module documentation).
-    fn transaction(&self, batch: &Batch) -> TxnRequest {
-        let compare: Vec<Compare> = batch
-            .preconditions
-            .iter()
-            .filter_map(|precondition| match precondition {
-                Precondition::Absent { partition, key } => {
-                    Some(Compare::absent(self.layout.row(partition, key)))
-                }
-                Precondition::Equals {
-                    partition,
-                    key,
-                    value,
-                } => Some(Compare::value_equals(
-                    self.layout.row(partition, key),
-                    value.clone(),
-                )),
-                Precondition::NotAfter(_) => None,
-            })
-            .collect();
-        // etcd refuses two writes to one key in a transaction, and within
-        // one transaction their order would not matter anyway: keep each
-        // key's last write, which is the one the model leaves in place.
-        let mut last: BTreeMap<Vec<u8>, Option<&[u8]>> = BTreeMap::new();
-        for write in &batch.writes {
-            match write {
-                Write::Put {
-                    partition,
-                    key,
-                    value,
-                } => last.insert(self.layout.row(partition, key), Some(value)),
-                Write::Delete { partition, key } => {
-                    last.insert(self.layout.row(partition, key), None)
-                }
-            };
-        }
-        let success: Vec<RequestOp> = last
-            .into_iter()
-            .map(|(row, value)| match value {
-                Some(value) => RequestOp::put(row, value.to_vec()),
-                None => RequestOp::delete(row),
-            })
-            .collect();
-        TxnRequest {
-            compare,
-            success,
-            failure: Vec::new(),
-        }
-    }
-
     /// The index of the first of `preconditions` whose key does not
     /// hold what it requires, reading the keys at `revision` (or now);
     /// `None` when all hold. `NotAfter`s are skipped: the caller has
@@ -506,7 +467,7 @@ impl Kv for EtcdKv {
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {
         validate_batch(batch)?;
-        let txn = self.transaction(batch);
+        let txn = transaction(&self.layout, batch);
         let sent = self
             .call("the batch", Retry::OnlyUnsent, |kv| {
                 let txn = txn.clone();
@@ -562,6 +523,66 @@ impl Kv for EtcdKv {
                 }
             }
         }
+    }
+}
+
+/// The transaction of `batch` for a store laid out as `layout` (see the
+/// module documentation).
+fn transaction(layout: &Layout, batch: &Batch) -> TxnRequest {
+    let compare: Vec<Compare> = batch
+        .preconditions
+        .iter()
+        .filter_map(|precondition| match precondition {
+            Precondition::Absent { partition, key } => {
+                Some(Compare::absent(layout.row(partition, key)))
+            }
+            Precondition::Equals {
+                partition,
+                key,
+                value,
+            } => Some(Compare::value_equals(
+                layout.row(partition, key),
+                value.clone(),
+            )),
+            Precondition::NotAfter(_) => None,
+        })
+        .collect();
+    // etcd refuses two writes to one key in a transaction, and within
+    // one transaction their order would not matter anyway: keep each
+    // key's last write, which is the one the model leaves in place.
+    let mut last: BTreeMap<Vec<u8>, Option<&[u8]>> = BTreeMap::new();
+    for write in &batch.writes {
+        match write {
+            Write::Put {
+                partition,
+                key,
+                value,
+            } => last.insert(layout.row(partition, key), Some(value)),
+            Write::Delete { partition, key } => last.insert(layout.row(partition, key), None),
+        };
+    }
+    let mut success: Vec<RequestOp> = last
+        .into_iter()
+        .map(|(row, value)| match value {
+            Some(value) => RequestOp::put(row, value.to_vec()),
+            None => RequestOp::delete(row),
+        })
+        .collect();
+    // Guards alone: read one guarded key, linearizably, so etcd does
+    // not answer from a lagging member's state (module docs).
+    if success.is_empty()
+        && let Some(first) = compare.first()
+    {
+        success.push(RequestOp::range(RangeRequest {
+            key: first.key.clone(),
+            limit: 1,
+            ..RangeRequest::default()
+        }));
+    }
+    TxnRequest {
+        compare,
+        success,
+        failure: Vec::new(),
     }
 }
 

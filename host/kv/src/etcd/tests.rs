@@ -804,3 +804,56 @@ async fn a_store_speaks_tls_with_a_client_certificate_from_the_environment() {
     assert!(matches!(got, Err(KvError::Unavailable(_))), "{got:?}");
     drop(member);
 }
+
+#[test]
+fn a_batch_of_guards_alone_reads_a_guarded_key_so_etcd_answers_it_linearizably() {
+    use super::keys::Layout;
+    use super::rpc::request_op::Request;
+    use super::transaction;
+
+    let layout = Layout::new(b"t/".to_vec());
+    let guards = vec![
+        Precondition::Absent {
+            partition: Partition::new("p0").unwrap(),
+            key: b"a".to_vec(),
+        },
+        Precondition::Equals {
+            partition: Partition::new("p1").unwrap(),
+            key: b"b".to_vec(),
+            value: b"v".to_vec(),
+        },
+    ];
+    let txn = transaction(
+        &layout,
+        &Batch {
+            preconditions: guards.clone(),
+            writes: vec![],
+        },
+    );
+    // An empty branch would make etcd serve the compares from the
+    // answering member's own, possibly stale, state.
+    match txn.success.as_slice() {
+        [
+            RequestOp {
+                request: Some(Request::Range(read)),
+            },
+        ] => assert_eq!(read.key, txn.compare[0].key, "the first guarded key"),
+        other => panic!("expected one read, got {other:?}"),
+    }
+    assert!(txn.failure.is_empty());
+
+    let with_a_write = transaction(
+        &layout,
+        &Batch {
+            preconditions: guards,
+            writes: vec![put("p0", b"c", b"w")],
+        },
+    );
+    assert!(
+        with_a_write
+            .success
+            .iter()
+            .all(|op| !matches!(op.request, Some(Request::Range(_)))),
+        "a write already makes the transaction go through the log"
+    );
+}

@@ -102,9 +102,9 @@ impl Region {
             return None;
         }
         // `align` is a power of two (Layout's invariant), so this rounds
-        // `cut` up to it; no overflow: `cut <= end` and the region is far
-        // below the top of the address space.
-        let at = (self.cut + layout.align() - 1) & !(layout.align() - 1);
+        // `cut` up to it; an alignment so large the sum overflows cannot
+        // be met here at all.
+        let at = self.cut.checked_add(layout.align() - 1)? & !(layout.align() - 1);
         let after = at.checked_add(layout.size())?;
         if after > self.end {
             return None;

@@ -124,6 +124,21 @@ fn large_blocks_and_blocks_past_a_full_region_come_from_the_standard_allocator()
 }
 
 #[test]
+fn a_block_of_any_alignment_is_aligned_wherever_it_comes_from() {
+    let arena = CallArena::new();
+    // `alloc` checks the alignment; one past the region's size may or may
+    // not find a boundary inside it.
+    let blocks: Vec<_> = [8, 4096, 1 << 21, 16]
+        .into_iter()
+        .map(|align| (alloc(&arena, 8, align), align))
+        .collect();
+    for (block, align) in blocks.into_iter().rev() {
+        free(&arena, block, 8, align);
+    }
+    assert_eq!(region(&arena).live, 0);
+}
+
+#[test]
 fn a_block_kept_across_calls_stops_the_restarts_and_the_region_then_fills_and_falls_through() {
     let arena = CallArena::new();
     let kept = alloc(&arena, 64, 8);

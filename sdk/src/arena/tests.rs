@@ -104,11 +104,10 @@ fn large_blocks_and_blocks_past_a_full_region_come_from_the_standard_allocator()
     let mut blocks = Vec::new();
     loop {
         let block = alloc(&arena, MAX_BLOCK, 8);
+        blocks.push(block);
         if !r.owns(block as usize) {
-            blocks.push(block);
             break;
         }
-        blocks.push(block);
     }
     assert!(
         blocks.len() >= REGION_BYTES / MAX_BLOCK - 1,

@@ -48,8 +48,9 @@
 //! the timer, which removes its claim, and schedules it again at that
 //! very time), another host could run the same step, and the guard on the
 //! due row lets at most one of them commit: correctness never rests on the
-//! note, as it never rests on a claim. A step that does not commit a move
-//! of its own (it failed, lost or was put off) drops the note. One read
+//! note, as it never rests on a claim. The note is used up when a worker
+//! looks at it, so only a step that commits and carries the claim leaves
+//! one (a step that failed, lost or was put off leaves none). One read
 //! less per step, on every step after a timer's first on a host.
 
 use std::collections::{HashMap, HashSet};
@@ -117,15 +118,38 @@ pub(crate) struct Firing {
     id: TimerId,
 }
 
+/// What the host knows of the claim on the due row a worker found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Noted {
+    /// Another host's claim, lapsing at `until_ms`.
+    Elsewhere { until_ms: u64 },
+    /// This host's own, carried to the row by its last step of the timer,
+    /// lapsing at `until_ms`.
+    Ours { until_ms: u64 },
+}
+
 impl Firing {
-    /// Whether another host was found holding a claim on this timer's due
-    /// row of `due_ms` that is still live at `now_ms`. Asked of the
-    /// `Firing` a worker already holds, so the lookup builds no key.
-    pub(crate) fn claimed_elsewhere(&self, due_ms: u64, now_ms: u64) -> bool {
-        self.set
-            .remembered()
-            .get(&self.id)
-            .is_some_and(|claim| !claim.ours && claim.due_ms == due_ms && claim.until_ms > now_ms)
+    /// What the host noted of the claim on this timer's due row of
+    /// `due_ms`: one lookup for both kinds, asked of the `Firing` a worker
+    /// already holds, so it builds no key. A note of the host's own claim
+    /// is used up by the asking: the step about to run either carries the
+    /// claim on and notes it again ([`Self::remember_own_claim`]) or
+    /// leaves no note, whichever way it ends.
+    pub(crate) fn noted_claim(&self, due_ms: u64) -> Option<Noted> {
+        let mut remembered = self.set.remembered();
+        let known = *remembered.get(&self.id)?;
+        if known.ours {
+            remembered.remove(&self.id);
+        }
+        (known.due_ms == due_ms).then_some(if known.ours {
+            Noted::Ours {
+                until_ms: known.until_ms,
+            }
+        } else {
+            Noted::Elsewhere {
+                until_ms: known.until_ms,
+            }
+        })
     }
 
     /// Remembers, for every worker of the host, that another host holds a
@@ -141,17 +165,6 @@ impl Firing {
         );
     }
 
-    /// When this host's own claim on this timer's due row of `due_ms`
-    /// lapses, if this host's last step of the timer committed that due
-    /// row with the claim carried to it.
-    pub(crate) fn own_claim(&self, due_ms: u64) -> Option<u64> {
-        self.set
-            .remembered()
-            .get(&self.id)
-            .filter(|claim| claim.ours && claim.due_ms == due_ms)
-            .map(|claim| claim.until_ms)
-    }
-
     /// Remembers that this host's step just committed this timer's due
     /// row of `due_ms` and carried its claim to it, until `until_ms`.
     pub(crate) fn remember_own_claim(&self, due_ms: u64, until_ms: u64, now_ms: u64) {
@@ -163,12 +176,6 @@ impl Firing {
             },
             now_ms,
         );
-    }
-
-    /// Forgets any claim on this timer (its step committed without
-    /// carrying one).
-    pub(crate) fn forget_claim(&self) {
-        self.set.remembered().remove(&self.id);
     }
 
     fn remember(&self, claim: Known, now_ms: u64) {
@@ -192,6 +199,20 @@ impl Drop for Firing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the host noted another host's claim on the due row of
+    /// `due_ms`, live at `now_ms`.
+    fn claimed_elsewhere(firing: &Firing, due_ms: u64, now_ms: u64) -> bool {
+        matches!(firing.noted_claim(due_ms), Some(Noted::Elsewhere { until_ms }) if until_ms > now_ms)
+    }
+
+    /// When the host's own noted claim on the due row of `due_ms` lapses.
+    fn own_claim(firing: &Firing, due_ms: u64) -> Option<u64> {
+        match firing.noted_claim(due_ms)? {
+            Noted::Ours { until_ms } => Some(until_ms),
+            Noted::Elsewhere { .. } => None,
+        }
+    }
 
     #[test]
     fn a_timer_taken_cannot_be_taken_again_until_released() {
@@ -217,15 +238,15 @@ mod tests {
         let in_flight = InFlight::new();
         let other = in_flight.clone();
         let firing = in_flight.take("takedown", b"r1").expect("free");
-        assert!(!firing.claimed_elsewhere(100, 50));
+        assert!(!claimed_elsewhere(&firing, 100, 50));
         firing.remember_claim_elsewhere(100, 200, 50);
         drop(firing);
         let firing = other.take("takedown", b"r1").expect("released");
-        assert!(firing.claimed_elsewhere(100, 199), "shared by clones");
-        assert!(!firing.claimed_elsewhere(100, 200), "lapsed");
-        assert!(!firing.claimed_elsewhere(101, 60), "a moved due row");
+        assert!(claimed_elsewhere(&firing, 100, 199), "shared by clones");
+        assert!(!claimed_elsewhere(&firing, 100, 200), "lapsed");
+        assert!(!claimed_elsewhere(&firing, 101, 60), "a moved due row");
         let another = other.take("takedown", b"r2").expect("free");
-        assert!(!another.claimed_elsewhere(100, 60), "another timer");
+        assert!(!claimed_elsewhere(&another, 100, 60), "another timer");
     }
 
     #[test]
@@ -233,15 +254,20 @@ mod tests {
         let in_flight = InFlight::new();
         let firing = in_flight.take("takedown", b"r1").expect("free");
         firing.remember_own_claim(100, 300, 50);
-        assert_eq!(firing.own_claim(100), Some(300));
-        assert_eq!(firing.own_claim(101), None, "another due row");
-        assert!(!firing.claimed_elsewhere(100, 60), "ours is not elsewhere");
+        assert_eq!(own_claim(&firing, 100), Some(300));
+        firing.remember_own_claim(100, 300, 50);
+        assert_eq!(own_claim(&firing, 101), None, "another due row");
+        firing.remember_own_claim(100, 300, 50);
+        assert!(
+            !claimed_elsewhere(&firing, 100, 60),
+            "ours is not elsewhere"
+        );
         firing.remember_claim_elsewhere(200, 400, 60);
-        assert_eq!(firing.own_claim(200), None, "another host's is not ours");
+        assert_eq!(own_claim(&firing, 200), None, "another host's is not ours");
         firing.remember_own_claim(200, 500, 70);
-        firing.forget_claim();
-        assert_eq!(firing.own_claim(200), None, "forgotten");
-        assert!(!firing.claimed_elsewhere(200, 70));
+        assert_eq!(own_claim(&firing, 200), Some(500));
+        assert_eq!(own_claim(&firing, 200), None, "used up by the asking");
+        assert!(!claimed_elsewhere(&firing, 200, 70));
     }
 
     #[test]
@@ -259,10 +285,7 @@ mod tests {
         remember("t", b"new", 5_000, 1_000);
         assert_eq!(in_flight.remembered().len(), MAX_REMEMBERED / 2 + 1);
         let kept = |reference: &[u8]| {
-            in_flight
-                .take("t", reference)
-                .expect("free")
-                .claimed_elsewhere(1, 1_000)
+            claimed_elsewhere(&in_flight.take("t", reference).expect("free"), 1, 1_000)
         };
         assert!(kept(&1u64.to_le_bytes()));
         assert!(kept(b"new"));

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::claim::{self, ClaimConfig, Claimed};
 use super::governor::{Governor, Quarantine};
-use super::in_flight::{Firing, InFlight};
+use super::in_flight::{Firing, InFlight, Noted};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
     parse_due, partition,
@@ -581,12 +581,14 @@ impl Worker {
                     }
                     None => None,
                 };
+                let noted = match (&self.claims, &firing) {
+                    (Some(_), Some(firing)) => firing.noted_claim(timer.due_ms),
+                    _ => None,
+                };
                 // Another host's live claim on this very due row, read by
                 // this host before: reading it again could not let it fire.
-                if self.claims.is_some()
-                    && firing
-                        .as_ref()
-                        .is_some_and(|firing| firing.claimed_elsewhere(timer.due_ms, now))
+                if let Some(Noted::Elsewhere { until_ms }) = noted
+                    && until_ms > now
                 {
                     report.claimed_elsewhere += 1;
                     continue;
@@ -595,10 +597,8 @@ impl Worker {
                 // its last step of the timer and still held: the row and
                 // the claim are as that commit left them (see `in_flight`).
                 let own_claim = self.claims.as_ref().is_some_and(|claims| {
-                    firing
-                        .as_ref()
-                        .and_then(|firing| firing.own_claim(timer.due_ms))
-                        .is_some_and(|until_ms| claim::still_held(claims, until_ms, now))
+                    matches!(noted, Some(Noted::Ours { until_ms })
+                        if claim::still_held(claims, until_ms, now))
                 });
                 if !own_claim {
                     let (current, claim_row) = self.reread(&timer, key).await?;
@@ -636,14 +636,6 @@ impl Worker {
                     )
                     .await?;
                 let outcome = fired.outcome;
-                // A step that failed, lost or was put off carried no claim
-                // to a due row of its own: whatever the host noted of the
-                // timer's claim may no longer match its rows.
-                if !matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
-                    && let Some(firing) = &firing
-                {
-                    firing.forget_claim();
-                }
                 if let Some(governor) = &self.governor
                     && matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
                     && let Some(reason) = governor.count(&counted.0, &fired.actor, &counted.1, now)
@@ -816,16 +808,13 @@ impl Worker {
         let mut fired = ran.report(&timer, FireOutcome::Failed);
         match outcome {
             Outcome::Committed => {
-                if let (Some(claims), Some(firing)) = (&self.claims, firing) {
-                    // What the commit did with the claim, noted for the
-                    // host's next step of the timer.
-                    if let Some(next) = next_due
-                        && let Some(until_ms) = claim::carried_until(claims, next, now)
-                    {
-                        firing.remember_own_claim(next, until_ms, now);
-                    } else {
-                        firing.forget_claim();
-                    }
+                // The claim the commit carried, noted for the host's next
+                // step of the timer (the note it was fired on, if any, was
+                // used up when it was read).
+                if let (Some(claims), Some(firing), Some(next)) = (&self.claims, firing, next_due)
+                    && let Some(until_ms) = claim::carried_until(claims, next, now)
+                {
+                    firing.remember_own_claim(next, until_ms, now);
                 }
                 fired.outcome = match next_due {
                     Some(_) => FireOutcome::Rescheduled,

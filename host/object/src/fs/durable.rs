@@ -1,4 +1,6 @@
-//! The one way anything is published: stage → fsync → rename → fsync dir.
+//! How anything is published: stage → fsync → rename → fsync dir (or,
+//! for a small whole body on a store with a journal, stage → journal →
+//! rename).
 //!
 //! The steps are split across three types so that the arbiter is held
 //! only around the rename, yet no call site can skip a step:
@@ -28,6 +30,11 @@
 //! fsyncs of their parents stay under the arbiter, because a writer that
 //! finds a directory already there cannot tell whether its name is
 //! durable yet.
+//!
+//! A small whole publish on a store with a journal takes another way to
+//! the same guarantees: the file is not synced, and a durable journal
+//! record of its bytes stands in for steps 2 and 4 ([`Logged`];
+//! `journal`).
 //!
 //! A crash before the rename leaves a staging file, which recovery
 //! removes; a crash after the final fsync has published. In between the
@@ -59,6 +66,7 @@ use crate::ObjectError;
 
 use super::ids::Ids;
 use super::io_error;
+use super::journal::Synced;
 use super::layout::Layout;
 use super::lock::{Gate, Held};
 use super::syncer::{self, fsync_dir};
@@ -87,6 +95,24 @@ pub(super) struct Staged(StagingFile);
 #[derive(Debug)]
 pub(super) struct Sealed(StagingFile);
 
+/// A staged file whose exact bytes a durable journal record holds,
+/// waiting to be renamed in: the record restores it after a crash, so
+/// neither it nor its directories are synced (`journal`).
+#[derive(Debug)]
+pub(super) struct Logged(StagingFile);
+
+/// What a queued publish brings: a file synced on its own, or one a
+/// journal record will hold (`journal`).
+#[derive(Debug)]
+pub(super) enum Payload {
+    Sealed(Sealed),
+    Logged {
+        staged: Staged,
+        /// Exactly the bytes written to `staged`.
+        bytes: Vec<u8>,
+    },
+}
+
 /// A published name whose directory is not fsynced yet: visible, but
 /// not certain to survive a crash until [`Unsynced::sync`] returns.
 #[derive(Debug)]
@@ -97,6 +123,8 @@ pub(super) enum Unsynced {
     /// A directory the publish created, whose sync a helper started at
     /// the rename.
     Started(syncer::Pending),
+    /// A name the journal restores after a crash: nothing to sync.
+    Journaled,
 }
 
 impl Unsynced {
@@ -107,6 +135,7 @@ impl Unsynced {
         match self {
             Self::Dir(dir) => fsync_dir(&dir),
             Self::Started(pending) => syncer::first_failure(pending.wait()),
+            Self::Journaled => Ok(()),
         }
     }
 }
@@ -186,6 +215,28 @@ impl Staged {
             .sync_data()
             .map_err(|e| io_error("fsyncing", &self.0.path, e))?;
         Ok(Sealed(self.0))
+    }
+
+    /// The file, once a durable journal record holds exactly the bytes
+    /// written to it (`_synced`).
+    pub fn logged(self, _synced: &Synced) -> Logged {
+        Logged(self.0)
+    }
+}
+
+impl Logged {
+    /// Renames the file to `target`, creating any missing directories on
+    /// the way, and syncs nothing: the journal's record restores the file
+    /// and its directories after a crash. The arbiter must be held.
+    pub fn publish(mut self, _held: &Held<'_>, target: Target<'_>) -> Result<(), ObjectError> {
+        // Their names need no sync either (above).
+        let mut created = NewDirs::default();
+        let (dir, _) = create_dirs(target.base, target.dirs, &mut created)?;
+        let destination = dir.join(target.name);
+        std::fs::rename(&self.0.path, &destination)
+            .map_err(|e| io_error("publishing", &destination, e))?;
+        self.0.published = true;
+        Ok(())
     }
 }
 

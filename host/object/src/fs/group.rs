@@ -13,6 +13,15 @@
 //! directory outside the arbiter, as a lone publish does (`durable`;
 //! one the publish created has had its sync running since the rename).
 //!
+//! On a store with a journal, a group's small whole publishes skip the
+//! file and directory syncs: the leader decides them in queue order,
+//! writes all their records to the journal with one sync, and then
+//! renames them in (`journal`). A publish that must see one of them on
+//! disk to be decided (a second publish of the same key, or a synced one
+//! later in the queue) has them written and renamed in first. Before it
+//! decides anything the leader settles whatever segments another writer
+//! left, and the whole journal if the group holds a synced publish.
+//!
 //! Why this keeps every guarantee of one publish at a time:
 //! - **Decisions.** The publishes of a group are decided one after
 //!   another under the flock, exactly as if each had taken the arbiter in
@@ -48,10 +57,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::{ObjectError, ObjectMeta, PutCondition};
 
 use super::FsStore;
-use super::durable::{NewDirs, Sealed, Unsynced};
+use super::durable::{NewDirs, Payload, Staged, Target, Unsynced};
+use super::journal::{Entry, Keep};
 use super::layout::KeyPath;
-use super::lock::Turn;
-use super::publish::Superseded;
+use super::lock::{Held, Turn};
+use super::publish::{Decision, Superseded};
 use super::version_file::Header;
 
 /// What a grouped publish gets back: the published version, what it
@@ -73,10 +83,25 @@ pub(super) struct Queue {
 struct Job {
     key: KeyPath,
     header: Header,
-    sealed: Sealed,
+    payload: Payload,
     condition: PutCondition,
     slot: Arc<Slot>,
 }
+
+/// A journaled publish decided by a leader, waiting for its group's
+/// journal sync before it is renamed in.
+#[derive(Debug)]
+struct Decided {
+    key: KeyPath,
+    header: Header,
+    staged: Staged,
+    bytes: Vec<u8>,
+    decision: Decision,
+    slot: Arc<Slot>,
+}
+
+/// The outcome of each publish a leader has dealt with, to hand out.
+type Answers = Vec<(Arc<Slot>, Result<Committed, ObjectError>)>;
 
 /// Where a leader leaves one publish's outcome.
 #[derive(Debug, Default)]
@@ -107,14 +132,14 @@ impl FsStore {
         &self,
         key: &KeyPath,
         header: Header,
-        sealed: Sealed,
+        payload: Payload,
         condition: &PutCondition,
     ) -> Result<Committed, ObjectError> {
         let slot = Arc::new(Slot::default());
         lock(&self.queue.waiting).push(Job {
             key: key.clone(),
             header,
-            sealed,
+            payload,
             condition: condition.clone(),
             slot: Arc::clone(&slot),
         });
@@ -146,31 +171,68 @@ impl FsStore {
                 return;
             }
         };
+        if let Some(journal) = &self.journal {
+            // A synced publish must not build on what only the journal
+            // holds; no decision may miss a record another writer left
+            // unrenamed (`journal`).
+            let keep = if jobs.iter().any(|j| matches!(j.payload, Payload::Sealed(_))) {
+                Keep::Nothing
+            } else {
+                Keep::Own
+            };
+            if let Err(error) = self.settle_journal(journal, &held, keep) {
+                for job in jobs {
+                    job.slot.put(Err(error.clone()));
+                }
+                return;
+            }
+        }
         let mut created = NewDirs::default();
-        let mut decided = Vec::with_capacity(jobs.len());
+        let mut answers: Answers = Vec::with_capacity(jobs.len());
+        let mut logged: Vec<Decided> = Vec::new();
         for job in jobs {
             let Job {
                 key,
                 header,
-                sealed,
+                payload,
                 condition,
                 slot,
             } = job;
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                self.commit_locked(&held, &key, &header, sealed, &condition, &mut created)
-            }))
-            .unwrap_or_else(|_| {
-                Err(ObjectError::Io(
-                    format!("publishing {:?} panicked under the arbiter", key.key()).into(),
-                ))
-            });
-            decided.push((slot, outcome));
+            match payload {
+                Payload::Sealed(sealed) => {
+                    // It must see every journaled publish decided before it.
+                    self.rename_logged(&held, &mut logged, &mut answers);
+                    let outcome = unwound(&key, || {
+                        self.commit_locked(&held, &key, &header, sealed, &condition, &mut created)
+                    });
+                    answers.push((slot, outcome));
+                }
+                Payload::Logged { staged, bytes } => {
+                    // A second publish of one key in a group is decided on
+                    // the first's rename.
+                    if logged.iter().any(|d| d.key.key() == key.key()) {
+                        self.rename_logged(&held, &mut logged, &mut answers);
+                    }
+                    match unwound(&key, || self.decide(&held, &key, &condition)) {
+                        Ok(decision) => logged.push(Decided {
+                            key,
+                            header,
+                            staged,
+                            bytes,
+                            decision,
+                            slot,
+                        }),
+                        Err(error) => answers.push((slot, Err(error))),
+                    }
+                }
+            }
         }
+        self.rename_logged(&held, &mut logged, &mut answers);
         let failed = created.sync_each(&held);
         // Answered while the turn is still held, which is what the
         // invariant in the module doc needs (`held` gives up the flock and
         // the turn together).
-        for (slot, outcome) in decided {
+        for (slot, outcome) in answers {
             let outcome = match (outcome, failed.first_key_value()) {
                 (Ok((meta, _, _)), Some((dir, error))) => Err(ObjectError::Io(
                     format!(
@@ -186,7 +248,92 @@ impl FsStore {
             slot.put(outcome);
         }
         drop(held);
+        if self.journal.as_ref().is_some_and(|j| j.is_full()) {
+            // Its own publish is answered; the next leader waits for this.
+            if let Err(error) = self.settled() {
+                tracing::warn!(root = %self.layout.root.display(), %error, "settling a full journal failed; the next change that must settle it tries again");
+            }
+        }
     }
+
+    /// Writes the records of the journaled publishes in `logged` to the
+    /// journal in one sync, then renames each in; adds their outcomes to
+    /// `answers`.
+    fn rename_logged(&self, held: &Held<'_>, logged: &mut Vec<Decided>, answers: &mut Answers) {
+        if logged.is_empty() {
+            return;
+        }
+        let Some(journal) = &self.journal else {
+            for decided in logged.drain(..) {
+                answers.push((
+                    decided.slot,
+                    Err(ObjectError::Io(
+                        "a journaled publish on a store without a journal".into(),
+                    )),
+                ));
+            }
+            return;
+        };
+        let paths: Vec<String> = logged.iter().map(|d| d.decision.journal_path()).collect();
+        let entries: Vec<Entry<'_>> = logged
+            .iter()
+            .zip(&paths)
+            .map(|(d, path)| Entry {
+                path,
+                bytes: &d.bytes,
+            })
+            .collect();
+        let synced = journal.append(held, &self.ids, &entries);
+        for decided in logged.drain(..) {
+            let Decided {
+                key,
+                header,
+                staged,
+                decision,
+                slot,
+                ..
+            } = decided;
+            let outcome = match &synced {
+                Err(error) => Err(error.clone()),
+                Ok(synced) => staged
+                    .logged(synced)
+                    .publish(
+                        held,
+                        Target {
+                            base: &self.layout.objects,
+                            dirs: &decision.dirs(),
+                            name: &decision.version_id,
+                        },
+                    )
+                    .map(|()| {
+                        (
+                            self.meta(key.key(), &decision.version_id, &header),
+                            decision.superseded,
+                            Unsynced::Journaled,
+                        )
+                    }),
+            };
+            if synced.is_ok() && outcome.is_err() {
+                // Its record is durable but its file is not in place: the
+                // segment must be read back before the next decision.
+                journal.abandon();
+            }
+            answers.push((slot, outcome));
+        }
+    }
+}
+
+/// `work`'s outcome, or `Io` if it panicked (under the arbiter, where a
+/// panic must not leave the group unanswered).
+fn unwound<T>(
+    key: &KeyPath,
+    work: impl FnOnce() -> Result<T, ObjectError>,
+) -> Result<T, ObjectError> {
+    catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|_| {
+        Err(ObjectError::Io(
+            format!("publishing {:?} panicked under the arbiter", key.key()).into(),
+        ))
+    })
 }
 
 #[cfg(test)]

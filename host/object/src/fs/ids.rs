@@ -10,7 +10,8 @@
 //!   publish and deliberately not a content hash: content identity is the
 //!   CRC-64/NVME.
 //! - An **upload id** is 32 hex digits; a **staging name** is 32 hex
-//!   digits and `.stage`.
+//!   digits and `.stage`; a journal **segment name** 32 hex digits and
+//!   `.log`.
 //!
 //! Randomness comes from std's `RandomState` (SipHash keyed from the OS
 //! generator once per thread) over a counter, the process id, the thread
@@ -70,6 +71,11 @@ impl Ids {
     /// A fresh staging file name.
     pub fn staging_name(&self) -> String {
         format!("{:016x}{:016x}.stage", self.random(), self.random())
+    }
+
+    /// A fresh journal segment name.
+    pub fn segment_name(&self) -> String {
+        format!("{:016x}{:016x}.log", self.random(), self.random())
     }
 }
 

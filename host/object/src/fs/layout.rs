@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! <root>/
-//!   format          {"format":2,"versioned":true}: written once, at creation
+//!   format          {"format":3,"versioned":true}: written once, at creation
 //!   lock            the arbiter (see `lock`)
 //!   staging.lock    the staging gate (see `lock`)
 //!   staging/        files being written, each locked by its writer
+//!   journal/        segments of the journal of small publishes (format 3;
+//!                   see `journal`)
 //!   uploads/<id>/   one multipart assembly: `meta` and `part-NNNNN`
 //!   objects/        keys: one directory per key segment but the last;
 //!     a%v/<id>        the versions of key `a`
@@ -71,6 +73,8 @@ pub(super) const OBJECTS: &str = "objects";
 pub(super) const STAGING: &str = "staging";
 /// Multipart assemblies.
 pub(super) const UPLOADS: &str = "uploads";
+/// The journal's segments (format 3).
+pub(super) const JOURNAL: &str = "journal";
 /// The arbiter's lock file.
 pub(super) const LOCK_FILE: &str = "lock";
 /// The staging gate's lock file.
@@ -117,23 +121,6 @@ pub(super) enum Spelling {
 }
 
 impl Spelling {
-    /// The spelling of a store of `format`, if this build reads it.
-    pub fn of_format(format: u32) -> Option<Self> {
-        match format {
-            1 => Some(Self::Nested),
-            2 => Some(Self::Suffixed),
-            _ => None,
-        }
-    }
-
-    /// The format a store of this spelling records.
-    pub fn format(self) -> u32 {
-        match self {
-            Self::Nested => 1,
-            Self::Suffixed => 2,
-        }
-    }
-
     /// Whether a directory named `name` below `objects/` is a key's
     /// version directory in this spelling (the encoding never ends a name
     /// in `%v`).
@@ -146,17 +133,62 @@ impl Spelling {
     }
 }
 
+/// What a store's format record fixes for its life: how keys are spelled,
+/// and whether small publishes go through the journal (`journal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Format {
+    pub spelling: Spelling,
+    pub journaled: bool,
+}
+
+impl Format {
+    /// What this build creates: format 3.
+    pub const NEW: Self = Self {
+        spelling: Spelling::Suffixed,
+        journaled: true,
+    };
+
+    /// The format numbered `number`, if this build reads it. A format 1
+    /// or 2 store is opened as it was made, without a journal: turning
+    /// one on would leave the store unreadable by the builds that made it
+    /// (they would ignore the journal), so only new stores get one.
+    pub fn of_number(number: u32) -> Option<Self> {
+        let (spelling, journaled) = match number {
+            1 => (Spelling::Nested, false),
+            2 => (Spelling::Suffixed, false),
+            3 => (Spelling::Suffixed, true),
+            _ => return None,
+        };
+        Some(Self {
+            spelling,
+            journaled,
+        })
+    }
+
+    /// The number its record holds.
+    pub fn number(self) -> u32 {
+        match (self.spelling, self.journaled) {
+            (Spelling::Nested, _) => 1,
+            (Spelling::Suffixed, false) => 2,
+            (Spelling::Suffixed, true) => 3,
+        }
+    }
+}
+
 /// The fixed paths under one root, and how keys are spelled below
 /// `objects/`.
 #[derive(Debug, Clone)]
 pub(super) struct Layout {
     /// Set from the format record when the store is opened; new stores
-    /// are [`Spelling::Suffixed`].
+    /// are [`Format::NEW`].
     pub spelling: Spelling,
+    /// Whether the store has a journal (format 3).
+    pub journaled: bool,
     pub root: PathBuf,
     pub objects: PathBuf,
     pub staging: PathBuf,
     pub uploads: PathBuf,
+    pub journal: PathBuf,
     pub lock: PathBuf,
     pub gate: PathBuf,
     pub format: PathBuf,
@@ -187,8 +219,10 @@ impl Layout {
             ));
         }
         Ok(Self {
-            spelling: Spelling::Suffixed,
+            spelling: Format::NEW.spelling,
+            journaled: Format::NEW.journaled,
             objects: root.join(OBJECTS),
+            journal: root.join(JOURNAL),
             staging: root.join(STAGING),
             uploads: root.join(UPLOADS),
             lock: root.join(LOCK_FILE),
@@ -467,10 +501,11 @@ mod tests {
             layout(Spelling::Suffixed).versions_dir(&key),
             Path::new("/objects/a/b%v")
         );
-        for spelling in [Spelling::Nested, Spelling::Suffixed] {
-            assert_eq!(Spelling::of_format(spelling.format()), Some(spelling));
+        for number in 1..=3 {
+            assert_eq!(Format::of_number(number).unwrap().number(), number);
         }
-        assert_eq!(Spelling::of_format(3), None);
+        assert_eq!(Format::of_number(4), None);
+        assert_eq!(Format::of_number(3), Some(Format::NEW));
         assert_eq!(
             Layout::new(Path::new("/")).unwrap().spelling,
             Spelling::Suffixed

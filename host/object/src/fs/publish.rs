@@ -9,9 +9,11 @@ use crate::{
     StreamedBody, validate_metadata,
 };
 
-use super::durable::{NewDirs, Sealed, Staged, Target, Unsynced};
+use super::durable::{NewDirs, Payload, Sealed, Staged, Target, Unsynced};
 use super::ids::version_seq;
+use super::journal;
 use super::layout::KeyPath;
+use super::layout::OBJECTS;
 use super::lock::Held;
 use super::syncer::{fsync_dir, sync_dir};
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header, VersionFile, checksums};
@@ -29,6 +31,30 @@ fn check_condition(
         key,
         newest.filter(|h| !h.delete_marker).map(|h| h.etag.as_str()),
     )
+}
+
+/// A publish decided under the arbiter, not yet renamed in.
+#[derive(Debug)]
+pub(super) struct Decision {
+    /// The new version's id, its file's name.
+    pub version_id: String,
+    /// The names below `objects/` of the key's version directory.
+    names: Vec<String>,
+    /// What it replaces on an unversioned store.
+    pub superseded: Superseded,
+}
+
+impl Decision {
+    /// The names below `objects/` of the key's version directory.
+    pub fn dirs(&self) -> Vec<&str> {
+        self.names.iter().map(String::as_str).collect()
+    }
+
+    /// The file's path below the root, `/`-separated, for its journal
+    /// record.
+    pub fn journal_path(&self) -> String {
+        format!("{OBJECTS}/{}/{}", self.names.join("/"), self.version_id)
+    }
 }
 
 /// The versions an unversioned publish replaced.
@@ -114,24 +140,16 @@ impl FsStore {
         refused
     }
 
-    /// Publishes a sealed version file of `key` if `condition` holds; the
-    /// caller holds the arbiter. Directories the publish creates are added
-    /// to `created`, which the caller syncs before it releases the
-    /// arbiter. The rename is made durable by the returned [`Unsynced`],
-    /// which the caller may sync after releasing the arbiter (see
-    /// `durable`). On an unversioned store the versions it replaced are
-    /// returned for the caller to remove once that sync has returned:
-    /// removed before, a crash could lose the old version and the new
-    /// one's name alike.
-    pub(super) fn commit_locked(
+    /// Decides a publish of `key` under `condition`, the arbiter held
+    /// (`_held`): the guard against the key's newest version, and the new
+    /// version's id. The caller renames the file in before it releases the
+    /// arbiter, or the decision means nothing.
+    pub(super) fn decide(
         &self,
-        held: &Held<'_>,
+        _held: &Held<'_>,
         key: &KeyPath,
-        header: &Header,
-        sealed: Sealed,
         condition: &PutCondition,
-        created: &mut NewDirs,
-    ) -> Result<(ObjectMeta, Superseded, Unsynced), ObjectError> {
+    ) -> Result<Decision, ObjectError> {
         let dir = self.layout.versions_dir(key);
         let existing = version_ids(&dir)?;
         if *condition != PutCondition::Unconditional {
@@ -163,26 +181,49 @@ impl FsStore {
                 })?,
             None => 1,
         };
-        let version_id = self.ids.version_id(seq);
-        let names = self.layout.versions_names(key);
-        let dirs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let unsynced = sealed.publish_recording(
-            held,
-            Target {
-                base: &self.layout.objects,
-                dirs: &dirs,
-                name: &version_id,
-            },
-            created,
-        )?;
         let superseded = if self.versioned {
             Vec::new()
         } else {
             existing.iter().map(|old| dir.join(old)).collect()
         };
+        Ok(Decision {
+            version_id: self.ids.version_id(seq),
+            names: self.layout.versions_names(key),
+            superseded: Superseded(superseded),
+        })
+    }
+
+    /// Publishes a sealed version file of `key` if `condition` holds; the
+    /// caller holds the arbiter. Directories the publish creates are added
+    /// to `created`, which the caller syncs before it releases the
+    /// arbiter. The rename is made durable by the returned [`Unsynced`],
+    /// which the caller may sync after releasing the arbiter (see
+    /// `durable`). On an unversioned store the versions it replaced are
+    /// returned for the caller to remove once that sync has returned:
+    /// removed before, a crash could lose the old version and the new
+    /// one's name alike.
+    pub(super) fn commit_locked(
+        &self,
+        held: &Held<'_>,
+        key: &KeyPath,
+        header: &Header,
+        sealed: Sealed,
+        condition: &PutCondition,
+        created: &mut NewDirs,
+    ) -> Result<(ObjectMeta, Superseded, Unsynced), ObjectError> {
+        let decision = self.decide(held, key, condition)?;
+        let unsynced = sealed.publish_recording(
+            held,
+            Target {
+                base: &self.layout.objects,
+                dirs: &decision.dirs(),
+                name: &decision.version_id,
+            },
+            created,
+        )?;
         Ok((
-            self.meta(key.key(), &version_id, header),
-            Superseded(superseded),
+            self.meta(key.key(), &decision.version_id, header),
+            decision.superseded,
             unsynced,
         ))
     }
@@ -197,8 +238,20 @@ impl FsStore {
         condition: &PutCondition,
     ) -> Result<ObjectMeta, ObjectError> {
         let sealed = staged.seal()?;
+        self.publish_grouped(key, header, Payload::Sealed(sealed), condition)
+    }
+
+    /// Commits one version, in a group with concurrent publishes (see
+    /// `group`).
+    fn publish_grouped(
+        &self,
+        key: &KeyPath,
+        header: Header,
+        payload: Payload,
+        condition: &PutCondition,
+    ) -> Result<ObjectMeta, ObjectError> {
         let (meta, superseded, unsynced) = self
-            .commit_grouped(key, header, sealed, condition)
+            .commit_grouped(key, header, payload, condition)
             .map_err(|refused| self.durable_refusal(key, refused))?;
         // Concurrent publishes sync their directories side by side.
         unsynced.sync()?;
@@ -237,6 +290,22 @@ impl FsStore {
         self.precheck(&key, condition)?;
         let header = self.new_header(&key, (sums.len, crc64, content_md5), metadata);
         let mut staged = Staged::create(&self.layout, &self.ids)?;
+        if self.journal.is_some() && body.len() <= journal::MAX_BODY {
+            // Through the journal: the file's bytes once more, in memory,
+            // for its record.
+            let encoded = header.encode();
+            let mut bytes = Vec::with_capacity(encoded.len() + body.len() + sums.trailer.len());
+            bytes.extend_from_slice(&encoded);
+            bytes.extend_from_slice(body);
+            bytes.extend_from_slice(&sums.trailer);
+            staged.write(&bytes)?;
+            return self.publish_grouped(
+                &key,
+                header,
+                Payload::Logged { staged, bytes },
+                condition,
+            );
+        }
         staged.write(&header.encode())?;
         staged.write(body)?;
         staged.write(&sums.trailer)?;
@@ -363,7 +432,7 @@ impl FsStore {
         }
         let dir = self.layout.versions_dir(&key);
         {
-            let _held = self.arbiter.lock()?;
+            let _held = self.settled()?;
             for id in version_ids(&dir)? {
                 let path = dir.join(id);
                 match std::fs::remove_file(&path) {
@@ -390,7 +459,7 @@ impl FsStore {
         let dir = self.layout.versions_dir(&key);
         let path = dir.join(version_id);
         {
-            let _held = self.arbiter.lock()?;
+            let _held = self.settled()?;
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 // Gone already, perhaps by a removal whose sync has not
@@ -427,7 +496,7 @@ impl FsStore {
             Err(e) if is_gone(&e) => true,
             Err(e) => return Err(io_error("fsyncing directory", versions_dir, e)),
         };
-        let _held = self.arbiter.lock()?;
+        let _held = self.settled()?;
         if !gone {
             // Pruned only after the sync: a pruned directory whose
             // removal a crash undid would bring the version back.

@@ -1,19 +1,23 @@
 //! Opening a store: the format record, crash recovery, and the bootstrap
 //! report.
 //!
-//! `format` (JSON `{"format":2,"versioned":…}`) is written once, durably,
+//! `format` (JSON `{"format":3,"versioned":…}`) is written once, durably,
 //! when the store is created, under the arbiter so that two processes
-//! creating one store agree. Its `format` fixes how keys are spelled for
-//! the store's life ([`Spelling`]): this build creates format 2 and opens
-//! format 1 and 2 alike, so a store made by an earlier build keeps
-//! working as it is, with no migration (an earlier build refuses a format
-//! 2 store as `Unsupported`). A store keeps its versioning mode for life:
+//! creating one store agree. Its `format` fixes for the store's life how
+//! keys are spelled ([`Spelling`]) and whether small publishes go through
+//! the journal ([`Format`]): this build creates format 3 and opens
+//! formats 1 to 3, each as it was made, so a store made by an earlier
+//! build keeps working as it is, with no migration (an earlier build
+//! refuses a newer format as `Unsupported`: one that ignored the journal
+//! could lose what it holds). A store keeps its versioning mode for life:
 //! opening it with the other mode is refused, because an unversioned
 //! opener would silently destroy history (it removes superseded versions)
 //! and a versioned one would start keeping history nobody asked for.
 //!
 //! Recovery on open repairs what a crash can leave, never disturbing a
 //! live writer in another process:
+//! - publishes the journal holds but the filesystem may not (it settles
+//!   the journal, see `journal`), before anything else is judged;
 //! - staging files whose writer is gone: each writer holds a `flock` on
 //!   its own staging file while it writes, so recovery (holding the
 //!   staging gate exclusively, see `lock`) deletes exactly the files it
@@ -36,15 +40,14 @@ use crate::{BootstrapReport, ObjectError};
 
 use super::durable::{Staged, Target};
 use super::ids::is_upload_id;
-use super::layout::{Layout, Spelling};
-use super::lock::{Arbiter, Gate};
+use super::journal::{Journal, Keep, Settled};
+use super::layout::{Format, Layout, Spelling};
+use super::lock::{Arbiter, Gate, Held};
 use super::syncer::fsync_dir;
 use super::uploads::read_meta;
 use super::versions::version_ids;
 use super::{FsStore, io_error};
 
-/// The spelling this build creates stores with.
-const NEW_STORES: Spelling = Spelling::Suffixed;
 /// Bound on the `format` record a reader will load.
 const MAX_FORMAT_BYTES: u64 = 4096;
 /// Pending uploads older than this are reported as abandoned.
@@ -52,7 +55,7 @@ const STALE_UPLOAD_MS: u64 = 24 * 60 * 60 * 1000;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Format {
+struct Record {
     format: u32,
     versioned: bool,
 }
@@ -95,18 +98,30 @@ pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), Object
                     .into(),
                 ));
             }
-            layout.spelling = check_format(layout, &bytes, versioned)?;
+            let format = check_format(layout, &bytes, versioned)?;
+            layout.spelling = format.spelling;
+            layout.journaled = format.journaled;
+            if format.journaled {
+                // Made with the store; missing only if removed by hand.
+                create_dir(&layout.journal, root)?;
+            }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // A new store: the directories first (durably), then the
             // record that says the store exists.
+            match std::fs::create_dir(&layout.journal) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error("creating", &layout.journal, e)),
+            }
             fsync_dir(root)?;
-            let record = Format {
-                format: NEW_STORES.format(),
+            let record = Record {
+                format: Format::NEW.number(),
                 versioned,
             };
-            layout.spelling = NEW_STORES;
+            layout.spelling = Format::NEW.spelling;
+            layout.journaled = Format::NEW.journaled;
             let ids = super::ids::Ids::default();
             let mut staged = Staged::create(layout, &ids)?;
             staged.write(&serde_json::to_vec(&record).expect("a format record serializes"))?;
@@ -130,7 +145,7 @@ pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), Object
 /// `root`, so a test can open a store as that build left it.
 #[cfg(test)]
 pub(super) fn write_record_of(root: &Path, format: u32, versioned: bool) {
-    let record = serde_json::to_vec(&Format { format, versioned }).expect("a record serializes");
+    let record = serde_json::to_vec(&Record { format, versioned }).expect("a record serializes");
     std::fs::write(root.join(super::layout::FORMAT_FILE), record)
         .expect("a format record is written");
 }
@@ -141,7 +156,7 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
     let layout = Layout::new(root)?;
     match std::fs::read(&layout.format) {
         Ok(bytes) => {
-            let record: Format = serde_json::from_slice(&bytes).map_err(|e| {
+            let record: Record = serde_json::from_slice(&bytes).map_err(|e| {
                 ObjectError::Corrupt(Detail::caused_by(
                     format!("format record {}", layout.format.display()),
                     e,
@@ -154,19 +169,28 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
     }
 }
 
-/// The spelling of a store whose format record is `bytes`, once its
+/// Creates directory `dir` (in `parent`) durably if it is missing.
+fn create_dir(dir: &Path, parent: &Path) -> Result<(), ObjectError> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => fsync_dir(parent),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_error("creating", dir, e)),
+    }
+}
+
+/// The format of a store whose format record is `bytes`, once its
 /// versioning mode is checked.
-fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<Spelling, ObjectError> {
-    let record: Format = serde_json::from_slice(bytes).map_err(|e| {
+fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<Format, ObjectError> {
+    let record: Record = serde_json::from_slice(bytes).map_err(|e| {
         ObjectError::Corrupt(Detail::caused_by(
             format!("format record {}", layout.format.display()),
             e,
         ))
     })?;
-    let Some(spelling) = Spelling::of_format(record.format) else {
+    let Some(format) = Format::of_number(record.format) else {
         return Err(ObjectError::Unsupported(
             format!(
-                "{} is a format {} store; this build reads formats 1 and 2",
+                "{} is a format {} store; this build reads formats 1 to 3",
                 layout.root.display(),
                 record.format
             )
@@ -185,7 +209,7 @@ fn check_format(layout: &Layout, bytes: &[u8], versioned: bool) -> Result<Spelli
             .into(),
         ));
     }
-    Ok(spelling)
+    Ok(format)
 }
 
 /// Every version directory below `objects/`.
@@ -214,6 +238,28 @@ fn version_dirs(objects: &Path, spelling: Spelling) -> Result<Vec<PathBuf>, Obje
 }
 
 impl FsStore {
+    /// Settles `journal`, this store's (see `journal`), writing each file
+    /// a crash lost back from its record.
+    pub(super) fn settle_journal(
+        &self,
+        journal: &Journal,
+        held: &Held<'_>,
+        keep: Keep,
+    ) -> Result<Settled, ObjectError> {
+        journal.settle(held, keep, |lost, synced| {
+            let mut staged = Staged::create(&self.layout, &self.ids)?;
+            staged.write(lost.bytes)?;
+            staged.logged(synced).publish(
+                held,
+                Target {
+                    base: &self.layout.objects,
+                    dirs: lost.dirs,
+                    name: lost.name,
+                },
+            )
+        })
+    }
+
     /// Repairs what a crash can leave; returns what it did, for
     /// `bootstrap`.
     pub(super) fn recover(&self) -> Result<Vec<String>, ObjectError> {
@@ -221,11 +267,19 @@ impl FsStore {
         let mut notes = vec![format!(
             "recovery: removed {removed} abandoned staging file(s); left {live} of live writers"
         )];
+        if let Some(journal) = &self.journal {
+            let held = self.arbiter.lock()?;
+            let settled = self.settle_journal(journal, &held, Keep::Nothing)?;
+            notes.push(format!(
+                "recovery: settled the journal: read {} segment(s), restored {} publish(es)",
+                settled.read, settled.restored
+            ));
+        }
         let mut superseded = 0;
         let mut emptied = 0;
         if !self.versioned {
             for dir in version_dirs(&self.layout.objects, self.layout.spelling)? {
-                let held = self.arbiter.lock()?;
+                let held = self.settled()?;
                 let mut ids = version_ids(&dir)?;
                 ids.pop();
                 for old in &ids {
@@ -289,7 +343,7 @@ impl FsStore {
     /// `meta`).
     fn sweep_uploads(&self) -> Result<usize, ObjectError> {
         let uploads = &self.layout.uploads;
-        let _held = self.arbiter.lock()?;
+        let _held = self.settled()?;
         let mut removed = 0;
         for entry in std::fs::read_dir(uploads).map_err(|e| io_error("listing", uploads, e))? {
             let entry = entry.map_err(|e| io_error("listing", uploads, e))?;
@@ -317,7 +371,11 @@ impl FsStore {
             "filesystem store at {} ({}, format {})",
             self.layout.root.display(),
             mode(self.versioned),
-            self.layout.spelling.format()
+            Format {
+                spelling: self.layout.spelling,
+                journaled: self.layout.journaled,
+            }
+            .number()
         ));
         report.notes.push(
             "checksums: the CRC-64/NVME is validated on every publish and every read is checked \

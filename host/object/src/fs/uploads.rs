@@ -199,7 +199,7 @@ impl FsStore {
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&serde_json::to_vec(&meta).expect("upload meta serializes"))?;
         let sealed = staged.seal()?;
-        let held = self.arbiter.lock()?;
+        let held = self.settled()?;
         let unsynced = sealed.publish(
             &held,
             Target {
@@ -222,7 +222,7 @@ impl FsStore {
         staged: Staged,
     ) -> Result<(), ObjectError> {
         let sealed = staged.seal()?;
-        let held = self.arbiter.lock()?;
+        let held = self.settled()?;
         self.upload_dir(key, upload_id)?;
         let unsynced = sealed.publish(
             &held,
@@ -438,7 +438,7 @@ impl FsStore {
         }
         staged.write(&sums.trailer)?;
         let sealed = staged.seal()?;
-        let held = self.arbiter.lock()?;
+        let held = self.settled()?;
         // Aborted (or completed by someone else) meanwhile?
         let dir = self.upload_dir(key, upload_id)?;
         let mut created = NewDirs::default();
@@ -499,7 +499,7 @@ impl FsStore {
 
     /// `abort_upload`: an absent upload (or one of another key) is fine.
     pub(super) fn drop_upload(&self, key: &str, upload_id: &str) -> Result<(), ObjectError> {
-        let held = self.arbiter.lock()?;
+        let held = self.settled()?;
         if let Ok(dir) = self.upload_dir(key, upload_id) {
             remove_upload(&held, &dir);
         }

@@ -15,7 +15,7 @@
 //!   place, fsync the directory — the cheapest crash-safe publish;
 //! - `fs put_whole`: the store's publish (CRC check, condition under the
 //!   cross-process lock, header and block checksums, and either the
-//!   durable rename or, up to 256 KiB, a journal record and a rename);
+//!   durable rename or, up to 16 KiB, a journal record and a rename);
 //! - the same, each batch ended by a `syncfs` of the filesystem, so what
 //!   a journaled publish leaves for the kernel to write back (its file and
 //!   directory) is paid inside the row's time, as the store's settling

@@ -50,6 +50,7 @@
 //! its publish is still queued, and leads.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 #[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -58,17 +59,26 @@ use crate::{ObjectError, ObjectMeta, PutCondition};
 
 use super::FsStore;
 use super::durable::{NewDirs, Payload, Staged, Target, Unsynced};
-use super::journal::{Entry, Keep};
+use super::journal::{Entry, Journal, Keep, Kind, Removal, record_path};
 use super::layout::KeyPath;
 use super::lock::{Held, Turn};
 use super::publish::{Decision, Superseded};
 use super::version_file::Header;
+use super::versions::version_ids;
 
 /// What a grouped publish gets back: the published version, what it
 /// superseded, and its version directory to sync.
 pub(super) type Committed = (ObjectMeta, Superseded, Unsynced);
 
-/// The publishes waiting for a leader.
+/// What a grouped change gets back.
+#[derive(Debug)]
+enum Done {
+    Published(Box<Committed>),
+    /// A journaled removal, durable already.
+    Removed,
+}
+
+/// The changes waiting for a leader.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
     waiting: Mutex<Vec<Job>>,
@@ -78,20 +88,42 @@ pub(super) struct Queue {
     largest: AtomicUsize,
 }
 
-/// One queued publish.
+/// One queued change of `key`.
 #[derive(Debug)]
 struct Job {
     key: KeyPath,
-    header: Header,
-    payload: Payload,
-    condition: PutCondition,
+    work: Work,
     slot: Arc<Slot>,
 }
 
-/// A journaled publish decided by a leader, waiting for its group's
-/// journal sync before it is renamed in.
 #[derive(Debug)]
-struct Decided {
+enum Work {
+    Publish {
+        header: Header,
+        payload: Payload,
+        condition: PutCondition,
+    },
+    /// Only on a store with a journal.
+    Remove(Removal),
+}
+
+/// A journaled change decided by a leader, waiting for its group's
+/// journal sync before it is made.
+#[derive(Debug)]
+enum Pending {
+    Publish(Box<PendingPublish>),
+    Remove {
+        key: KeyPath,
+        /// The key's version directory, and the versions in it to remove.
+        dir: PathBuf,
+        versions: Vec<String>,
+        slot: Arc<Slot>,
+    },
+}
+
+/// A journaled publish decided by a leader.
+#[derive(Debug)]
+struct PendingPublish {
     key: KeyPath,
     header: Header,
     staged: Staged,
@@ -100,19 +132,35 @@ struct Decided {
     slot: Arc<Slot>,
 }
 
-/// The outcome of each publish a leader has dealt with, to hand out.
-type Answers = Vec<(Arc<Slot>, Result<Committed, ObjectError>)>;
+impl Pending {
+    fn key(&self) -> &KeyPath {
+        match self {
+            Self::Publish(publish) => &publish.key,
+            Self::Remove { key, .. } => key,
+        }
+    }
 
-/// Where a leader leaves one publish's outcome.
+    fn slot(self) -> Arc<Slot> {
+        match self {
+            Self::Publish(publish) => publish.slot,
+            Self::Remove { slot, .. } => slot,
+        }
+    }
+}
+
+/// The outcome of each change a leader has dealt with, to hand out.
+type Answers = Vec<(Arc<Slot>, Result<Done, ObjectError>)>;
+
+/// Where a leader leaves one change's outcome.
 #[derive(Debug, Default)]
-struct Slot(Mutex<Option<Result<Committed, ObjectError>>>);
+struct Slot(Mutex<Option<Result<Done, ObjectError>>>);
 
 impl Slot {
-    fn put(&self, outcome: Result<Committed, ObjectError>) {
+    fn put(&self, outcome: Result<Done, ObjectError>) {
         *lock(&self.0) = Some(outcome);
     }
 
-    fn take(&self) -> Option<Result<Committed, ObjectError>> {
+    fn take(&self) -> Option<Result<Done, ObjectError>> {
         lock(&self.0).take()
     }
 }
@@ -124,9 +172,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl FsStore {
-    /// Publishes `sealed` as a new version of `key` if `condition` holds,
-    /// in a group with whatever other publishes of this store wait for
-    /// the arbiter meanwhile. The caller syncs the returned
+    /// Publishes `payload` as a new version of `key` if `condition`
+    /// holds, in a group with whatever other changes of this store wait
+    /// for the arbiter meanwhile. The caller syncs the returned
     /// [`Unsynced`] (and removes what was superseded after that).
     pub(super) fn commit_grouped(
         &self,
@@ -135,12 +183,41 @@ impl FsStore {
         payload: Payload,
         condition: &PutCondition,
     ) -> Result<Committed, ObjectError> {
-        let slot = Arc::new(Slot::default());
-        lock(&self.queue.waiting).push(Job {
-            key: key.clone(),
+        let work = Work::Publish {
             header,
             payload,
             condition: condition.clone(),
+        };
+        match self.grouped(key, work)? {
+            Done::Published(committed) => Ok(*committed),
+            Done::Removed => Err(ObjectError::Io(
+                "a group commit's leader answered a publish as a removal".into(),
+            )),
+        }
+    }
+
+    /// Removes `removal` of `key` through the journal (the store has
+    /// one), in a group as above: durable when this returns.
+    pub(super) fn remove_grouped(
+        &self,
+        key: &KeyPath,
+        removal: Removal,
+    ) -> Result<(), ObjectError> {
+        match self.grouped(key, Work::Remove(removal))? {
+            Done::Removed => Ok(()),
+            Done::Published(_) => Err(ObjectError::Io(
+                "a group commit's leader answered a removal as a publish".into(),
+            )),
+        }
+    }
+
+    /// Queues `work` and waits for its outcome, leading the group if no
+    /// one else does.
+    fn grouped(&self, key: &KeyPath, work: Work) -> Result<Done, ObjectError> {
+        let slot = Arc::new(Slot::default());
+        lock(&self.queue.waiting).push(Job {
+            key: key.clone(),
+            work,
             slot: Arc::clone(&slot),
         });
         let turn = self.arbiter.turn();
@@ -154,7 +231,7 @@ impl FsStore {
         self.lead(turn, jobs);
         slot.take().unwrap_or_else(|| {
             Err(ObjectError::Io(
-                "a group commit's leader left its own publish unanswered".into(),
+                "a group commit's leader left its own change unanswered".into(),
             ))
         })
     }
@@ -175,11 +252,16 @@ impl FsStore {
             // A synced publish must not build on what only the journal
             // holds; no decision may miss a record another writer left
             // unrenamed (`journal`).
-            let keep = if jobs.iter().any(|j| matches!(j.payload, Payload::Sealed(_))) {
-                Keep::Nothing
-            } else {
-                Keep::Own
-            };
+            let synced = jobs.iter().any(|j| {
+                matches!(
+                    j.work,
+                    Work::Publish {
+                        payload: Payload::Sealed(_),
+                        ..
+                    }
+                )
+            });
+            let keep = if synced { Keep::Nothing } else { Keep::Own };
             if let Err(error) = self.settle_journal(journal, &held, keep) {
                 for job in jobs {
                     job.slot.put(Err(error.clone()));
@@ -189,37 +271,64 @@ impl FsStore {
         }
         let mut created = NewDirs::default();
         let mut answers: Answers = Vec::with_capacity(jobs.len());
-        let mut logged: Vec<Decided> = Vec::new();
-        for job in jobs {
-            let Job {
-                key,
-                header,
-                payload,
-                condition,
-                slot,
-            } = job;
-            match payload {
-                Payload::Sealed(sealed) => {
-                    // It must see every journaled publish decided before it.
-                    self.rename_logged(&held, &mut logged, &mut answers);
+        let mut pending: Vec<Pending> = Vec::new();
+        for Job { key, work, slot } in jobs {
+            // A change is decided on every earlier change of its key, and
+            // a synced publish on every earlier change at all, made.
+            let after = |pending: &[Pending]| {
+                matches!(
+                    work,
+                    Work::Publish {
+                        payload: Payload::Sealed(_),
+                        ..
+                    }
+                ) || pending.iter().any(|p| p.key().key() == key.key())
+            };
+            if after(&pending) {
+                self.apply_pending(&held, &mut pending, &mut answers);
+            }
+            match work {
+                Work::Publish {
+                    header,
+                    payload: Payload::Sealed(sealed),
+                    condition,
+                } => {
                     let outcome = unwound(&key, || {
                         self.commit_locked(&held, &key, &header, sealed, &condition, &mut created)
                     });
-                    answers.push((slot, outcome));
+                    answers.push((slot, outcome.map(|c| Done::Published(Box::new(c)))));
                 }
-                Payload::Logged { staged, bytes } => {
-                    // A second publish of one key in a group is decided on
-                    // the first's rename.
-                    if logged.iter().any(|d| d.key.key() == key.key()) {
-                        self.rename_logged(&held, &mut logged, &mut answers);
-                    }
-                    match unwound(&key, || self.decide(&held, &key, &condition)) {
-                        Ok(decision) => logged.push(Decided {
+                Work::Publish {
+                    header,
+                    payload: Payload::Logged { staged, bytes },
+                    condition,
+                } => match unwound(&key, || self.decide(&held, &key, &condition)) {
+                    Ok(decision) => pending.push(Pending::Publish(Box::new(PendingPublish {
+                        key,
+                        header,
+                        staged,
+                        bytes,
+                        decision,
+                        slot,
+                    }))),
+                    Err(error) => answers.push((slot, Err(error))),
+                },
+                Work::Remove(removal) => {
+                    let dir = self.layout.versions_dir(&key);
+                    let versions = match removal {
+                        // Absent already is fine: nothing to record.
+                        Removal::Version(id) => Ok(if dir.join(&id).exists() {
+                            vec![id]
+                        } else {
+                            Vec::new()
+                        }),
+                        Removal::Every => version_ids(&dir),
+                    };
+                    match versions {
+                        Ok(versions) => pending.push(Pending::Remove {
                             key,
-                            header,
-                            staged,
-                            bytes,
-                            decision,
+                            dir,
+                            versions,
                             slot,
                         }),
                         Err(error) => answers.push((slot, Err(error))),
@@ -227,18 +336,18 @@ impl FsStore {
                 }
             }
         }
-        self.rename_logged(&held, &mut logged, &mut answers);
+        self.apply_pending(&held, &mut pending, &mut answers);
         let failed = created.sync_each(&held);
         // Answered while the turn is still held, which is what the
         // invariant in the module doc needs (`held` gives up the flock and
         // the turn together).
         for (slot, outcome) in answers {
             let outcome = match (outcome, failed.first_key_value()) {
-                (Ok((meta, _, _)), Some((dir, error))) => Err(ObjectError::Io(
+                (Ok(Done::Published(committed)), Some((dir, error))) => Err(ObjectError::Io(
                     format!(
                         "published {:?}, but a directory created in the same group could not \
                          be made durable ({}: {error}); the version may not survive a crash",
-                        meta.key,
+                        committed.0.key,
                         dir.display()
                     )
                     .into(),
@@ -248,79 +357,146 @@ impl FsStore {
             slot.put(outcome);
         }
         drop(held);
-        if self.journal.as_ref().is_some_and(|j| j.is_full()) {
-            // Its own publish is answered; the next leader waits for this.
-            if let Err(error) = self.settled() {
-                tracing::warn!(root = %self.layout.root.display(), %error, "settling a full journal failed; the next change that must settle it tries again");
-            }
+        if let Some(journal) = &self.journal
+            && let Err(error) = self.settle_if_full(journal)
+        {
+            tracing::warn!(root = %self.layout.root.display(), %error, "settling a full journal segment failed; it is settled with the rest later");
         }
     }
 
-    /// Writes the records of the journaled publishes in `logged` to the
-    /// journal in one sync, then renames each in; adds their outcomes to
-    /// `answers`.
-    fn rename_logged(&self, held: &Held<'_>, logged: &mut Vec<Decided>, answers: &mut Answers) {
-        if logged.is_empty() {
+    /// Settles this store's segment once it is full, holding the arbiter
+    /// only to retire it and to remove it: the flush between, the long
+    /// part, runs while other changes go on (into a new segment). Its
+    /// own change answered, the leader that filled the segment does this.
+    fn settle_if_full(&self, journal: &Journal) -> Result<(), ObjectError> {
+        let Some(retired) = journal.retire_if_full(&self.arbiter.lock()?) else {
+            return Ok(());
+        };
+        journal.flush()?;
+        journal.remove_retired(&self.arbiter.lock()?, &retired)
+    }
+
+    /// Writes the records of the journaled changes in `pending` to the
+    /// journal with one sync, then makes each (renames a publish in,
+    /// removes a removal's files); adds their outcomes to `answers`.
+    fn apply_pending(&self, held: &Held<'_>, pending: &mut Vec<Pending>, answers: &mut Answers) {
+        if pending.is_empty() {
             return;
         }
         let Some(journal) = &self.journal else {
-            for decided in logged.drain(..) {
+            for change in pending.drain(..) {
+                let slot = change.slot();
                 answers.push((
-                    decided.slot,
+                    slot,
                     Err(ObjectError::Io(
-                        "a journaled publish on a store without a journal".into(),
+                        "a journaled change on a store without a journal".into(),
                     )),
                 ));
             }
             return;
         };
-        let paths: Vec<String> = logged.iter().map(|d| d.decision.journal_path()).collect();
-        let entries: Vec<Entry<'_>> = logged
+        let paths: Vec<Vec<(Kind, String)>> = pending
+            .iter()
+            .map(|change| match change {
+                Pending::Publish(publish) => vec![(Kind::File, publish.decision.journal_path())],
+                Pending::Remove { key, versions, .. } => {
+                    let names = self.layout.versions_names(key);
+                    versions
+                        .iter()
+                        .map(|id| (Kind::Removal, record_path(&names, id)))
+                        .collect()
+                }
+            })
+            .collect();
+        let entries: Vec<Entry<'_>> = pending
             .iter()
             .zip(&paths)
-            .map(|(d, path)| Entry {
-                path,
-                bytes: &d.bytes,
+            .flat_map(|(change, paths)| {
+                let bytes: &[u8] = match change {
+                    Pending::Publish(publish) => &publish.bytes,
+                    Pending::Remove { .. } => &[],
+                };
+                paths.iter().map(move |(kind, path)| Entry {
+                    kind: *kind,
+                    path,
+                    bytes,
+                })
             })
             .collect();
         let synced = journal.append(held, &self.ids, &entries);
-        for decided in logged.drain(..) {
-            let Decided {
-                key,
-                header,
-                staged,
-                decision,
-                slot,
-                ..
-            } = decided;
-            let outcome = match &synced {
-                Err(error) => Err(error.clone()),
-                Ok(synced) => staged
-                    .logged(synced)
-                    .publish(
-                        held,
-                        Target {
-                            base: &self.layout.objects,
-                            dirs: &decision.dirs(),
-                            name: &decision.version_id,
-                        },
-                    )
-                    .map(|()| {
-                        (
-                            self.meta(key.key(), &decision.version_id, &header),
-                            decision.superseded,
-                            Unsynced::Journaled,
-                        )
-                    }),
+        for change in pending.drain(..) {
+            let (slot, outcome) = match change {
+                Pending::Publish(publish) => {
+                    let PendingPublish {
+                        key,
+                        header,
+                        staged,
+                        decision,
+                        slot,
+                        ..
+                    } = *publish;
+                    let outcome = match &synced {
+                        Err(error) => Err(error.clone()),
+                        Ok(synced) => staged
+                            .logged(synced)
+                            .publish(
+                                held,
+                                Target {
+                                    base: &self.layout.objects,
+                                    dirs: &decision.dirs(),
+                                    name: &decision.version_id,
+                                },
+                            )
+                            .map(|()| {
+                                Done::Published(Box::new((
+                                    self.meta(key.key(), &decision.version_id, &header),
+                                    decision.superseded,
+                                    Unsynced::Journaled,
+                                )))
+                            }),
+                    };
+                    (slot, outcome)
+                }
+                Pending::Remove {
+                    dir,
+                    versions,
+                    slot,
+                    ..
+                } => {
+                    let outcome = match &synced {
+                        Err(error) => Err(error.clone()),
+                        Ok(_) => remove_versions(&dir, &versions).map(|()| {
+                            // Not synced: an empty directory a crash
+                            // brings back holds no key.
+                            self.prune(&dir);
+                            Done::Removed
+                        }),
+                    };
+                    (slot, outcome)
+                }
             };
             if synced.is_ok() && outcome.is_err() {
-                // Its record is durable but its file is not in place: the
-                // segment must be read back before the next decision.
+                // Its record is durable but the filesystem does not show
+                // it: the segment must be read back before the next
+                // decision.
                 journal.abandon();
             }
             answers.push((slot, outcome));
         }
     }
+}
+
+/// Removes each of `versions` from `dir`; one already gone is fine.
+fn remove_versions(dir: &Path, versions: &[String]) -> Result<(), ObjectError> {
+    for id in versions {
+        let path = dir.join(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(super::io_error("deleting", &path, e)),
+        }
+    }
+    Ok(())
 }
 
 /// `work`'s outcome, or `Io` if it panicked (under the arbiter, where a

@@ -216,3 +216,84 @@ fn a_segment_is_settled_once_it_is_full() {
         assert_eq!(body_of(&store, &format!("k/{n}")).unwrap(), body);
     }
 }
+
+#[test]
+fn a_delete_marker_a_crash_lost_is_restored_so_the_key_stays_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), true);
+    create(&store, "k", b"before the delete");
+    block_on(store.delete("k")).unwrap();
+    let marker = newest_file(&store, "k");
+    drop(store);
+    std::fs::remove_file(&marker).unwrap();
+    let store = open(dir.path(), true);
+    assert!(matches!(
+        body_of(&store, "k"),
+        Err(ObjectError::NotFound(_))
+    ));
+}
+
+#[test]
+fn a_removal_a_crash_undid_is_made_again_when_the_store_is_opened() {
+    for versioned in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), versioned);
+        let meta = put(&store, "k", b"removed", &PutCondition::Unconditional).unwrap();
+        let file = newest_file(&store, "k");
+        let bytes = std::fs::read(&file).unwrap();
+        if versioned {
+            let id = meta.version_id.unwrap();
+            block_on(store.delete_version("k", &id)).unwrap();
+        } else {
+            block_on(store.delete("k")).unwrap();
+        }
+        assert!(!file.exists());
+        drop(store);
+        // The unlink and the pruning never reached the disk.
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, bytes).unwrap();
+        let store = open(dir.path(), versioned);
+        assert!(
+            matches!(body_of(&store, "k"), Err(ObjectError::NotFound(_))),
+            "versioned: {versioned}"
+        );
+        let notes = block_on(store.bootstrap("")).unwrap().notes;
+        assert!(
+            notes.iter().any(|n| n.contains("redid 1 removal(s)")),
+            "{notes:?}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_publishes_and_removals_share_the_journal_and_each_gets_its_own_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    std::thread::scope(|scope| {
+        for writer in 0..8 {
+            let store = &store;
+            scope.spawn(move || {
+                for n in 0..20 {
+                    let key = format!("w{writer}/{n}");
+                    create(store, &key, key.as_bytes());
+                    if n % 2 == 0 {
+                        block_on(store.delete(&key)).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    drop(store);
+    let store = open(dir.path(), false);
+    for writer in 0..8 {
+        for n in 0..20 {
+            let key = format!("w{writer}/{n}");
+            let got = body_of(&store, &key);
+            if n % 2 == 0 {
+                assert!(matches!(got, Err(ObjectError::NotFound(_))), "{key}");
+            } else {
+                assert_eq!(got.unwrap(), key.as_bytes());
+            }
+        }
+    }
+}

@@ -50,7 +50,7 @@
 //! - Unix only (`pread`, directory fsync), on a local, case-sensitive
 //!   filesystem.
 //!
-//! Syncs per `put_whole` of a body up to `journal`'s 256 KiB on a format 3
+//! Syncs per `put_whole` of a body up to `journal`'s 16 KiB on a format 3
 //! store: **one**, of the journal segment, shared by every publish of
 //! the group (`journal`). Otherwise, and on format 1 and 2 stores:
 //! **2** when the key already has a version
@@ -71,6 +71,9 @@
 //! the syncs made under the arbiter no longer grow one by one with the
 //! writers waiting for it. A
 //! precondition refusal syncs the directory it was judged on first.
+//! A delete (a key's versions on an unversioned store, one version, or
+//! a delete marker) on a format 3 store is a journal record too, in the
+//! same shared sync; otherwise it syncs the key's version directory.
 //! Removing superseded versions on an unversioned store is not fsynced:
 //! undoing it in a crash is harmless (see above). The body is written
 //! from the caller's buffer as is: no copy.

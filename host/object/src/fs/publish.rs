@@ -11,9 +11,8 @@ use crate::{
 
 use super::durable::{NewDirs, Payload, Sealed, Staged, Target, Unsynced};
 use super::ids::version_seq;
-use super::journal;
+use super::journal::{self, Removal};
 use super::layout::KeyPath;
-use super::layout::OBJECTS;
 use super::lock::Held;
 use super::syncer::{fsync_dir, sync_dir};
 use super::version_file::{BLOCK_SIZE, BlockCrcs, Header, VersionFile, checksums};
@@ -53,7 +52,7 @@ impl Decision {
     /// The file's path below the root, `/`-separated, for its journal
     /// record.
     pub fn journal_path(&self) -> String {
-        format!("{OBJECTS}/{}/{}", self.names.join("/"), self.version_id)
+        journal::record_path(&self.names, &self.version_id)
     }
 }
 
@@ -426,9 +425,19 @@ impl FsStore {
                 content_md5: None,
             };
             let mut staged = Staged::create(&self.layout, &self.ids)?;
-            staged.write(&header.encode())?;
-            self.publish_staged(&key, header, staged, &PutCondition::Unconditional)?;
+            let bytes = header.encode();
+            staged.write(&bytes)?;
+            let payload = if self.journal.is_some() {
+                // A header alone: as small as a publish gets.
+                Payload::Logged { staged, bytes }
+            } else {
+                Payload::Sealed(staged.seal()?)
+            };
+            self.publish_grouped(&key, header, payload, &PutCondition::Unconditional)?;
             return Ok(());
+        }
+        if self.journal.is_some() {
+            return self.remove_grouped(&key, Removal::Every);
         }
         let dir = self.layout.versions_dir(&key);
         {
@@ -455,6 +464,9 @@ impl FsStore {
         if version_seq(version_id).is_none() {
             // Names no file this store can have written.
             return Ok(());
+        }
+        if self.journal.is_some() {
+            return self.remove_grouped(&key, Removal::Version(version_id.to_owned()));
         }
         let dir = self.layout.versions_dir(&key);
         let path = dir.join(version_id);

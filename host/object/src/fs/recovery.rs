@@ -271,8 +271,9 @@ impl FsStore {
             let held = self.arbiter.lock()?;
             let settled = self.settle_journal(journal, &held, Keep::Nothing)?;
             notes.push(format!(
-                "recovery: settled the journal: read {} segment(s), restored {} publish(es)",
-                settled.read, settled.restored
+                "recovery: settled the journal: read {} segment(s), restored {} publish(es), \
+                 redid {} removal(s)",
+                settled.read, settled.restored, settled.removed
             ));
         }
         let mut superseded = 0;

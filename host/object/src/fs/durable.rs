@@ -227,11 +227,17 @@ impl Staged {
 impl Logged {
     /// Renames the file to `target`, creating any missing directories on
     /// the way, and syncs nothing: the journal's record restores the file
-    /// and its directories after a crash. The arbiter must be held.
-    pub fn publish(mut self, _held: &Held<'_>, target: Target<'_>) -> Result<(), ObjectError> {
-        // Their names need no sync either (above).
-        let mut created = NewDirs::default();
-        let (dir, _) = create_dirs(target.base, target.dirs, &mut created)?;
+    /// and its directories after a crash. The arbiter must be held. The
+    /// directories whose entries it created are added to `created`: a
+    /// synced publish that lands below one must have it synced first
+    /// (`journal`).
+    pub fn publish(
+        mut self,
+        _held: &Held<'_>,
+        target: Target<'_>,
+        created: &mut NewDirs,
+    ) -> Result<(), ObjectError> {
+        let (dir, _) = create_dirs(target.base, target.dirs, created)?;
         let destination = dir.join(target.name);
         std::fs::rename(&self.0.path, &destination)
             .map_err(|e| io_error("publishing", &destination, e))?;
@@ -289,6 +295,11 @@ impl Sealed {
 pub(super) struct NewDirs(BTreeSet<PathBuf>);
 
 impl NewDirs {
+    /// Adds `dirs`.
+    pub fn extend(&mut self, dirs: impl IntoIterator<Item = PathBuf>) {
+        self.0.extend(dirs);
+    }
+
     /// The directories to sync, each once, in path order.
     pub fn iter(&self) -> impl Iterator<Item = &Path> {
         self.0.iter().map(PathBuf::as_path)

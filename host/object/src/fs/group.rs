@@ -13,14 +13,17 @@
 //! directory outside the arbiter, as a lone publish does (`durable`;
 //! one the publish created has had its sync running since the rename).
 //!
-//! On a store with a journal, a group's small whole publishes skip the
-//! file and directory syncs: the leader decides them in queue order,
-//! writes all their records to the journal with one sync, and then
-//! renames them in (`journal`). A publish that must see one of them on
-//! disk to be decided (a second publish of the same key, or a synced one
-//! later in the queue) has them written and renamed in first. Before it
-//! decides anything the leader settles whatever segments another writer
-//! left, and the whole journal if the group holds a synced publish.
+//! On a store with a journal, a group's small whole publishes and its
+//! deletes skip the file and directory syncs: the leader decides them in
+//! queue order, writes all their records to the journal with one sync,
+//! and then renames the files in and unlinks the removed ones
+//! (`journal`). A change that must see one of them on disk to be decided
+//! (a later change of the same key, or a synced publish later in the
+//! queue) has them written and made first. Before it decides anything
+//! the leader settles whatever segments another writer left, and before
+//! a synced publish it syncs, with the group's new directories, those
+//! the journaled changes created. After answering, the leader that
+//! filled its segment settles it.
 //!
 //! Why this keeps every guarantee of one publish at a time:
 //! - **Decisions.** The publishes of a group are decided one after
@@ -249,20 +252,9 @@ impl FsStore {
             }
         };
         if let Some(journal) = &self.journal {
-            // A synced publish must not build on what only the journal
-            // holds; no decision may miss a record another writer left
-            // unrenamed (`journal`).
-            let synced = jobs.iter().any(|j| {
-                matches!(
-                    j.work,
-                    Work::Publish {
-                        payload: Payload::Sealed(_),
-                        ..
-                    }
-                )
-            });
-            let keep = if synced { Keep::Nothing } else { Keep::Own };
-            if let Err(error) = self.settle_journal(journal, &held, keep) {
+            // No decision may miss a record another writer left unmade
+            // (`journal`).
+            if let Err(error) = self.settle_journal(journal, &held, Keep::Own) {
                 for job in jobs {
                     job.slot.put(Err(error.clone()));
                 }
@@ -293,6 +285,12 @@ impl FsStore {
                     payload: Payload::Sealed(sealed),
                     condition,
                 } => {
+                    // It may land below a directory only the journal
+                    // made durable so far: synced with the group's own
+                    // new directories, before anyone is answered.
+                    if let Some(journal) = &self.journal {
+                        created.extend(journal.take_new_dirs(&held));
+                    }
                     let outcome = unwound(&key, || {
                         self.commit_locked(&held, &key, &header, sealed, &condition, &mut created)
                     });
@@ -338,6 +336,10 @@ impl FsStore {
         }
         self.apply_pending(&held, &mut pending, &mut answers);
         let failed = created.sync_each(&held);
+        if let Some(journal) = &self.journal {
+            // To be synced by the next synced publish (or settle).
+            journal.note_new_dirs(failed.keys().cloned());
+        }
         // Answered while the turn is still held, which is what the
         // invariant in the module doc needs (`held` gives up the flock and
         // the turn together).
@@ -435,6 +437,7 @@ impl FsStore {
                         slot,
                         ..
                     } = *publish;
+                    let mut created = NewDirs::default();
                     let outcome = match &synced {
                         Err(error) => Err(error.clone()),
                         Ok(synced) => staged
@@ -446,6 +449,7 @@ impl FsStore {
                                     dirs: &decision.dirs(),
                                     name: &decision.version_id,
                                 },
+                                &mut created,
                             )
                             .map(|()| {
                                 Done::Published(Box::new((
@@ -455,6 +459,7 @@ impl FsStore {
                                 )))
                             }),
                     };
+                    journal.note_new_dirs(created.iter().map(Path::to_path_buf));
                     (slot, outcome)
                 }
                 Pending::Remove {

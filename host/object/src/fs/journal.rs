@@ -29,15 +29,19 @@
 //!   journal can restore (or remove again), and a crash never leaves a
 //!   visible version with unsynced bytes nobody can repair.
 //! - **Nothing the journal holds is removed or built upon behind its
-//!   back.** Every change that does not go through the journal (a large
-//!   or streamed publish, a multipart call, recovery) settles the journal
-//!   first, under the arbiter ([`super::FsStore::settled`]). Otherwise a
-//!   restore after a crash could bring back a version removed meanwhile,
-//!   or a synced publish could land in a directory whose own name a crash
-//!   loses. The one exception is the removal of versions an unversioned
-//!   publish superseded: restoring one of those brings back an older
-//!   version, which reads ignore and the next publish or open removes, as
-//!   after a crash before that removal.
+//!   back.** A synced publish may land below a directory a journaled
+//!   change created, whose name only the journal makes durable, so its
+//!   group first syncs every directory that gained such an entry (this
+//!   store notes them; another writer's segments are settled anyway,
+//!   below). Every other change that does not go through the journal (a
+//!   multipart call, recovery's sweep) settles the journal first, under
+//!   the arbiter ([`super::FsStore::settled`]). Otherwise a restore after
+//!   a crash could bring back a version removed meanwhile, or a synced
+//!   publish could be lost with a directory whose own name a crash loses.
+//!   The one exception is the removal of versions an unversioned publish
+//!   superseded: restoring one of those brings back an older version,
+//!   which reads ignore and the next publish or open removes, as after a
+//!   crash before that removal.
 //! - **No decision is made while a record may be missing from the
 //!   filesystem.** A segment not being appended to by this store (another
 //!   process's, a crashed one's, or this store's own after a rename or
@@ -68,6 +72,7 @@
 //! the whole filesystem the store is on: on a filesystem shared with
 //! other busy writers a settle also waits for their dirty pages.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -95,6 +100,10 @@ pub(super) const MAX_BODY: usize = 16 * 1024;
 /// Bytes a segment holds before it is settled: what a restore reads per
 /// writer at most, and how much publishing may wait in the page cache.
 pub(super) const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
+/// Zeros written past a segment's records when they reach the end of
+/// what was written: one sync in this many bytes of records changes the
+/// segment's size.
+const ZEROS_AHEAD: u64 = 1024 * 1024;
 /// What starts every record.
 const MAGIC: [u8; 4] = *b"cjr1";
 /// Magic, payload length (u32) and the payload's CRC-64/NVME (u64). The
@@ -171,7 +180,10 @@ pub(super) struct Settled {
 struct Segment {
     file: File,
     path: PathBuf,
+    /// Bytes of records.
     len: u64,
+    /// Bytes written so far, records and the zeros after them.
+    written: u64,
 }
 
 /// This store's segments: the one it appends to, and full ones whose
@@ -197,6 +209,10 @@ pub(super) struct Journal {
     root: PathBuf,
     dir: PathBuf,
     own: Mutex<Own>,
+    /// Directories that gained an entry for a directory this store's
+    /// journaled changes created, not synced since: only the journal
+    /// makes those names durable (see the module doc).
+    new_dirs: Mutex<BTreeSet<PathBuf>>,
 }
 
 /// Whose segments a settle removes.
@@ -215,6 +231,7 @@ impl Journal {
             root,
             dir,
             own: Mutex::new(Own::default()),
+            new_dirs: Mutex::default(),
         }
     }
 
@@ -249,6 +266,15 @@ impl Journal {
             Some(segment) => segment,
             None => own.segment.insert(self.create(ids)?),
         };
+        let end = segment.len + buffer.len() as u64;
+        // Zeros past the records, written with them now and then, so
+        // that most syncs change the file's data and not its size (a sync
+        // that changes the size writes the inode too). Zeros end a
+        // segment as a torn record does: no record starts with them.
+        if end > segment.written {
+            let zeros = (end - segment.len).max(ZEROS_AHEAD) as usize;
+            buffer.resize(buffer.len() + zeros, 0);
+        }
         let written = segment
             .file
             .write_all_at(&buffer, segment.len)
@@ -258,7 +284,8 @@ impl Journal {
             own.segment = None;
             return Err(io_error("appending to journal segment", &path, e));
         }
-        segment.len += buffer.len() as u64;
+        segment.written = segment.written.max(segment.len + buffer.len() as u64);
+        segment.len = end;
         Ok(Synced(()))
     }
 
@@ -272,7 +299,24 @@ impl Journal {
             .open(&path)
             .map_err(|e| io_error("creating journal segment", &path, e))?;
         fsync_dir(&self.dir)?;
-        Ok(Segment { file, path, len: 0 })
+        Ok(Segment {
+            file,
+            path,
+            len: 0,
+            written: 0,
+        })
+    }
+
+    /// Notes `dirs`, which journaled changes gave new directories.
+    pub fn note_new_dirs(&self, dirs: impl IntoIterator<Item = PathBuf>) {
+        lock(&self.new_dirs).extend(dirs);
+    }
+
+    /// The directories noted since they were last taken or the journal
+    /// was settled, for a synced publish to sync before it is answered;
+    /// whoever takes them notes back any it could not sync.
+    pub fn take_new_dirs(&self, _held: &Held<'_>) -> BTreeSet<PathBuf> {
+        std::mem::take(&mut *lock(&self.new_dirs))
     }
 
     /// Stops appending to this store's segment (a change after its sync
@@ -370,6 +414,9 @@ impl Journal {
         self.flush()?;
         if keep == Keep::Nothing {
             *own = Own::default();
+            // The flush made every directory durable, and nothing can
+            // have been created since: the arbiter is held.
+            lock(&self.new_dirs).clear();
         }
         others.append(&mut mine);
         self.remove_segments(&others)?;
@@ -414,7 +461,7 @@ impl Journal {
                 checked.push((entry, names));
             }
         }
-        let mut removed = std::collections::BTreeSet::new();
+        let mut removed = BTreeSet::new();
         for (entry, _) in checked.iter().filter(|(e, _)| e.kind == Kind::Removal) {
             removed.insert(entry.path);
             let path = self.root.join(entry.path);

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{BootstrapReport, ObjectError};
 
-use super::durable::{Staged, Target};
+use super::durable::{NewDirs, Staged, Target};
 use super::ids::is_upload_id;
 use super::journal::{Journal, Keep, Settled};
 use super::layout::{Format, Layout, Spelling};
@@ -249,6 +249,7 @@ impl FsStore {
         journal.settle(held, keep, |lost, synced| {
             let mut staged = Staged::create(&self.layout, &self.ids)?;
             staged.write(lost.bytes)?;
+            // The settle's flush makes its directories durable.
             staged.logged(synced).publish(
                 held,
                 Target {
@@ -256,6 +257,7 @@ impl FsStore {
                     dirs: lost.dirs,
                     name: lost.name,
                 },
+                &mut NewDirs::default(),
             )
         })
     }

@@ -1068,7 +1068,7 @@ fn concurrent_deletes_of_keys_under_one_prefix_leave_nothing_behind() {
 }
 
 /// The directories under `root` fsynced so far.
-fn synced_under(root: &Path) -> Vec<PathBuf> {
+pub(super) fn synced_under(root: &Path) -> Vec<PathBuf> {
     super::syncer::SYNCED
         .lock()
         .unwrap()

@@ -34,7 +34,9 @@
 //!   were served two publishes at a time. Reads stay inline: they are
 //!   page-cache reads with no sync or lock, and a hand-off to the pool
 //!   (~25 µs here) would cost more than a small GET itself. Outside a
-//!   runtime every call runs inline. None holds a lock across an `.await`.
+//!   runtime, and on a thread marked with [`on_blocking_thread`] (a
+//!   plugin's step), every call runs inline. None holds a lock across an
+//!   `.await`.
 //! - Reads take no lock. Published files are immutable, so a reader that
 //!   opened a version keeps reading exactly that version even if it is
 //!   replaced or deleted meanwhile; a version that vanishes between
@@ -155,6 +157,31 @@ impl std::fmt::Debug for FsStore {
     }
 }
 
+thread_local! {
+    /// Whether this thread may block (see [`on_blocking_thread`]).
+    static MAY_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `work` with this thread marked as one that may block: a
+/// filesystem store called on it makes its blocking calls (syncs, the
+/// arbiter) inline, as it does outside a runtime, instead of handing them
+/// to tokio's blocking pool and waiting. For threads already off the
+/// runtime's workers, such as a blocking-pool thread running a plugin's
+/// step, where the hand-off only adds two context switches and a wake-up
+/// per call. A call made so runs to its end before a caller's timeout
+/// around it can fire.
+pub fn on_blocking_thread<T>(work: impl FnOnce() -> T) -> T {
+    /// Puts the mark back as it was, even if `work` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MAY_BLOCK.set(self.0);
+        }
+    }
+    let _restore = Restore(MAY_BLOCK.replace(true));
+    work()
+}
+
 /// An I/O error, with what was being done to which path.
 fn io_error(doing: &str, path: &Path, error: std::io::Error) -> ObjectError {
     ObjectError::Io(Detail::caused_by(
@@ -252,7 +279,7 @@ impl FsStore {
         work: impl FnOnce(Self) -> Result<T, ObjectError> + Send + 'static,
     ) -> Result<T, ObjectError> {
         let store = self.clone();
-        if tokio::runtime::Handle::try_current().is_err() {
+        if tokio::runtime::Handle::try_current().is_err() || MAY_BLOCK.get() {
             return work(store);
         }
         match tokio::task::spawn_blocking(move || work(store)).await {

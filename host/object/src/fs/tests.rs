@@ -1141,3 +1141,33 @@ fn concurrent_first_publishes_each_have_their_version_directory_synced() {
         }
     }
 }
+
+#[test]
+fn a_thread_marked_as_one_that_may_block_publishes_inline_without_the_blocking_pool() {
+    // One blocking thread at most: a publish handed to the pool from the
+    // pool's only thread would wait for it forever.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let store = FsStore::temporary(true);
+    let handle = runtime.handle().clone();
+    let publish = runtime.spawn_blocking(move || {
+        super::on_blocking_thread(|| {
+            let body = Bytes::from_static(b"inline");
+            let crc = crc64_nvme(&body);
+            let none = PutCondition::IfNoneMatchAny;
+            handle.block_on(store.put_whole("k", body, &none, &Metadata::new(), crc))
+        })
+    });
+    let done = runtime.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(20), publish).await
+    });
+    runtime.shutdown_background();
+    assert!(
+        matches!(done, Ok(Ok(Ok(_)))),
+        "the publish waited for a blocking thread it was itself on"
+    );
+}

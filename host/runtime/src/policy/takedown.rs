@@ -666,7 +666,11 @@ impl TimerHandler for TakedownHandler {
         let policy = self.policy.clone();
         let owned = timer.clone();
         let (answer, blamed) = tokio::task::spawn_blocking(move || {
-            crate::blame::watch(|| policy.step(call, &owned, now_ms))
+            // Off the runtime's workers already: the stores it calls
+            // block here rather than on yet another thread.
+            custodian_object::fs::on_blocking_thread(|| {
+                crate::blame::watch(|| policy.step(call, &owned, now_ms))
+            })
         })
         .await
         .map_err(|e| StepFailure::new(format!("the step's thread failed: {e}")))?;

@@ -34,7 +34,7 @@
 //!   were served two publishes at a time. Reads stay inline: they are
 //!   page-cache reads with no sync or lock, and a hand-off to the pool
 //!   (~25 µs here) would cost more than a small GET itself. Outside a
-//!   runtime, and on a thread marked with [`on_blocking_thread`] (a
+//!   runtime, and on a thread marked with [`on_blocking_thread`](crate::fs::on_blocking_thread) (a
 //!   plugin's step), every call runs inline. None holds a lock across an
 //!   `.await`.
 //! - Reads take no lock. Published files are immutable, so a reader that

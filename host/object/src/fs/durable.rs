@@ -79,6 +79,25 @@ struct StagingFile {
     published: bool,
 }
 
+impl StagingFile {
+    /// Renames the file to `target`, creating missing directories on the
+    /// way (their parents added to `created`); the target's directory,
+    /// and whether this created it. From then on the file is published,
+    /// not ours to delete.
+    fn rename_to(
+        &mut self,
+        target: Target<'_>,
+        created: &mut NewDirs,
+    ) -> Result<(PathBuf, bool), ObjectError> {
+        let (dir, made) = create_dirs(target.base, target.dirs, created)?;
+        let destination = dir.join(target.name);
+        std::fs::rename(&self.path, &destination)
+            .map_err(|e| io_error("publishing", &destination, e))?;
+        self.published = true;
+        Ok((dir, made))
+    }
+}
+
 impl Drop for StagingFile {
     fn drop(&mut self) {
         if !self.published {
@@ -237,12 +256,7 @@ impl Logged {
         target: Target<'_>,
         created: &mut NewDirs,
     ) -> Result<(), ObjectError> {
-        let (dir, _) = create_dirs(target.base, target.dirs, created)?;
-        let destination = dir.join(target.name);
-        std::fs::rename(&self.0.path, &destination)
-            .map_err(|e| io_error("publishing", &destination, e))?;
-        self.0.published = true;
-        Ok(())
+        self.0.rename_to(target, created).map(drop)
     }
 }
 
@@ -268,15 +282,10 @@ impl Sealed {
         target: Target<'_>,
         created: &mut NewDirs,
     ) -> Result<Unsynced, ObjectError> {
-        let (dir, made) = create_dirs(target.base, target.dirs, created)?;
-        let destination = dir.join(target.name);
-        std::fs::rename(&self.0.path, &destination)
-            .map_err(|e| io_error("publishing", &destination, e))?;
-        // Published: from here on the file is not ours to delete. If the
-        // directory's fsync fails, the version is visible but may not
-        // survive a crash; the caller gets `Io` and must treat the outcome
-        // as unknown, as after a timed-out PUT to S3.
-        self.0.published = true;
+        // If the directory's fsync fails, the version is visible but may
+        // not survive a crash; the caller gets `Io` and must treat the
+        // outcome as unknown, as after a timed-out PUT to S3.
+        let (dir, made) = self.0.rename_to(target, created)?;
         if made {
             // Side by side with its parent's sync (module doc).
             return Ok(Unsynced::Started(syncer::start(dir)));

@@ -56,18 +56,18 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 #[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::{ObjectError, ObjectMeta, PutCondition};
 
-use super::FsStore;
 use super::durable::{NewDirs, Payload, Staged, Target, Unsynced};
 use super::journal::{Entry, Journal, Keep, Kind, Removal, record_path};
 use super::layout::KeyPath;
 use super::lock::{Held, Turn};
-use super::publish::{Decision, Superseded};
+use super::publish::{Decision, Superseded, remove_versions};
 use super::version_file::Header;
 use super::versions::version_ids;
+use super::{FsStore, locked};
 
 /// What a grouped publish gets back: the published version, what it
 /// superseded, and its version directory to sync.
@@ -160,18 +160,12 @@ struct Slot(Mutex<Option<Result<Done, ObjectError>>>);
 
 impl Slot {
     fn put(&self, outcome: Result<Done, ObjectError>) {
-        *lock(&self.0) = Some(outcome);
+        *locked(&self.0) = Some(outcome);
     }
 
     fn take(&self) -> Option<Result<Done, ObjectError>> {
-        lock(&self.0).take()
+        locked(&self.0).take()
     }
-}
-
-/// Locks a mutex whose data stays consistent at every step (a queue, a
-/// slot), so a panic elsewhere does not make it unusable.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl FsStore {
@@ -218,7 +212,7 @@ impl FsStore {
     /// one else does.
     fn grouped(&self, key: &KeyPath, work: Work) -> Result<Done, ObjectError> {
         let slot = Arc::new(Slot::default());
-        lock(&self.queue.waiting).push(Job {
+        locked(&self.queue.waiting).push(Job {
             key: key.clone(),
             work,
             slot: Arc::clone(&slot),
@@ -228,7 +222,7 @@ impl FsStore {
             return outcome;
         }
         // Still queued (see the module doc): lead.
-        let jobs = std::mem::take(&mut *lock(&self.queue.waiting));
+        let jobs = std::mem::take(&mut *locked(&self.queue.waiting));
         #[cfg(test)]
         self.queue.largest.fetch_max(jobs.len(), Ordering::Relaxed);
         self.lead(turn, jobs);
@@ -489,19 +483,6 @@ impl FsStore {
             answers.push((slot, outcome));
         }
     }
-}
-
-/// Removes each of `versions` from `dir`; one already gone is fine.
-fn remove_versions(dir: &Path, versions: &[String]) -> Result<(), ObjectError> {
-    for id in versions {
-        let path = dir.join(id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(super::io_error("deleting", &path, e)),
-        }
-    }
-    Ok(())
 }
 
 /// `work`'s outcome, or `Io` if it panicked (under the arbiter, where a

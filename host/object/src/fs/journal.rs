@@ -76,17 +76,17 @@ use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use custodian_base::checksum::crc64_nvme;
 
 use crate::ObjectError;
 
 use super::ids::Ids;
-use super::io_error;
 use super::layout::OBJECTS;
 use super::lock::Held;
 use super::syncer::fsync_dir;
+use super::{io_error, locked};
 
 /// Largest body a publish sends through the journal. Larger ones sync
 /// their own file as before. The journal saves a sync's fixed cost but
@@ -254,7 +254,7 @@ impl Journal {
         for entry in entries {
             encode(entry, &mut buffer)?;
         }
-        let mut own = lock(&self.own);
+        let mut own = locked(&self.own);
         // Another process's settle may have removed it: appending to an
         // unlinked file would be appending to nothing.
         if let Some(segment) = own.segment.as_ref()
@@ -309,20 +309,20 @@ impl Journal {
 
     /// Notes `dirs`, which journaled changes gave new directories.
     pub fn note_new_dirs(&self, dirs: impl IntoIterator<Item = PathBuf>) {
-        lock(&self.new_dirs).extend(dirs);
+        locked(&self.new_dirs).extend(dirs);
     }
 
     /// The directories noted since they were last taken or the journal
     /// was settled, for a synced publish to sync before it is answered;
     /// whoever takes them notes back any it could not sync.
     pub fn take_new_dirs(&self, _held: &Held<'_>) -> BTreeSet<PathBuf> {
-        std::mem::take(&mut *lock(&self.new_dirs))
+        std::mem::take(&mut *locked(&self.new_dirs))
     }
 
     /// Stops appending to this store's segment (a change after its sync
     /// failed): the next settle reads it back like any other.
     pub fn abandon(&self) {
-        lock(&self.own).segment = None;
+        locked(&self.own).segment = None;
     }
 
     /// Retires this store's segment if it holds [`SEGMENT_BYTES`]: every
@@ -331,7 +331,7 @@ impl Journal {
     /// ([`Journal::remove_retired`]). Later changes go to a new segment.
     /// The retired segment, if one was.
     pub fn retire_if_full(&self, _held: &Held<'_>) -> Option<PathBuf> {
-        let mut own = lock(&self.own);
+        let mut own = locked(&self.own);
         if own.segment.as_ref().is_none_or(|s| s.len < SEGMENT_BYTES) {
             return None;
         }
@@ -357,7 +357,7 @@ impl Journal {
     /// a flush since has made durable (another settle may have removed it
     /// already).
     pub fn remove_retired(&self, _held: &Held<'_>, retired: &Path) -> Result<(), ObjectError> {
-        lock(&self.own).retired.retain(|r| r != retired);
+        locked(&self.own).retired.retain(|r| r != retired);
         self.remove_segments(&[retired.to_path_buf()])
     }
 
@@ -385,7 +385,7 @@ impl Journal {
         keep: Keep,
         restore: impl FnMut(Lost<'_>, &Synced) -> Result<(), ObjectError>,
     ) -> Result<Settled, ObjectError> {
-        let mut own = lock(&self.own);
+        let mut own = locked(&self.own);
         let mut others = Vec::new();
         let mut mine = Vec::new();
         let entries =
@@ -416,7 +416,7 @@ impl Journal {
             *own = Own::default();
             // The flush made every directory durable, and nothing can
             // have been created since: the arbiter is held.
-            lock(&self.new_dirs).clear();
+            locked(&self.new_dirs).clear();
         }
         others.append(&mut mine);
         self.remove_segments(&others)?;
@@ -567,11 +567,6 @@ fn decode_one(bytes: &[u8]) -> Option<(Entry<'_>, &[u8])> {
         bytes: &payload[PAYLOAD_HEADER + path_len..],
     };
     Some((entry, &bytes[RECORD_HEADER + len..]))
-}
-
-/// Locks a mutex whose data stays consistent at every step.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -182,6 +182,15 @@ pub fn on_blocking_thread<T>(work: impl FnOnce() -> T) -> T {
     work()
 }
 
+/// Locks a mutex whose data stays consistent at every step (a queue, a
+/// slot, a count, a list of segments), so a panic elsewhere does not make
+/// it unusable.
+fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// An I/O error, with what was being done to which path.
 fn io_error(doing: &str, path: &Path, error: std::io::Error) -> ObjectError {
     ObjectError::Io(Detail::caused_by(

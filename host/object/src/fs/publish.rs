@@ -442,14 +442,7 @@ impl FsStore {
         let dir = self.layout.versions_dir(&key);
         {
             let _held = self.settled()?;
-            for id in version_ids(&dir)? {
-                let path = dir.join(id);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_error("deleting", &path, e)),
-                }
-            }
+            remove_versions(&dir, &version_ids(&dir)?)?;
         }
         self.settle_removal(&dir)
     }
@@ -550,6 +543,19 @@ impl FsStore {
             }
         }
     }
+}
+
+/// Removes each of `versions` from `dir`; one already gone is fine.
+pub(super) fn remove_versions(dir: &Path, versions: &[String]) -> Result<(), ObjectError> {
+    for id in versions {
+        let path = dir.join(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("deleting", &path, e)),
+        }
+    }
+    Ok(())
 }
 
 /// Whether `error` says a path is no longer there (or a component of it

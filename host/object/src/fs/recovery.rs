@@ -80,11 +80,7 @@ pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), Object
     let arbiter = Arbiter::open(&layout.lock)?;
     let held = arbiter.lock()?;
     for dir in [&layout.objects, &layout.staging, &layout.uploads] {
-        match std::fs::create_dir(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_error("creating", dir, e)),
-        }
+        make_dir(dir)?;
     }
     match std::fs::read(&layout.format) {
         Ok(bytes) => {
@@ -101,20 +97,16 @@ pub(super) fn prepare(layout: &mut Layout, versioned: bool) -> Result<(), Object
             let format = check_format(layout, &bytes, versioned)?;
             layout.spelling = format.spelling;
             layout.journaled = format.journaled;
-            if format.journaled {
-                // Made with the store; missing only if removed by hand.
-                create_dir(&layout.journal, root)?;
+            // Made with the store; missing only if removed by hand.
+            if format.journaled && make_dir(&layout.journal)? {
+                fsync_dir(root)?;
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // A new store: the directories first (durably), then the
             // record that says the store exists.
-            match std::fs::create_dir(&layout.journal) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_error("creating", &layout.journal, e)),
-            }
+            make_dir(&layout.journal)?;
             fsync_dir(root)?;
             let record = Record {
                 format: Format::NEW.number(),
@@ -169,11 +161,12 @@ pub(super) fn recorded_mode(root: &Path) -> Result<Option<bool>, ObjectError> {
     }
 }
 
-/// Creates directory `dir` (in `parent`) durably if it is missing.
-fn create_dir(dir: &Path, parent: &Path) -> Result<(), ObjectError> {
+/// Creates directory `dir` if it is missing (not durably: the caller
+/// syncs its parent); whether it did.
+fn make_dir(dir: &Path) -> Result<bool, ObjectError> {
     match std::fs::create_dir(dir) {
-        Ok(()) => fsync_dir(parent),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(io_error("creating", dir, e)),
     }
 }

@@ -23,11 +23,11 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use crate::ObjectError;
 
-use super::io_error;
+use super::{io_error, locked};
 
 /// Helper threads per process. Syncs of different directories overlap
 /// on the device; beyond a handful the waits gain little more on this
@@ -52,9 +52,9 @@ impl Batch {
     fn work(&self) {
         while let Some(dir) = self.dirs.get(self.next.fetch_add(1, Ordering::Relaxed)) {
             if let Err(error) = fsync_dir(dir) {
-                lock(&self.failed).insert(dir.clone(), error);
+                locked(&self.failed).insert(dir.clone(), error);
             }
-            *lock(&self.finished) += 1;
+            *locked(&self.finished) += 1;
             self.all_finished.notify_all();
         }
     }
@@ -62,7 +62,7 @@ impl Batch {
     /// Waits until every claimed sync has returned (the caller's own
     /// `work` has claimed the rest, so none is left unclaimed).
     fn wait(&self) {
-        let mut finished = lock(&self.finished);
+        let mut finished = locked(&self.finished);
         while *finished < self.dirs.len() {
             finished = self
                 .all_finished
@@ -104,7 +104,7 @@ fn helper(receiver: &Mutex<Receiver<Arc<Batch>>>) {
     loop {
         // Held only while waiting for the next batch: the helper that
         // has it takes the next entry, the others wait for the lock.
-        let batch = match lock(receiver).recv() {
+        let batch = match locked(receiver).recv() {
             Ok(batch) => batch,
             Err(_) => return,
         };
@@ -156,7 +156,7 @@ impl Pending {
         if helpers > 0
             && let Some(pool) = pool()
         {
-            let sender = lock(&pool.sender);
+            let sender = locked(&pool.sender);
             for _ in 0..helpers {
                 // A helper that gets it after the waiter has claimed the
                 // last directory finds nothing to do and goes on.
@@ -174,7 +174,7 @@ impl Pending {
     pub fn wait(self) -> BTreeMap<PathBuf, ObjectError> {
         self.0.work();
         self.0.wait();
-        std::mem::take(&mut *lock(&self.0.failed))
+        std::mem::take(&mut *locked(&self.0.failed))
     }
 }
 
@@ -184,13 +184,6 @@ pub(super) fn first_failure(failed: BTreeMap<PathBuf, ObjectError>) -> Result<()
         Some(error) => Err(error),
         None => Ok(()),
     }
-}
-
-/// Locks a mutex whose data stays consistent at every step (a count, a
-/// map of failures, a queue), so a panic elsewhere does not make it
-/// unusable.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// fsyncs a directory, making the names in it durable.
@@ -203,7 +196,7 @@ pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
 pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir).and_then(|d| d.sync_all())?;
     #[cfg(test)]
-    lock(&SYNCED).push(dir.to_path_buf());
+    locked(&SYNCED).push(dir.to_path_buf());
     Ok(())
 }
 

@@ -13,10 +13,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use custodian_base::clock::Clock;
 use custodian_kv::conformance::FixedClock;
-use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Write};
+use custodian_kv::{
+    Answer, Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Read, Write,
+};
 use custodian_sdk::kv::{
-    Entry, KeyRef, Outcome as WitOutcome, Precondition as WitPrecondition, WitBatch,
-    Write as WitWrite,
+    Entry, KeyRef, Outcome as WitOutcome, Precondition as WitPrecondition, ReadAnswer, ReadOp,
+    ScanRange, WitBatch, Write as WitWrite,
 };
 use custodian_sdk::{Error, testing};
 
@@ -109,6 +111,22 @@ fn wit_batch(batch: &Batch) -> WitBatch {
     }
 }
 
+/// A WIT page of `partition` as the host's.
+fn host_page(partition: &Partition, page: custodian_sdk::kv::Page) -> Page {
+    Page {
+        entries: page
+            .entries
+            .into_iter()
+            .map(|entry| {
+                // The WIT page names each entry's partition: the scanned one.
+                assert_eq!(entry.partition, partition.as_str());
+                (entry.key, entry.value)
+            })
+            .collect(),
+        next: page.next,
+    }
+}
+
 #[async_trait]
 impl Kv for NativeKv {
     async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
@@ -136,18 +154,45 @@ impl Kv for NativeKv {
         self.sync_clock();
         let page = custodian_sdk::kv::scan(partition.as_str(), start, end, cursor, limit)
             .map_err(kv_error)?;
-        Ok(Page {
-            entries: page
-                .entries
-                .into_iter()
-                .map(|entry| {
-                    // The WIT page names each entry's partition: the scanned one.
-                    assert_eq!(entry.partition, partition.as_str());
-                    (entry.key, entry.value)
-                })
-                .collect(),
-            next: page.next,
-        })
+        Ok(host_page(partition, page))
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        self.sync_clock();
+        let ops: Vec<ReadOp> = reads
+            .iter()
+            .map(|read| match read {
+                Read::Get { partition, key } => ReadOp::Get(KeyRef {
+                    partition: partition.as_str().to_owned(),
+                    key: key.clone(),
+                }),
+                Read::Scan {
+                    partition,
+                    start,
+                    end,
+                    cursor,
+                    limit,
+                } => ReadOp::Scan(ScanRange {
+                    partition: partition.as_str().to_owned(),
+                    start: start.clone(),
+                    end: end.clone(),
+                    cursor: cursor.clone(),
+                    limit: *limit,
+                }),
+            })
+            .collect();
+        let answers = custodian_sdk::kv::read(&ops).map_err(kv_error)?;
+        Ok(reads
+            .iter()
+            .zip(answers)
+            .map(|(read, answer)| match (read, answer) {
+                (_, ReadAnswer::Value(value)) => Answer::Value(value),
+                (
+                    Read::Scan { partition, .. } | Read::Get { partition, .. },
+                    ReadAnswer::Page(page),
+                ) => Answer::Page(host_page(partition, page)),
+            })
+            .collect())
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use custodian::kv::{Batch, Kv, KvError, Outcome, Page, Partition};
+use custodian::kv::{Answer, Batch, Kv, KvError, Outcome, Page, Partition, Read};
 use custodian::runtime::{CallError, Grants, LimitExceeded, Limits, Services};
 use serde_json::{Value, json};
 
@@ -256,6 +256,9 @@ impl Kv for HangingKv {
     ) -> Result<Page, KvError> {
         std::future::pending().await
     }
+    async fn read(&self, _: &[Read]) -> Result<Vec<Answer>, KvError> {
+        std::future::pending().await
+    }
     async fn apply(&self, _: &Batch) -> Result<Outcome, KvError> {
         std::future::pending().await
     }
@@ -376,6 +379,26 @@ impl Kv for BigValuesKv {
         let next = entries.last().map(|(k, _)| k.clone());
         Ok(Page { entries, next })
     }
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        // The whole read at once, as a backend answers one snapshot.
+        let mut answers = Vec::new();
+        for read in reads {
+            answers.push(match read {
+                Read::Get { partition, key } => Answer::Value(self.get(partition, key).await?),
+                Read::Scan {
+                    partition,
+                    start,
+                    end,
+                    cursor,
+                    limit,
+                } => Answer::Page(
+                    self.scan(partition, start, end.as_deref(), cursor.as_deref(), *limit)
+                        .await?,
+                ),
+            });
+        }
+        Ok(answers)
+    }
     async fn apply(&self, _: &Batch) -> Result<Outcome, KvError> {
         Ok(Outcome::Committed)
     }
@@ -462,4 +485,97 @@ fn a_scan_larger_than_the_guest_can_hold_ends_its_page_early_with_a_cursor() {
     assert_eq!(more, json!(true), "the guest pages on");
     let most = kv.most_per_read.load(std::sync::atomic::Ordering::SeqCst);
     assert!(most * custodian::kv::MAX_VALUE_BYTES <= memory, "{most}");
+}
+
+#[test]
+fn a_snapshot_read_of_any_partition_not_granted_is_refused_whole() {
+    let grants = || Grants::none().partition("notes").unwrap();
+    for (gets_from, scanned) in [
+        ("notes", "secrets"),
+        ("secrets", "notes"),
+        ("custodian.timers", "notes"),
+        ("notes", "custodian.audit"),
+    ] {
+        let got = call(
+            &World::new(),
+            grants(),
+            limits(),
+            "read-snapshot",
+            json!({"get-partition": gets_from, "gets": 2, "scan-partition": scanned, "limit": 5}),
+        )
+        .unwrap();
+        assert!(
+            got["err"]["access-denied"].is_string(),
+            "{gets_from} and {scanned}: {got}"
+        );
+    }
+    let granted = call(
+        &World::new(),
+        grants(),
+        limits(),
+        "read-snapshot",
+        json!({"get-partition": "notes", "gets": 2, "scan-partition": "notes", "limit": 5}),
+    )
+    .unwrap();
+    assert_eq!(granted, json!({"ok": [0, 0, false]}));
+}
+
+#[test]
+fn a_snapshot_read_beyond_its_bounds_is_refused_as_an_invalid_argument() {
+    let grants = || Grants::none().partition("notes").unwrap();
+    for (gets, limit) in [(64, 1), (0, 0), (0, 1001), (10, 995)] {
+        let got = call(
+            &World::new(),
+            grants(),
+            limits(),
+            "read-snapshot",
+            json!({"get-partition": "notes", "gets": gets, "scan-partition": "notes", "limit": limit}),
+        )
+        .unwrap();
+        assert!(
+            got["err"]["invalid-argument"].is_string(),
+            "{gets} gets and a scan of {limit}: {got}"
+        );
+    }
+}
+
+#[test]
+fn a_snapshot_read_larger_than_the_guest_can_hold_is_refused_or_its_pages_end_early() {
+    let memory = 16 << 20;
+    // 63 values of 256 KiB could be 15.75 MiB: more than the guest has left.
+    let kv = Arc::new(BigValuesKv::default());
+    let got = call_over(
+        kv.clone(),
+        memory,
+        "read-snapshot",
+        json!({"get-partition": "notes", "gets": 63, "scan-partition": "notes", "limit": 1}),
+    );
+    let error = got.unwrap()["err"].to_string();
+    assert!(error.contains("budget-exhausted"), "{error}");
+    assert_eq!(
+        kv.most_per_read.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing was asked of the KV"
+    );
+    // A few values and a scan: the scan's page ends early, with a cursor.
+    let kv = Arc::new(BigValuesKv::default());
+    let got = call_over(
+        kv.clone(),
+        memory,
+        "read-snapshot",
+        json!({"get-partition": "notes", "gets": 4, "scan-partition": "notes", "limit": 900}),
+    )
+    .unwrap();
+    let (bytes, entries, more) = (
+        got["ok"][0].as_u64().unwrap(),
+        got["ok"][1].as_u64().unwrap(),
+        got["ok"][2].clone(),
+    );
+    assert_eq!(bytes, 4 * custodian::kv::MAX_VALUE_BYTES as u64, "{got}");
+    assert!(entries >= 1, "{got}");
+    assert!(
+        (4 + entries as usize) * custodian::kv::MAX_VALUE_BYTES <= memory,
+        "{entries} entries of 256 KiB beside 4 values"
+    );
+    assert_eq!(more, json!(true), "the guest pages on");
 }

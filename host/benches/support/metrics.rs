@@ -32,9 +32,10 @@ pub fn kv_applies(text: &str) -> u64 {
     metric(text, "custodian_kv_calls_total", "operation=\"apply\"")
 }
 
-/// KV reads: point reads, multi-key reads and scans, each one call.
+/// KV reads: point reads, multi-key reads, scans and snapshot reads of
+/// several rows and ranges, each one call.
 pub fn kv_reads(text: &str) -> u64 {
-    ["get", "get_many", "scan"]
+    ["get", "get_many", "scan", "read"]
         .iter()
         .map(|op| {
             metric(

@@ -3,8 +3,8 @@
 //! factory that builds an empty store reading the given clock.
 
 use super::{
-    Batch, Kv, KvError, MAX_COMMIT_OPS, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Partition,
-    Precondition, Write,
+    Answer, Batch, Kv, KvError, MAX_COMMIT_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_READS,
+    MAX_VALUE_BYTES, Outcome, Page, Partition, Precondition, Read, Write,
 };
 use custodian_base::clock::Clock;
 /// The clock every check reads (re-exported for the macro's expansion in
@@ -45,6 +45,9 @@ macro_rules! kv_conformance_tests {
             out_of_bounds_batches_are_refused_before_anything_is_written,
             only_one_of_two_writers_guarded_on_the_same_row_commits,
             random_batches_agree_with_a_btreemap_model,
+            a_read_answers_gets_and_scans_over_partitions_in_the_order_asked,
+            a_read_sees_each_concurrent_batch_whole_or_not_at_all,
+            a_read_beyond_its_bounds_is_refused_whole,
         );
     };
     (@each [] $factory:tt; $($name:ident),+ $(,)?) => {
@@ -538,6 +541,144 @@ pub fn random_batch(rng: &mut XorShift, model: &Model, round: u64) -> Batch {
     batch
 }
 
+fn get_of(partition: &str, key: &[u8]) -> Read {
+    Read::Get {
+        partition: p(partition),
+        key: key.to_vec(),
+    }
+}
+
+fn scan_of(partition: &str, start: &[u8], end: Option<&[u8]>, limit: u32) -> Read {
+    Read::Scan {
+        partition: p(partition),
+        start: start.to_vec(),
+        end: end.map(<[u8]>::to_vec),
+        cursor: None,
+        limit,
+    }
+}
+
+fn page(keys: &[&[u8]], next: Option<&[u8]>) -> Answer {
+    Answer::Page(Page {
+        entries: keys.iter().map(|k| (k.to_vec(), k.to_vec())).collect(),
+        next: next.map(<[u8]>::to_vec),
+    })
+}
+
+/// Conformance check: a read answers gets and scans, over several
+/// partitions, each as its own call would, in the order asked.
+pub async fn a_read_answers_gets_and_scans_over_partitions_in_the_order_asked(
+    kv: &impl Kv,
+    _: &FixedClock,
+) {
+    fill(kv, "a", &[b"a1", b"a2", b"a3"]).await;
+    fill(kv, "b", &[b"b1", b"b2"]).await;
+    let mut cursor_scan = scan_of("a", b"a", None, 1);
+    if let Read::Scan { cursor, .. } = &mut cursor_scan {
+        *cursor = Some(b"a1".to_vec());
+    }
+    let reads = [
+        get_of("b", b"b2"),
+        scan_of("a", b"a", None, 2),
+        get_of("a", b"missing"),
+        scan_of("b", b"b", Some(b"c"), 10),
+        cursor_scan,
+        scan_of("a", b"z", Some(b"a"), 5),
+        get_of("nothing-here", b"k"),
+        scan_of("nothing-here", b"", None, 5),
+        get_of("a", b"a1"),
+    ];
+    assert_eq!(
+        kv.read(&reads).await,
+        Ok(vec![
+            Answer::Value(Some(b"b2".to_vec())),
+            page(&[b"a1", b"a2"], Some(b"a2")),
+            Answer::Value(None),
+            page(&[b"b1", b"b2"], None),
+            page(&[b"a2"], Some(b"a2")),
+            page(&[], None),
+            Answer::Value(None),
+            page(&[], None),
+            Answer::Value(Some(b"a1".to_vec())),
+        ])
+    );
+    assert_eq!(kv.read(&[]).await, Ok(Vec::new()));
+}
+
+/// Conformance check: a read is one snapshot. A writer moves a token
+/// between two rows of two partitions, one batch at a time, while reads
+/// of both rows (and a scan of each partition) run between its batches:
+/// every read finds the token in exactly one place.
+pub async fn a_read_sees_each_concurrent_batch_whole_or_not_at_all(kv: &impl Kv, _: &FixedClock) {
+    commit(
+        kv,
+        writes(vec![put("left", b"t", b"1"), put("right", b"t", b"0")]),
+    )
+    .await;
+    let moves = async {
+        for round in 0..60u32 {
+            let (from, to) = if round % 2 == 0 {
+                ("left", "right")
+            } else {
+                ("right", "left")
+            };
+            commit(kv, writes(vec![put(from, b"t", b"0"), put(to, b"t", b"1")])).await;
+            tokio::task::yield_now().await;
+        }
+    };
+    let reads = async {
+        for _ in 0..60 {
+            let answers = kv
+                .read(&[
+                    get_of("left", b"t"),
+                    scan_of("left", b"", None, 10),
+                    get_of("right", b"t"),
+                    scan_of("right", b"", None, 10),
+                ])
+                .await
+                .unwrap();
+            let ones = answers
+                .iter()
+                .filter(|a| match a {
+                    Answer::Value(v) => v.as_deref() == Some(b"1"),
+                    Answer::Page(p) => p.entries.iter().any(|(_, v)| v == b"1"),
+                })
+                .count();
+            assert_eq!(ones, 2, "a read saw half a batch: {answers:?}");
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::join!(moves, reads);
+}
+
+/// Conformance check: a read with too many reads, too many possible
+/// entries, or one read its own call would refuse is refused whole.
+pub async fn a_read_beyond_its_bounds_is_refused_whole(kv: &impl Kv, _: &FixedClock) {
+    let invalid =
+        |result: Result<Vec<Answer>, KvError>| matches!(result, Err(KvError::InvalidArgument(_)));
+    let many: Vec<Read> = (0..=MAX_READS).map(|_| get_of("a", b"k")).collect();
+    assert!(invalid(kv.read(&many).await), "more than MAX_READS reads");
+    let wide = [scan_of("a", b"", None, MAX_PAGE_ENTRIES), get_of("a", b"k")];
+    assert!(invalid(kv.read(&wide).await), "more than a page of entries");
+    let bad = [get_of("a", b"k"), get_of("a", b"")];
+    assert!(invalid(kv.read(&bad).await), "an empty key");
+    let long = [get_of("a", &vec![b'k'; MAX_KEY_BYTES + 1])];
+    assert!(invalid(kv.read(&long).await), "an oversized key");
+    let zero = [scan_of("a", b"", None, 0)];
+    assert!(invalid(kv.read(&zero).await), "a zero limit");
+    let mut outside = scan_of("a", b"m", None, 5);
+    if let Read::Scan { cursor, .. } = &mut outside {
+        *cursor = Some(b"a".to_vec());
+    }
+    assert!(
+        invalid(kv.read(&[outside]).await),
+        "a cursor outside the range"
+    );
+    // At the bounds exactly, a read is answered.
+    let full: Vec<Read> = (0..MAX_READS).map(|_| get_of("a", b"k")).collect();
+    assert_eq!(kv.read(&full).await.map(|a| a.len()), Ok(MAX_READS));
+}
+
 /// Conformance check: random batches agree with a btreemap model.
 pub async fn random_batches_agree_with_a_btreemap_model(kv: &impl Kv, clock: &FixedClock) {
     let mut model = Model::new();
@@ -586,6 +727,53 @@ pub async fn random_batches_agree_with_a_btreemap_model(kv: &impl Kv, clock: &Fi
                 .map(|((_, k), v)| (k.clone(), v.clone()))
                 .collect();
             assert_eq!(page.entries, want, "round {round}, partition {partition}");
+        }
+        // A snapshot read of a random row and range of each partition.
+        let mut reads = Vec::new();
+        for partition in partitions {
+            reads.push(get_of(partition, &key(&mut rng)));
+            let (from, to) = (key(&mut rng), key(&mut rng));
+            reads.push(scan_of(
+                partition,
+                &from,
+                Some(&to),
+                1 + rng.below(4) as u32,
+            ));
+        }
+        let answers = kv.read(&reads).await.unwrap();
+        for (read, answer) in reads.iter().zip(&answers) {
+            let want = match read {
+                Read::Get { partition, key } => Answer::Value(
+                    model
+                        .get(&(partition.as_str().to_owned(), key.clone()))
+                        .cloned(),
+                ),
+                Read::Scan {
+                    partition,
+                    start,
+                    end,
+                    limit,
+                    ..
+                } => {
+                    let end = end.as_ref().expect("the model's scans are bounded");
+                    let rows: Vec<(Vec<u8>, Vec<u8>)> = model
+                        .iter()
+                        .filter(|((part, k), _)| {
+                            part == partition.as_str() && k >= start && k < end
+                        })
+                        .map(|((_, k), v)| (k.clone(), v.clone()))
+                        .collect();
+                    let taken: Vec<_> = rows.iter().take(*limit as usize).cloned().collect();
+                    let next = (rows.len() > taken.len())
+                        .then(|| taken.last().map(|(k, _)| k.clone()))
+                        .flatten();
+                    Answer::Page(Page {
+                        entries: taken,
+                        next,
+                    })
+                }
+            };
+            assert_eq!(answer, &want, "round {round}: {read:?}");
         }
     }
 }

@@ -155,9 +155,9 @@ use tonic::Status;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::{
-    Batch, Detail, Kv, KvError, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_PARTITION_BYTES,
-    MAX_VALUE_BYTES, Outcome, Page, Partition, Precondition, Write, validate_batch,
-    validate_get_many, validate_key, validate_scan,
+    Answer, Batch, Detail, Kv, KvError, MAX_KEY_BYTES, MAX_PAGE_ENTRIES, MAX_PARTITION_BYTES,
+    MAX_READS, MAX_VALUE_BYTES, Outcome, Page, Partition, Precondition, Read, Write,
+    validate_batch, validate_get_many, validate_key, validate_reads, validate_scan,
 };
 use custodian_base::clock::Clock;
 
@@ -286,6 +286,42 @@ impl EtcdKv {
             attempt(self.client.clone())
         })
         .await
+    }
+
+    /// The range request of a validated scan; `None` when the range holds
+    /// no key.
+    fn scan_request(
+        &self,
+        partition: &Partition,
+        start: &[u8],
+        end: Option<&[u8]>,
+        cursor: Option<&[u8]>,
+        limit: u32,
+    ) -> Option<RangeRequest> {
+        let range = self.layout.scan(partition, start, end, cursor)?;
+        Some(RangeRequest {
+            key: range.from,
+            range_end: range.to,
+            limit: i64::from(limit),
+            ..RangeRequest::default()
+        })
+    }
+
+    /// The page a scan's range response holds: its rows' keys within
+    /// `partition`, and a cursor only when etcd has more.
+    fn page(&self, partition: &Partition, found: rpc::RangeResponse) -> Result<Page, KvError> {
+        let more = found.more;
+        let entries = found
+            .kvs
+            .into_iter()
+            .map(|row| Ok((self.layout.key_of(partition, &row.key)?.to_vec(), row.value)))
+            .collect::<Result<Vec<_>, KvError>>()?;
+        let next = if more {
+            entries.last().map(|(key, _)| key.clone())
+        } else {
+            None
+        };
+        Ok(Page { entries, next })
     }
 
     /// The values of the etcd keys `rows`, read in one snapshot (at
@@ -436,14 +472,8 @@ impl Kv for EtcdKv {
         limit: u32,
     ) -> Result<Page, KvError> {
         validate_scan(start, end, cursor, limit)?;
-        let Some(range) = self.layout.scan(partition, start, end, cursor) else {
+        let Some(request) = self.scan_request(partition, start, end, cursor, limit) else {
             return Ok(Page::default());
-        };
-        let request = RangeRequest {
-            key: range.from,
-            range_end: range.to,
-            limit: i64::from(limit),
-            ..RangeRequest::default()
         };
         let found = self
             .call("scanning", Retry::Idempotent, |kv| {
@@ -451,18 +481,84 @@ impl Kv for EtcdKv {
                 async move { kv.range(request).await }
             })
             .await?;
-        let more = found.more;
-        let entries = found
-            .kvs
-            .into_iter()
-            .map(|row| Ok((self.layout.key_of(partition, &row.key)?.to_vec(), row.value)))
-            .collect::<Result<Vec<_>, KvError>>()?;
-        let next = if more {
-            entries.last().map(|(key, _)| key.clone())
+        self.page(partition, found)
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        validate_reads(reads)?;
+        // Every read is a range of one transaction, so all answer at one
+        // revision in one round trip; an empty scan range asks nothing.
+        const _: () = assert!(MAX_READS <= READS_PER_TXN);
+        let requests: Vec<Option<RangeRequest>> = reads
+            .iter()
+            .map(|read| match read {
+                Read::Get { partition, key } => Some(RangeRequest {
+                    key: self.layout.row(partition, key),
+                    ..RangeRequest::default()
+                }),
+                Read::Scan {
+                    partition,
+                    start,
+                    end,
+                    cursor,
+                    limit,
+                } => self.scan_request(partition, start, end.as_deref(), cursor.as_deref(), *limit),
+            })
+            .collect();
+        let ops: Vec<RequestOp> = requests
+            .iter()
+            .flatten()
+            .cloned()
+            .map(RequestOp::range)
+            .collect();
+        let asked = ops.len();
+        let mut found = if ops.is_empty() {
+            Vec::new()
         } else {
-            None
+            self.call("reading a snapshot", Retry::Idempotent, |kv| {
+                let ops = ops.clone();
+                async move {
+                    let response = kv
+                        .txn(TxnRequest {
+                            success: ops,
+                            ..TxnRequest::default()
+                        })
+                        .await?;
+                    response
+                        .responses
+                        .into_iter()
+                        .map(|answer| match answer.response {
+                            Some(response_op::Response::Range(found)) => Ok(found),
+                            _ => Err(Status::internal("etcd answered a read with something else")),
+                        })
+                        .collect::<Result<Vec<_>, Status>>()
+                }
+            })
+            .await?
         };
-        Ok(Page { entries, next })
+        if found.len() != asked {
+            return Err(KvError::Unavailable(
+                format!("etcd answered {} of {asked} reads", found.len()).into(),
+            ));
+        }
+        found.reverse();
+        reads
+            .iter()
+            .zip(&requests)
+            .map(|(read, request)| match (read, request) {
+                (Read::Scan { .. }, None) => Ok(Answer::Page(Page::default())),
+                (Read::Get { .. }, _) => Ok(Answer::Value(
+                    found
+                        .pop()
+                        .and_then(|mut range| range.kvs.pop())
+                        .map(|row| row.value),
+                )),
+                (Read::Scan { partition, .. }, Some(_)) => {
+                    let range = found.pop().unwrap_or_default();
+                    self.page(partition, range).map(Answer::Page)
+                }
+            })
+            .collect()
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{Batch, Kv, KvError, Outcome, Page, Partition};
+use super::{Answer, Batch, Kv, KvError, Outcome, Page, Partition, Read};
 
 /// A call as a hook sees it, before it reaches the store.
 pub enum Call<'a> {
@@ -26,18 +26,21 @@ pub enum Call<'a> {
         /// The cursor it resumes after.
         cursor: Option<&'a [u8]>,
     },
+    /// `read` of several rows and ranges in one snapshot.
+    Read(&'a [Read]),
     /// `apply` of the batch.
     Apply(&'a Batch),
 }
 
 impl Call<'_> {
     /// The [`Kv`] method's name (`"get"`, `"get_many"`, `"scan"`,
-    /// `"apply"`): a fixed set, so it is safe as a metric label.
+    /// `"read"`, `"apply"`): a fixed set, so it is safe as a metric label.
     pub fn operation(&self) -> &'static str {
         match self {
             Call::Get { .. } => "get",
             Call::GetMany => "get_many",
             Call::Scan { .. } => "scan",
+            Call::Read(_) => "read",
             Call::Apply(_) => "apply",
         }
     }
@@ -108,6 +111,15 @@ impl<H: Hook> Kv for Intercepted<H> {
         self.hook.before(self.inner.as_ref(), call).await?;
         let result = self.inner.scan(partition, start, end, cursor, limit).await;
         self.hook.after("scan", result.is_err());
+        result
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        self.hook
+            .before(self.inner.as_ref(), Call::Read(reads))
+            .await?;
+        let result = self.inner.read(reads).await;
+        self.hook.after("read", result.is_err());
         result
     }
 

@@ -62,7 +62,7 @@ pub use custodian_base::detail::Detail;
 // the SDK; the commit bounds below add the host's own rows to them.
 pub use custodian_contract::limits::{
     HOST_PARTITION_PREFIX, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
-    MAX_PARTITION_BYTES, MAX_VALUE_BYTES,
+    MAX_PARTITION_BYTES, MAX_READS, MAX_VALUE_BYTES,
 };
 
 /// Operations the host reserves for its own rows when it commits a step:
@@ -301,6 +301,40 @@ pub struct Page {
     pub next: Option<Vec<u8>>,
 }
 
+/// One read of a snapshot [`Kv::read`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// The value of one key, as [`Kv::get`].
+    Get {
+        /// The partition read.
+        partition: Partition,
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// One page of a range, as [`Kv::scan`].
+    Scan {
+        /// The partition scanned.
+        partition: Partition,
+        /// The first key of the range.
+        start: Vec<u8>,
+        /// The end of the range (exclusive); `None`: the partition's end.
+        end: Option<Vec<u8>>,
+        /// Resume strictly after this key.
+        cursor: Option<Vec<u8>>,
+        /// Most entries of the page.
+        limit: u32,
+    },
+}
+
+/// The answer to one [`Read`], in the order asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A [`Read::Get`]'s value, `None` if absent.
+    Value(Option<Vec<u8>>),
+    /// A [`Read::Scan`]'s page.
+    Page(Page),
+}
+
 /// Ordered, partitioned key-value storage with guarded batches.
 #[async_trait]
 pub trait Kv: Send + Sync {
@@ -327,6 +361,15 @@ pub trait Kv: Send + Sync {
         cursor: Option<&[u8]>,
         limit: u32,
     ) -> Result<Page, KvError>;
+
+    /// Answers several gets and scans, over any partitions, from one
+    /// snapshot: every answer sees exactly the batches committed before
+    /// one instant, as one `get` or `scan` would. A caller that needs
+    /// several rows before it can decide pays one round trip instead of
+    /// one per row. At most [`MAX_READS`] reads, whose keys and scan
+    /// limits together stay within [`MAX_PAGE_ENTRIES`] entries (see
+    /// [`validate_reads`]); each read is held to its own call's bounds.
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError>;
 
     /// Applies `batch` atomically; see the module documentation.
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError>;
@@ -395,6 +438,49 @@ pub fn validate_scan(
     {
         return Err(KvError::InvalidArgument(
             "the cursor is outside the scanned range".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the arguments of a snapshot [`Kv::read`]: at most
+/// [`MAX_READS`] reads, each valid as its own call would be, answering at
+/// most [`MAX_PAGE_ENTRIES`] entries in all (a get counts one, a scan its
+/// limit), so one read holds no more than one page does.
+///
+/// # Errors
+/// [`KvError::InvalidArgument`] naming the first bound exceeded.
+pub fn validate_reads(reads: &[Read]) -> Result<(), KvError> {
+    if reads.len() > MAX_READS {
+        return Err(KvError::InvalidArgument(
+            format!("{} reads exceed the limit of {MAX_READS}", reads.len()).into(),
+        ));
+    }
+    let mut entries: u64 = 0;
+    for read in reads {
+        match read {
+            Read::Get { key, .. } => {
+                validate_key(key)?;
+                entries += 1;
+            }
+            Read::Scan {
+                start,
+                end,
+                cursor,
+                limit,
+                ..
+            } => {
+                validate_scan(start, end.as_deref(), cursor.as_deref(), *limit)?;
+                entries += u64::from(*limit);
+            }
+        }
+    }
+    if entries > u64::from(MAX_PAGE_ENTRIES) {
+        return Err(KvError::InvalidArgument(
+            format!(
+                "the reads may answer {entries} entries, more than the limit of {MAX_PAGE_ENTRIES}"
+            )
+            .into(),
         ));
     }
     Ok(())

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use super::{
-    Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Write, scan_range, validate_batch,
-    validate_get_many, validate_key, validate_scan,
+    Answer, Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Read, Write, scan_range,
+    validate_batch, validate_get_many, validate_key, validate_reads, validate_scan,
 };
 use custodian_base::clock::Clock;
 
@@ -38,6 +38,29 @@ impl MemoryKv {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// One page of `rows` (a partition's, `None` when it has none) over a
+/// validated range `(start, end, cursor)`.
+fn page_of(
+    rows: Option<&Rows>,
+    (start, end, cursor): (&[u8], Option<&[u8]>, Option<&[u8]>),
+    limit: u32,
+) -> Page {
+    let (Some(rows), Some((lower, upper))) = (rows, scan_range(start, end, cursor)) else {
+        return Page::default();
+    };
+    let mut range = rows.range::<[u8], _>((lower, upper));
+    let entries: Vec<_> = range
+        .by_ref()
+        .take(limit as usize)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let next = match range.next() {
+        Some(_) => entries.last().map(|(k, _)| k.clone()),
+        None => None,
+    };
+    Page { entries, next }
 }
 
 #[async_trait]
@@ -74,24 +97,39 @@ impl Kv for MemoryKv {
         limit: u32,
     ) -> Result<Page, KvError> {
         validate_scan(start, end, cursor, limit)?;
-        let Some((lower, upper)) = scan_range(start, end, cursor) else {
-            return Ok(Page::default());
-        };
+        Ok(page_of(
+            self.lock().get(partition),
+            (start, end, cursor),
+            limit,
+        ))
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        validate_reads(reads)?;
+        // One lock held over every read: the snapshot.
         let partitions = self.lock();
-        let Some(rows) = partitions.get(partition) else {
-            return Ok(Page::default());
-        };
-        let mut range = rows.range::<[u8], _>((lower, upper));
-        let entries: Vec<_> = range
-            .by_ref()
-            .take(limit as usize)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let next = match range.next() {
-            Some(_) => entries.last().map(|(k, _)| k.clone()),
-            None => None,
-        };
-        Ok(Page { entries, next })
+        Ok(reads
+            .iter()
+            .map(|read| match read {
+                Read::Get { partition, key } => Answer::Value(
+                    partitions
+                        .get(partition)
+                        .and_then(|rows| rows.get(key))
+                        .cloned(),
+                ),
+                Read::Scan {
+                    partition,
+                    start,
+                    end,
+                    cursor,
+                    limit,
+                } => Answer::Page(page_of(
+                    partitions.get(partition),
+                    (start, end.as_deref(), cursor.as_deref()),
+                    *limit,
+                )),
+            })
+            .collect())
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {

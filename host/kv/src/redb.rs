@@ -99,8 +99,8 @@ use ::redb::{Database, ReadOnlyTable, ReadTransaction, ReadableDatabase, TableEr
 use async_trait::async_trait;
 
 use super::{
-    Batch, Detail, Kv, KvError, Outcome, Page, Partition, scan_range, validate_batch,
-    validate_get_many, validate_key, validate_scan,
+    Answer, Batch, Detail, Kv, KvError, Outcome, Page, Partition, Read, scan_range, validate_batch,
+    validate_get_many, validate_key, validate_reads, validate_scan,
 };
 use custodian_base::clock::Clock;
 
@@ -218,25 +218,34 @@ impl RedbKv {
     }
 
     /// Runs `read` on `partition`'s table in a fresh snapshot; `None` when
-    /// the partition has no table (holds no row). A panic inside
-    /// redb, which only a damaged file causes, is answered `Corrupt`.
-    fn read<T>(
+    /// the partition has no table (holds no row).
+    fn read_table<T>(
         &self,
         partition: &Partition,
-        read: impl FnOnce(&ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<T, ::redb::Error>,
+        read: impl FnOnce(&Table) -> Result<T, ::redb::Error>,
     ) -> Result<Option<T>, KvError> {
-        let doing = || format!("reading partition {partition}");
-        let run = || -> Result<Option<T>, ::redb::Error> {
+        self.in_snapshot(
+            || format!("reading partition {partition}"),
+            |txn| {
+                open_table(txn, partition)?
+                    .map(|table| read(&table))
+                    .transpose()
+            },
+        )
+    }
+
+    /// Runs `run` in a fresh snapshot. A panic inside redb, which only a
+    /// damaged file causes, is answered `Corrupt`.
+    fn in_snapshot<T>(
+        &self,
+        doing: impl Fn() -> String,
+        run: impl FnOnce(&ReadTransaction) -> Result<T, ::redb::Error>,
+    ) -> Result<T, KvError> {
+        let attempt = || -> Result<T, ::redb::Error> {
             let txn: ReadTransaction = self.inner.db.begin_read()?;
-            let name = table_name(partition);
-            let table = match txn.open_table(Rows::new(&name)) {
-                Ok(table) => table,
-                Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(e.into()),
-            };
-            read(&table).map(Some)
+            run(&txn)
         };
-        match catch_unwind(AssertUnwindSafe(run)) {
+        match catch_unwind(AssertUnwindSafe(attempt)) {
             Ok(result) => result.map_err(|e| redb_error(&doing(), &self.inner.path, e)),
             Err(panic) => Err(KvError::Corrupt(
                 format!(
@@ -249,6 +258,46 @@ impl RedbKv {
             )),
         }
     }
+}
+
+/// A partition's table as a snapshot reads it.
+type Table = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// `partition`'s table in `txn`; `None` when it has none (holds no row).
+fn open_table(
+    txn: &ReadTransaction,
+    partition: &Partition,
+) -> Result<Option<Table>, ::redb::Error> {
+    let name = table_name(partition);
+    match txn.open_table(Rows::new(&name)) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One page of `table` over a validated range `(start, end, cursor)`.
+fn page_of(
+    table: &Table,
+    (start, end, cursor): (&[u8], Option<&[u8]>, Option<&[u8]>),
+    limit: u32,
+) -> Result<Page, ::redb::Error> {
+    let Some((lower, upper)) = scan_range(start, end, cursor) else {
+        return Ok(Page::default());
+    };
+    let mut range = table.range::<&[u8]>((lower, upper))?;
+    let mut entries = Vec::new();
+    for entry in range.by_ref().take(limit as usize) {
+        let (key, value) = entry?;
+        entries.push((key.value().to_vec(), value.value().to_vec()));
+    }
+    // Only a row beyond the page earns a cursor, so the last page has
+    // none (as the trait requires).
+    let next = match range.next().transpose()? {
+        Some(_) => entries.last().map(|(key, _)| key.clone()),
+        None => None,
+    };
+    Ok(Page { entries, next })
 }
 
 /// Creates `dir` and its missing ancestors, each made durable in its
@@ -296,7 +345,7 @@ fn open_error(path: &Path, error: ::redb::DatabaseError) -> KvError {
 impl Kv for RedbKv {
     async fn get(&self, partition: &Partition, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
         validate_key(key)?;
-        let found = self.read(partition, |table| {
+        let found = self.read_table(partition, |table| {
             Ok(table.get(key)?.map(|value| value.value().to_vec()))
         })?;
         Ok(found.flatten())
@@ -308,7 +357,7 @@ impl Kv for RedbKv {
         keys: &[Vec<u8>],
     ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         validate_get_many(keys)?;
-        let found = self.read(partition, |table| {
+        let found = self.read_table(partition, |table| {
             keys.iter()
                 .map(|key| Ok(table.get(key.as_slice())?.map(|v| v.value().to_vec())))
                 .collect::<Result<Vec<_>, ::redb::Error>>()
@@ -325,25 +374,58 @@ impl Kv for RedbKv {
         limit: u32,
     ) -> Result<Page, KvError> {
         validate_scan(start, end, cursor, limit)?;
-        let Some((lower, upper)) = scan_range(start, end, cursor) else {
-            return Ok(Page::default());
-        };
-        let page = self.read(partition, |table| {
-            let mut range = table.range::<&[u8]>((lower, upper))?;
-            let mut entries = Vec::new();
-            for entry in range.by_ref().take(limit as usize) {
-                let (key, value) = entry?;
-                entries.push((key.value().to_vec(), value.value().to_vec()));
-            }
-            // Only a row beyond the page earns a cursor, so the last page
-            // has none (as the trait requires).
-            let next = match range.next().transpose()? {
-                Some(_) => entries.last().map(|(key, _)| key.clone()),
-                None => None,
-            };
-            Ok(Page { entries, next })
+        let page = self.read_table(partition, |table| {
+            page_of(table, (start, end, cursor), limit)
         })?;
         Ok(page.unwrap_or_default())
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        validate_reads(reads)?;
+        self.in_snapshot(
+            || "reading a snapshot".to_owned(),
+            |txn| {
+                // Each partition's table opened once, however many reads
+                // name it (a read holds at most MAX_READS of them).
+                let mut tables: Vec<(&Partition, Option<Table>)> = Vec::new();
+                let mut answers = Vec::with_capacity(reads.len());
+                for read in reads {
+                    let partition = match read {
+                        Read::Get { partition, .. } | Read::Scan { partition, .. } => partition,
+                    };
+                    let at = match tables.iter().position(|(p, _)| *p == partition) {
+                        Some(at) => at,
+                        None => {
+                            tables.push((partition, open_table(txn, partition)?));
+                            tables.len() - 1
+                        }
+                    };
+                    let table = tables[at].1.as_ref();
+                    answers.push(match (read, table) {
+                        (Read::Get { .. }, None) => Answer::Value(None),
+                        (Read::Get { key, .. }, Some(table)) => {
+                            Answer::Value(table.get(key.as_slice())?.map(|v| v.value().to_vec()))
+                        }
+                        (Read::Scan { .. }, None) => Answer::Page(Page::default()),
+                        (
+                            Read::Scan {
+                                start,
+                                end,
+                                cursor,
+                                limit,
+                                ..
+                            },
+                            Some(table),
+                        ) => Answer::Page(page_of(
+                            table,
+                            (start, end.as_deref(), cursor.as_deref()),
+                            *limit,
+                        )?),
+                    });
+                }
+                Ok(answers)
+            },
+        )
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {

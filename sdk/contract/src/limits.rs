@@ -17,6 +17,10 @@ pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// Most entries in one page or `get-many`: bounds one call's memory and
 /// the time a scan holds the backend.
 pub const MAX_PAGE_ENTRIES: u32 = 1000;
+/// Most reads in one snapshot `read` (gets and scans together): one etcd
+/// transaction holds them all (etcd's default limit is 128 operations),
+/// so the whole call is one round trip and one revision.
+pub const MAX_READS: usize = 64;
 /// Longest KV partition name.
 pub const MAX_PARTITION_BYTES: usize = 64;
 /// Partitions whose names start with this belong to the host (audit,

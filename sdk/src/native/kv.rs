@@ -2,11 +2,11 @@ use std::ops::Bound;
 
 use crate::Error;
 use crate::bindings::host::custodian::host::kv::{
-    Batch as WitBatch, Entry, KeyRef, Outcome, Page, Precondition, Write,
+    Batch as WitBatch, Entry, KeyRef, Outcome, Page, Precondition, ReadAnswer, ReadOp, Write,
 };
 use custodian_contract::limits::{
     HOST_PARTITION_PREFIX, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
-    MAX_VALUE_BYTES,
+    MAX_READS, MAX_VALUE_BYTES,
 };
 
 fn invalid(message: String) -> Error {
@@ -62,6 +62,43 @@ pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>
         )));
     }
     keys.iter().map(|key| get(partition, key)).collect()
+}
+
+/// The native host's `kv.read`; see `wit/deps/host/kv.wit`. The native
+/// host is one thread's, so its reads in turn are one snapshot.
+pub fn read(reads: &[ReadOp]) -> Result<Vec<ReadAnswer>, Error> {
+    if reads.len() > MAX_READS {
+        return Err(invalid(format!(
+            "{} reads exceed the limit of {MAX_READS}",
+            reads.len()
+        )));
+    }
+    let entries: u64 = reads
+        .iter()
+        .map(|read| match read {
+            ReadOp::Get(_) => 1,
+            ReadOp::Scan(range) => u64::from(range.limit),
+        })
+        .sum();
+    if entries > u64::from(MAX_PAGE_ENTRIES) {
+        return Err(invalid(format!(
+            "the reads may answer {entries} entries, more than the limit of {MAX_PAGE_ENTRIES}"
+        )));
+    }
+    reads
+        .iter()
+        .map(|read| match read {
+            ReadOp::Get(at) => get(&at.partition, &at.key).map(ReadAnswer::Value),
+            ReadOp::Scan(range) => scan(
+                &range.partition,
+                &range.start,
+                range.end.as_deref(),
+                range.cursor.as_deref(),
+                range.limit,
+            )
+            .map(ReadAnswer::Page),
+        })
+        .collect()
 }
 
 /// The native host's `kv.scan`; see `wit/deps/host/kv.wit`.

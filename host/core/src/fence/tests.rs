@@ -83,7 +83,7 @@ impl Hook for Probe {
                     assert_eq!(inner.apply(&first).await, Ok(Outcome::Committed));
                 }
             }
-            Call::Get { .. } | Call::GetMany => {}
+            Call::Get { .. } | Call::GetMany | Call::Read(_) => {}
         }
         Ok(())
     }

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use custodian_base::clock::Clock;
-use custodian_kv::{Batch, Kv, KvError, Outcome, Page, Partition, validate_batch};
+use custodian_kv::{Answer, Batch, Kv, KvError, Outcome, Page, Partition, Read, validate_batch};
 
 use super::writes::{self, Rows};
 
@@ -95,6 +95,10 @@ impl Kv for LockGuard {
         limit: u32,
     ) -> Result<Page, KvError> {
         self.inner.scan(partition, start, end, cursor, limit).await
+    }
+
+    async fn read(&self, reads: &[Read]) -> Result<Vec<Answer>, KvError> {
+        self.inner.read(reads).await
     }
 
     async fn apply(&self, batch: &Batch) -> Result<Outcome, KvError> {

@@ -7,8 +7,8 @@ use crate::bindings::HostError;
 use crate::bindings::host::custodian::host::kv as wit;
 use crate::bindings::host::custodian::host::types::Error;
 use custodian_kv::{
-    Batch, KvError, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Partition, Precondition, Write,
-    validate_caller_batch, validate_get_many, validate_scan,
+    Answer, Batch, KvError, MAX_KEY_BYTES, MAX_VALUE_BYTES, Outcome, Page, Partition, Precondition,
+    Read, Write, validate_caller_batch, validate_get_many, validate_reads, validate_scan,
 };
 
 /// A `get-many` whose values outgrow what the guest can still hold.
@@ -94,6 +94,54 @@ pub(crate) fn convert_batch(grants: &Grants, batch: wit::Batch) -> Result<Batch,
     }
     validate_caller_batch(&out).map_err(wit_error)?;
     Ok(out)
+}
+
+/// A page of `partition` as the guest sees it.
+fn wit_page(partition: &Partition, page: Page) -> wit::Page {
+    wit::Page {
+        entries: page
+            .entries
+            .into_iter()
+            .map(|(key, value)| wit::Entry {
+                partition: partition.as_str().to_owned(),
+                key,
+                value,
+            })
+            .collect(),
+        next: page.next,
+    }
+}
+
+/// Lowers the limits of `reads`' scans until their largest possible
+/// answer fits `room`, what the guest can still hold, so the host never
+/// holds more for it than that: a page may end early with its cursor, as
+/// `scan`'s do. A snapshot cannot be split as `get-many` is, so gets
+/// whose largest values alone could not fit are refused, and each scan
+/// keeps at least one entry (or a guest with little memory left could
+/// never page at all; its copy may then trap on the memory limit).
+fn fit_answers(reads: &mut [Read], room: usize) -> Result<(), HostError> {
+    let gets = reads
+        .iter()
+        .filter(|read| matches!(read, Read::Get { .. }))
+        .count();
+    let scans = reads.len() - gets;
+    let Some(left) = room.checked_sub(gets * MAX_VALUE_BYTES) else {
+        return Err(HostError::Guest(Error::BudgetExhausted(format!(
+            "{gets} values of up to {MAX_VALUE_BYTES} bytes each could exceed the {room} bytes \
+             this plugin's memory can still take; read fewer keys at a time"
+        ))));
+    };
+    if scans == 0 {
+        return Ok(());
+    }
+    let each = left / scans / (MAX_VALUE_BYTES + MAX_KEY_BYTES);
+    let most = u32::try_from(each.max(1)).unwrap_or(u32::MAX);
+    for read in reads {
+        if let Read::Scan { limit, .. } = read {
+            *limit = (*limit).min(most);
+        }
+    }
+    Ok(())
 }
 
 impl HostView<'_> {
@@ -184,17 +232,43 @@ impl wit::Host for HostView<'_> {
                 next => break next,
             }
         };
-        Ok(wit::Page {
-            entries: entries
-                .into_iter()
-                .map(|(key, value)| wit::Entry {
-                    partition: partition.as_str().to_owned(),
-                    key,
-                    value,
-                })
-                .collect(),
-            next,
-        })
+        Ok(wit_page(partition, Page { entries, next }))
+    }
+
+    fn read(&mut self, reads: Vec<wit::ReadOp>) -> Result<Vec<wit::ReadAnswer>, HostError> {
+        self.charge()?;
+        let mut host_reads = Vec::with_capacity(reads.len());
+        for read in reads {
+            host_reads.push(match read {
+                wit::ReadOp::Get(at) => Read::Get {
+                    partition: self.partition(&at.partition)?.clone(),
+                    key: at.key,
+                },
+                wit::ReadOp::Scan(range) => Read::Scan {
+                    partition: self.partition(&range.partition)?.clone(),
+                    start: range.start,
+                    end: range.end,
+                    cursor: range.cursor,
+                    limit: range.limit,
+                },
+            });
+        }
+        validate_reads(&host_reads).map_err(kv_error)?;
+        fit_answers(&mut host_reads, self.answer_room())?;
+        let answers = self
+            .wait(self.call.services.kv.read(&host_reads))?
+            .map_err(kv_error)?;
+        Ok(host_reads
+            .iter()
+            .zip(answers)
+            .map(|(read, answer)| match (read, answer) {
+                (_, Answer::Value(value)) => wit::ReadAnswer::Value(value),
+                (
+                    Read::Scan { partition, .. } | Read::Get { partition, .. },
+                    Answer::Page(page),
+                ) => wit::ReadAnswer::Page(wit_page(partition, page)),
+            })
+            .collect())
     }
 
     fn apply(&mut self, batch: wit::Batch) -> Result<wit::Outcome, HostError> {

@@ -98,6 +98,38 @@ impl exports::custodian_test::probe::probe::Guest for Probe {
         let page = kv::scan(&partition, &[], None, None, limit)?;
         Ok((page.entries.len() as u32, page.next.is_some()))
     }
+
+    fn read_snapshot(
+        get_partition: String,
+        gets: u32,
+        scan_partition: String,
+        limit: u32,
+    ) -> Result<(u64, u32, bool), Error> {
+        let mut reads: Vec<kv::ReadOp> = (0..gets)
+            .map(|i| {
+                kv::ReadOp::Get(kv::KeyRef {
+                    partition: get_partition.clone(),
+                    key: i.to_be_bytes().to_vec(),
+                })
+            })
+            .collect();
+        reads.push(kv::ReadOp::Scan(kv::ScanRange {
+            partition: scan_partition,
+            start: Vec::new(),
+            end: None,
+            cursor: None,
+            limit,
+        }));
+        let mut bytes = 0u64;
+        let mut page = (0, false);
+        for answer in kv::read(&reads)? {
+            match answer {
+                kv::ReadAnswer::Value(value) => bytes += value.map_or(0, |v| v.len() as u64),
+                kv::ReadAnswer::Page(p) => page = (p.entries.len() as u32, p.next.is_some()),
+            }
+        }
+        Ok((bytes, page.0, page.1))
+    }
 }
 
 export!(Probe);

@@ -83,15 +83,23 @@ pub fn object_rows(objects: &[Id]) -> Result<Vec<Option<ObjectRow>>, Error> {
     objects
         .iter()
         .zip(rows)
-        .map(|(object, raw)| {
-            raw.map(|raw| {
-                ObjectRow::decode(&raw).map_err(|_| {
-                    corrupt(format!("the content row o{} does not decode", hex(object)))
-                })
-            })
-            .transpose()
-        })
+        .map(|(object, raw)| decode_object_row(object, raw))
         .collect()
+}
+
+/// The key of `object`'s `o` row in [`CONTENT`].
+pub fn object_key(object: &Id) -> Vec<u8> {
+    index::object_key(object)
+}
+
+/// `object`'s `o` row `raw` as read; one that does not decode is the
+/// host's index corrupt.
+pub fn decode_object_row(object: &Id, raw: Option<Vec<u8>>) -> Result<Option<ObjectRow>, Error> {
+    raw.map(|raw| {
+        ObjectRow::decode(&raw)
+            .map_err(|_| corrupt(format!("the content row o{} does not decode", hex(object))))
+    })
+    .transpose()
 }
 
 fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
@@ -132,19 +140,28 @@ pub fn sealed(packs: &[Id]) -> Result<Vec<bool>, Error> {
     Ok(rows.iter().map(Option::is_some).collect())
 }
 
+/// One holder repository of an object.
+#[derive(Debug)]
+pub struct Holder {
+    /// Its index row's key: a cursor that resumes after it.
+    pub key: Vec<u8>,
+    /// The repository.
+    pub repository: Repository,
+}
+
 /// One page of an object's holders.
 #[derive(Debug)]
 pub struct HolderPage {
     /// Holder repositories, in index order.
-    pub holders: Vec<Repository>,
+    pub holders: Vec<Holder>,
     /// The cursor to continue from; `None` when every holder was listed.
     pub next: Option<Vec<u8>>,
 }
 
-/// Up to `limit` holders of `object` after `cursor` (a `next` of an
-/// earlier page). A cursor outside the object's rows is `Corrupt` (it came
-/// from this policy's own state), as is a holder row that does not parse.
-pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderPage, Error> {
+/// The range of `object`'s holder rows in [`CONTENT`], checking that
+/// `cursor` (a `next` of an earlier page) is inside it: one outside is
+/// `Corrupt` (it came from this policy's own state).
+pub fn holders_range(object: &Id, cursor: Option<&[u8]>) -> Result<(Vec<u8>, Vec<u8>), Error> {
     let (start, end) = crate::keys::prefix_range(index::holder_prefix(object));
     if cursor.is_some_and(|c| !c.starts_with(&start)) {
         return Err(corrupt(format!(
@@ -152,14 +169,23 @@ pub fn holders(object: &Id, cursor: Option<&[u8]>, limit: u32) -> Result<HolderP
             hex(object)
         )));
     }
-    let page = kv::scan(CONTENT, &start, Some(&end), cursor, limit)?;
+    Ok((start, end))
+}
+
+/// The holders of `object` a scan of its [`holders_range`] answered; a
+/// holder row that does not parse is `Corrupt`.
+pub fn holders_of(object: &Id, page: kv::Page) -> Result<HolderPage, Error> {
+    let prefix = index::holder_prefix(object);
     let mut holders = Vec::with_capacity(page.entries.len());
-    for entry in &page.entries {
+    for entry in page.entries {
         let bad = || corrupt(format!("a holder row of {} does not parse", hex(object)));
-        let tail = entry.key.strip_prefix(start.as_slice()).ok_or_else(bad)?;
+        let tail = entry.key.strip_prefix(prefix.as_slice()).ok_or_else(bad)?;
         let (namespace, name) = index::holder_of(tail).map_err(|_| bad())?;
         let repository = Repository::parse(&format!("{namespace}/{name}")).ok_or_else(bad)?;
-        holders.push(repository);
+        holders.push(Holder {
+            key: entry.key,
+            repository,
+        });
     }
     Ok(HolderPage {
         holders,

@@ -3,18 +3,29 @@
 //! [`crate::step`] loads one, runs the phase and finishes it.
 
 use custodian_sdk::audit::Entry;
+use custodian_sdk::kv::Page;
 use custodian_sdk::steps::{StepResult, Timer};
 use custodian_sdk::{Batch, Commit, Error, kv};
 
 use crate::codec::{Id, encode, hex};
 use crate::denial::DenialState;
-use crate::keys::PARTITION;
+use crate::keys::{self, PARTITION};
 use crate::lock;
+use crate::reads::Reads;
 use crate::request::{self, APPLY_WINDOW_MS, Request};
 use crate::state::{self, Phase, State};
 
 /// Most audit entries one commit may carry (the host's bound).
 pub const MAX_AUDIT: usize = 8;
+/// Rows a step takes at most from each queue of its request that a phase
+/// works through (the acquisition queue `todo`, the discovery queue
+/// `discover`, pending removals `remove`), and so the page of each the
+/// step's first read fetches. Eight objects a step share its fixed costs
+/// (its rows, its commit, the host's timer and claim) and keep the audit
+/// bound: a phase audits at most one entry an object ([`MAX_AUDIT`]).
+pub const QUEUE_PAGE: u32 = 8;
+/// The queues the step's first read fetches a page of.
+const QUEUES: [&str; 3] = [keys::TODO, keys::DISCOVER, keys::REMOVE];
 /// Most operations [`finish`] adds to a step's commit: the lock's guard
 /// and write, the state's and the `denial` row's guards, the deadline,
 /// the state and the `denial` row (7), rounded up.
@@ -50,6 +61,9 @@ pub struct Step {
     /// The request's lock row as read; the step's commit writes the lock
     /// its new state calls for, when that differs.
     pub lock: lock::Loaded,
+    /// The first page of each of [`QUEUES`], read with the rows above
+    /// and not yet taken ([`Step::queue`]).
+    queues: Vec<(&'static str, Page)>,
     denial_dirty: bool,
     batch: Batch,
     audit: Vec<Entry>,
@@ -115,6 +129,17 @@ impl Step {
             .is_some_and(|d| d.settled && d.withdrawn_ms.is_none())
     }
 
+    /// The first [`QUEUE_PAGE`] rows of the request's queue `tag` (one of
+    /// `todo`, `discover`, `remove`): the page the step's first read
+    /// fetched, or, once taken, a scan of it now.
+    pub fn queue(&mut self, tag: &str) -> Result<Page, Error> {
+        if let Some(at) = self.queues.iter().position(|(queue, _)| *queue == tag) {
+            return Ok(self.queues.swap_remove(at).1);
+        }
+        let (start, end) = keys::range(tag, &self.id);
+        kv::scan(PARTITION, &start, Some(&end), None, QUEUE_PAGE)
+    }
+
     /// Counts a serving copy removed (in the `denial` row, written with
     /// the step's commit).
     pub fn count_removed(&mut self) {
@@ -125,9 +150,12 @@ impl Step {
     }
 }
 
-/// What every step reads first, in one read (a step's host calls are
-/// its cost on a networked KV): the request a timer steps, its `denial`
-/// row and its state row.
+/// What every step reads first, in one snapshot read (a step's host
+/// calls are its cost on a networked KV): the request a timer steps, its
+/// `denial` row, its state row, its lock row, and the first page of each
+/// queue a phase may work through, so the phase finds its work without a
+/// read of its own (a page a step does not need is a few small rows more
+/// in the same round trip).
 pub struct Read {
     /// The request id.
     pub id: Id,
@@ -137,6 +165,10 @@ pub struct Read {
     pub denial: crate::denial::Loaded,
     /// Its state row as read, for [`load`].
     state: Option<Vec<u8>>,
+    /// Its lock row as read, for [`load`].
+    lock: Option<Vec<u8>>,
+    /// The first page of each of [`QUEUES`].
+    queues: Vec<(&'static str, Page)>,
 }
 
 /// Reads the rows every step of a timer's request needs ([`Read`]).
@@ -144,15 +176,26 @@ pub fn read(timer: &Timer) -> Result<Read, Error> {
     let id = Id::try_from(timer.reference.as_slice()).map_err(|_| {
         Error::InvalidArgument("a takedown timer's reference is a 32-byte request id".into())
     })?;
-    let keys = [
-        request::key(&id),
-        crate::denial::state_key(&id),
-        state::key(&id),
+    let mut reads = Reads::new();
+    let rows = [
+        reads.get(PARTITION, request::key(&id)),
+        reads.get(PARTITION, crate::denial::state_key(&id)),
+        reads.get(PARTITION, state::key(&id)),
+        reads.get(lock::PARTITION, lock::key(&id)),
     ];
-    let [request, denial, state]: [Option<Vec<u8>>; 3] =
-        kv::get_many(PARTITION, &keys)?.try_into().map_err(|_| {
-            Error::Corrupt("the host answered a read of 3 rows with another count".into())
-        })?;
+    let pages = QUEUES.map(|tag| {
+        (
+            tag,
+            reads.scan(PARTITION, keys::range(tag, &id), None, QUEUE_PAGE),
+        )
+    });
+    let mut answers = reads.run()?;
+    let [request, denial, state, lock] = rows.map(|at| answers.value(at));
+    let (request, denial, state, lock) = (request?, denial?, state?, lock?);
+    let queues = pages
+        .into_iter()
+        .map(|(tag, at)| Ok((tag, answers.page(at)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
     let request = request::decode_record(&request.ok_or_else(|| request::not_found(&id))?)?;
     let denial = crate::denial::loaded(denial, &request)?;
     Ok(Read {
@@ -160,22 +203,26 @@ pub fn read(timer: &Timer) -> Result<Read, Error> {
         request,
         denial,
         state,
+        lock,
+        queues,
     })
 }
 
 /// The step of a timer whose request `read` holds, once its denial is
-/// settled: decodes the state it read, and reads the request's lock.
+/// settled: decodes the state and the lock it read.
 pub fn load(timer: &Timer, read: Read) -> Result<Step, Error> {
     let Read {
         id,
         request,
         denial,
         state,
+        lock,
+        queues,
     } = read;
     let (denial, denial_state) = (denial.raw, denial.state);
     let now = timer.now_ms;
     let loaded = state::loaded(state, &request, now)?;
-    let lock = lock::load(&id, &request)?;
+    let lock = lock::loaded(&id, &request, lock)?;
     Ok(Step {
         id,
         now,
@@ -185,6 +232,7 @@ pub fn load(timer: &Timer, read: Read) -> Result<Step, Error> {
         denial_state: denial.is_some().then_some(denial_state),
         denial,
         lock,
+        queues,
         denial_dirty: false,
         batch: Batch::new(),
         audit: Vec::new(),

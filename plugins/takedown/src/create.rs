@@ -8,7 +8,7 @@
 use custodian_sdk::audit::Entry;
 use custodian_sdk::steps::WitCommit;
 use custodian_sdk::takedown::Request as WitRequest;
-use custodian_sdk::{Batch, Commit, Error, kv};
+use custodian_sdk::{Batch, Commit, Error};
 
 use crate::codec::{Id, encode, hex};
 use crate::content;
@@ -16,6 +16,7 @@ use crate::denial::{self, DenialState};
 use crate::denial_work;
 use crate::keys::{self, PARTITION};
 use crate::lock::{self, Loaded};
+use crate::reads::Reads;
 use crate::request::{self, APPLY_WINDOW_MS};
 use crate::state;
 
@@ -56,7 +57,14 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
         }
     }
     let key = request::key(&id);
-    if kv::get(PARTITION, &key)?.is_some() {
+    // The request's row and its lock row, in one read.
+    let mut reads = Reads::new();
+    let (record, locked) = (
+        reads.get(PARTITION, key.clone()),
+        reads.get(lock::PARTITION, lock::key(&id)),
+    );
+    let mut answers = reads.run()?;
+    if answers.value(record)?.is_some() {
         return Err(Error::PreconditionFailed(format!(
             "takedown request {} exists",
             hex(&id)
@@ -65,7 +73,7 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     // Lock rows are never deleted: a request of this id whose other rows
     // were removed left its lock, which this one cannot take over (it may
     // be purging, or have another creation time).
-    if lock::row(&id)?.is_some() {
+    if answers.value(locked)?.is_some() {
         return Err(Error::PreconditionFailed(format!(
             "takedown request {} has a lock already",
             hex(&id)

@@ -38,13 +38,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::contract::denial::{self as rows, Denial, MAX_DENIALS};
+use custodian_sdk::kv::MAX_READS;
 use custodian_sdk::steps::{StepResult, Timer, WitCommit};
 use custodian_sdk::{Batch, Commit, Error, kv};
 
 use crate::codec::{Id, corrupt, decode, encode, hex};
 use crate::content::{self, BLOB, MANIFEST, PACK};
-use crate::denial::{COMMIT_OPS, Cursor, DenialState, Loaded, load, state_key};
+use crate::denial::{COMMIT_OPS, Cursor, DenialState, Loaded, state_key};
 use crate::keys::{self, PARTITION};
+use crate::reads::Reads;
 use crate::request::{self, APPLY_WINDOW_MS, Request};
 use crate::{remove, restore, source};
 
@@ -194,8 +196,13 @@ fn chunk_commit(
 /// `plan-denial`: see `sdk/wit/takedown.wit`.
 pub fn plan(request_id: &[u8], now: u64) -> Result<Option<WitCommit>, Error> {
     let id = request::id_arg(request_id)?;
-    let request = request::require(&id)?;
-    let loaded = load(&id, &request)?;
+    // The request and its `denial` row in one read.
+    let [request, denial]: [Option<Vec<u8>>; 2] =
+        get_many(PARTITION, &[request::key(&id), state_key(&id)])?
+            .try_into()
+            .map_err(|_| corrupt("get-many answered a different number of keys"))?;
+    let request = request::decode_record(&request.ok_or_else(|| request::not_found(&id))?)?;
+    let loaded = crate::denial::loaded(denial, &request)?;
     if loaded.state.settled {
         return Ok(None);
     }
@@ -275,18 +282,26 @@ impl Activation {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let marks: Vec<Vec<u8>> = fresh
-            .iter()
-            .map(|o| keys::object_key(keys::DENIED, &self.id, o))
-            .collect();
-        let marked = get_many(PARTITION, &marks)?;
-        let row_keys: Vec<Vec<u8>> = fresh.iter().map(rows::key).collect();
-        let denial_rows = get_many(rows::PARTITION, &row_keys)?;
-        let read: BTreeMap<Id, (bool, Option<Vec<u8>>)> = fresh
-            .into_iter()
-            .zip(marked.into_iter().zip(denial_rows))
-            .map(|(object, (mark, row))| (object, (mark.is_some(), row)))
-            .collect();
+        // Each object's `denied` mark and denial row, in snapshot reads of
+        // up to MAX_READS rows (one, for a chunk's at most 18 objects).
+        let mut read: BTreeMap<Id, (bool, Option<Vec<u8>>)> = BTreeMap::new();
+        for group in fresh.chunks(MAX_READS / 2) {
+            let mut reads = Reads::new();
+            let asked: Vec<(usize, usize)> = group
+                .iter()
+                .map(|o| {
+                    (
+                        reads.get(PARTITION, keys::object_key(keys::DENIED, &self.id, o)),
+                        reads.get(rows::PARTITION, rows::key(o)),
+                    )
+                })
+                .collect();
+            let mut answers = reads.run()?;
+            for (object, (mark, row)) in group.iter().zip(asked) {
+                let marked = answers.value(mark)?.is_some();
+                read.insert(*object, (marked, answers.value(row)?));
+            }
+        }
         // Decide first, apply after: a failure (a corrupt row, a full
         // one) leaves the chunk as it was.
         let available = self.available();

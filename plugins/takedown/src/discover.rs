@@ -9,19 +9,20 @@ use custodian_sdk::{Error, kv};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, encode, hex};
-use crate::content;
-use crate::context::Step;
+use crate::content::{self, HolderPage};
+use crate::context::{QUEUE_PAGE, Step};
 use crate::keys::{self, PARTITION};
+use crate::reads::Reads;
 use crate::state::{self, ObjectInfo, Phase};
 use crate::survey::get_paged;
 
 /// Holders handled per step: each costs up to three commit operations
 /// (marker guard and write, invalidation entry).
 const HOLDERS_PER_STEP: u32 = 16;
-/// Objects a step looks at most: the step's fixed costs are shared by
-/// them, so a request of many objects held by few repositories (the
-/// usual case) is not a step per object.
-const OBJECTS_PER_STEP: u32 = 8;
+/// Objects a step looks at most: a page of the queue (see
+/// [`QUEUE_PAGE`]), so a request of many objects held by few
+/// repositories (the usual case) is not a step per object.
+const OBJECTS_PER_STEP: u32 = QUEUE_PAGE;
 /// Operations a new holder costs: its marker's guard and write, and its
 /// invalidation entry.
 const HOLDER_OPS: usize = 3;
@@ -41,24 +42,81 @@ pub struct HolderMarker {
 
 /// One discover step: the holders of up to `OBJECTS_PER_STEP` objects,
 /// at most `HOLDERS_PER_STEP` each, while the commit has room for them.
-/// Their progress rows are read at once: only each object's own handling
-/// writes its row.
+///
+/// Its reads are two host calls however many objects it takes (the
+/// queue, and whether anything is still to acquire, which finishing
+/// asks, came with the step's first read): the objects' progress rows
+/// with a page of holders of each, and the holders' markers (one more
+/// for objects resuming after a cursor). Only each object's own handling writes its row, and
+/// markers this step writes are in `planned`, so reading them all first
+/// decides as reading each in turn would.
 pub fn run(step: &mut Step) -> Result<(), Error> {
-    let (start, end) = keys::range(keys::DISCOVER, &step.id);
-    let page = kv::scan(PARTITION, &start, Some(&end), None, OBJECTS_PER_STEP)?;
+    let start = keys::range(keys::DISCOVER, &step.id).0;
+    let page = step.queue(keys::DISCOVER)?;
+    debug_assert!(page.entries.len() <= OBJECTS_PER_STEP as usize);
     if page.entries.is_empty() {
-        return finish(step);
+        let unacquired = !step.queue(keys::TODO)?.entries.is_empty();
+        return finish(step, unacquired);
     }
     let objects = keys::objects_of(&page.entries, &start, "discover")?;
-    let infos = get_paged(
-        PARTITION,
-        &keys::object_keys(&step.id, &objects, &[keys::OBJECT]),
-    )?;
+    // Each object's progress row and the first page of its holders in one
+    // read: an object is usually new to discovery, so the page from the
+    // start is the one it needs. One whose row holds a cursor (it had
+    // more holders than a step takes) is read again from there, and one
+    // done needs none.
+    let mut reads = Reads::new();
+    let mut asked = Vec::with_capacity(objects.len());
+    for object in &objects {
+        let info = reads.get(PARTITION, keys::object_key(keys::OBJECT, &step.id, object));
+        let range = content::holders_range(object, None)?;
+        asked.push((
+            info,
+            reads.scan(content::CONTENT, range, None, HOLDERS_PER_STEP),
+        ));
+    }
+    let mut answers = reads.run()?;
+    let mut infos = Vec::with_capacity(objects.len());
+    let mut pages = Vec::with_capacity(objects.len());
+    let mut again = Reads::new();
+    let mut resumed = Vec::new();
+    for (object, (info, first)) in objects.iter().zip(asked) {
+        let info = state::decode_info(object, answers.value(info)?.as_deref())?;
+        let first = answers.page(first)?;
+        pages.push(match info.holders_cursor()? {
+            _ if info.holders_done => None,
+            None => Some(content::holders_of(object, first)?),
+            Some(cursor) => {
+                let range = content::holders_range(object, Some(&cursor))?;
+                let at = again.scan(content::CONTENT, range, Some(cursor), HOLDERS_PER_STEP);
+                resumed.push((pages.len(), *object, at));
+                None
+            }
+        });
+        infos.push(info);
+    }
+    if !resumed.is_empty() {
+        let mut answers = again.run()?;
+        for (slot, object, at) in resumed {
+            pages[slot] = Some(content::holders_of(&object, answers.page(at)?)?);
+        }
+    }
+    let markers: Vec<Vec<u8>> = pages
+        .iter()
+        .flatten()
+        .flat_map(|page| &page.holders)
+        .map(|h| keys::holder_key(&step.id, &h.repository.namespace, &h.repository.name))
+        .collect();
+    let mut known = get_paged(PARTITION, &markers)?.into_iter();
     // Holders planned by this step: markers it wrote are not yet in the
     // KV, so an object later in the step sharing a holder must skip it here.
     let mut planned = BTreeSet::new();
-    for (taken, ((row, object), info)) in
-        page.entries.into_iter().zip(objects).zip(infos).enumerate()
+    for (taken, (((row, object), info), holders)) in page
+        .entries
+        .into_iter()
+        .zip(objects)
+        .zip(infos)
+        .zip(pages)
+        .enumerate()
     {
         let room = step.room().saturating_sub(OBJECT_OPS) / HOLDER_OPS;
         // Within u32: at most HOLDERS_PER_STEP.
@@ -66,23 +124,45 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         if taken > 0 && limit == 0 {
             break;
         }
-        let info = state::decode_info(&object, info.as_deref())?;
-        one(step, object, row, info, limit.max(1), &mut planned)?;
+        let found = holders.as_ref().map_or(0, |page| page.holders.len());
+        let markers: Vec<Option<Vec<u8>>> = known.by_ref().take(found).collect();
+        let read = Read {
+            row,
+            info,
+            holders,
+            markers,
+        };
+        one(step, object, read, limit.max(1), &mut planned)?;
     }
     Ok(())
 }
 
-/// Plans the invalidations of up to `limit` holders of `object` (its
-/// discover `row` and progress `info` as read) not in `planned`, adding
-/// them to it.
+/// What a discover step read of one object: its discover row, its
+/// progress, a page of its holders (`None` once all were handled) and
+/// their markers.
+struct Read {
+    row: kv::Entry,
+    info: ObjectInfo,
+    holders: Option<HolderPage>,
+    markers: Vec<Option<Vec<u8>>>,
+}
+
+/// Plans the invalidations of up to `limit` holders of `object` not in
+/// `planned`, adding them to it; the holders after those wait for the
+/// next step.
 fn one(
     step: &mut Step,
     object: Id,
-    row: kv::Entry,
-    mut info: ObjectInfo,
+    read: Read,
     limit: u32,
     planned: &mut BTreeSet<Vec<u8>>,
 ) -> Result<(), Error> {
+    let Read {
+        row,
+        mut info,
+        holders,
+        markers,
+    } = read;
     if !matches!(row.value.as_slice(), [0] | [1]) {
         return Err(corrupt(format!(
             "the discover row of {} is neither an object nor a pack",
@@ -90,46 +170,45 @@ fn one(
         )));
     }
     let info_key = keys::object_key(keys::OBJECT, &step.id, &object);
-    if info.holders_done {
+    let Some(holders) = holders else {
         step.delete(row.key);
         return Ok(());
-    }
-    let cursor = info.holders_cursor()?;
-    let holders = content::holders(&object, cursor.as_deref(), limit)?;
-    if !holders.holders.is_empty() {
-        let markers: Vec<Vec<u8>> = holders
-            .holders
-            .iter()
-            .map(|h| keys::holder_key(&step.id, &h.namespace, &h.name))
-            .collect();
-        let known = kv::get_many(PARTITION, &markers)?;
-        for ((holder, marker), existing) in holders.holders.iter().zip(markers).zip(known) {
-            if existing.is_some() || !planned.insert(marker.clone()) {
-                continue;
-            }
-            // Absent-guarded: a holder is planned once per request, even if
-            // two steps raced to it.
-            step.require_observed(marker.clone(), None);
-            step.put(
-                marker,
-                encode(&HolderMarker {
-                    object: hex(&object),
-                    discovered_ms: step.now,
-                })?,
-            );
-            // The responsibility to invalidate commits with the marker and
-            // the cursor: planned exactly once, delivered by the host.
-            let entry = invalidation::Entry {
-                requested_ms: step.now,
-                request: step.id,
-                repository: format!("{}/{}", holder.namespace, holder.name),
-                objects: vec![object],
-            };
-            step.put_in(invalidation::PARTITION, entry.key(), entry.value());
-            step.state.counts.holders += 1;
+    };
+    // Within usize: a u32.
+    let limit = limit as usize;
+    // Cut short, the page resumes after the last holder handled.
+    let next = match holders.holders.get(limit.saturating_sub(1)) {
+        Some(last) if holders.holders.len() > limit => Some(last.key.clone()),
+        _ => holders.next,
+    };
+    for (holder, existing) in holders.holders.iter().zip(markers).take(limit) {
+        let repository = &holder.repository;
+        let marker = keys::holder_key(&step.id, &repository.namespace, &repository.name);
+        if existing.is_some() || !planned.insert(marker.clone()) {
+            continue;
         }
+        // Absent-guarded: a holder is planned once per request, even if
+        // two steps raced to it.
+        step.require_observed(marker.clone(), None);
+        step.put(
+            marker,
+            encode(&HolderMarker {
+                object: hex(&object),
+                discovered_ms: step.now,
+            })?,
+        );
+        // The responsibility to invalidate commits with the marker and
+        // the cursor: planned exactly once, delivered by the host.
+        let entry = invalidation::Entry {
+            requested_ms: step.now,
+            request: step.id,
+            repository: format!("{}/{}", repository.namespace, repository.name),
+            objects: vec![object],
+        };
+        step.put_in(invalidation::PARTITION, entry.key(), entry.value());
+        step.state.counts.holders += 1;
     }
-    match holders.next {
+    match next {
         Some(next) => info.holders = Some(hex(&next)),
         None => {
             info.holders = None;
@@ -153,12 +232,9 @@ fn one(
 /// the index has its holder row). Otherwise it is incomplete, and says
 /// why: a request filed before denial existed kept nothing from gaining
 /// the content, a withdrawn one no longer does, and objects a purge left
-/// unacquired were never queued for discovery.
-fn finish(step: &mut Step) -> Result<(), Error> {
-    let (start, end) = keys::range(keys::TODO, &step.id);
-    let unacquired = !kv::scan(PARTITION, &start, Some(&end), None, 1)?
-        .entries
-        .is_empty();
+/// unacquired (`unacquired`: the acquisition queue is not empty) were
+/// never queued for discovery.
+fn finish(step: &mut Step, unacquired: bool) -> Result<(), Error> {
     let why_incomplete = match &step.denial_state {
         _ if unacquired => Some(
             "purging began before acquisition finished: the holders of objects never acquired were not looked for",

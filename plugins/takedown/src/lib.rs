@@ -233,8 +233,8 @@
 //!
 //! Each imports only modules listed before it (CI checks that the modules
 //! of a crate import each other in no cycle): the encodings and keys
-//! ([`codec`], [`keys`]) and deleting every version of a stored object
-//! ([`versions`]); the host's content index ([`content`]); the request
+//! ([`codec`], [`keys`]), several reads in one snapshot ([`reads`]) and
+//! deleting every version of a stored object ([`versions`]); the host's content index ([`content`]); the request
 //! record ([`request`]); the preservation state ([`state`]) and the
 //! `denial` row ([`denial`]); the locks ([`lock`]); a step in progress
 //! ([`context`]); what every request denying an object holds of it
@@ -263,6 +263,7 @@ pub mod lock;
 pub mod preserved;
 pub mod purge;
 pub mod queue;
+pub mod reads;
 pub mod remove;
 pub mod request;
 pub mod restore;

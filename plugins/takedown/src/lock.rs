@@ -51,16 +51,25 @@ pub struct Loaded {
     pub lock: Option<RequestLock>,
 }
 
-/// The value of request `id`'s lock row, as stored.
-pub fn row(id: &Id) -> Result<Option<Vec<u8>>, Error> {
-    kv::get(PARTITION, &rows::request_key(id))
+/// The key of request `id`'s lock row (in [`PARTITION`]).
+pub fn key(id: &Id) -> Vec<u8> {
+    rows::request_key(id)
 }
 
-/// The lock row of `request` (id `id`). A row that does not decode, or
+/// The value of request `id`'s lock row, as stored.
+pub fn row(id: &Id) -> Result<Option<Vec<u8>>, Error> {
+    kv::get(PARTITION, &key(id))
+}
+
+/// The lock row of `request` (id `id`), read.
+pub fn load(id: &Id, request: &Request) -> Result<Loaded, Error> {
+    loaded(id, request, row(id)?)
+}
+
+/// Request `id`'s lock row `raw` as read. A row that does not decode, or
 /// whose creation time is not the request's, is corrupt: no write of this
 /// policy could make it, and the host would refuse every write over it.
-pub fn load(id: &Id, request: &Request) -> Result<Loaded, Error> {
-    let raw = row(id)?;
+pub fn loaded(id: &Id, request: &Request, raw: Option<Vec<u8>>) -> Result<Loaded, Error> {
     let lock = raw
         .as_deref()
         .map(|raw| {

@@ -73,9 +73,9 @@
 //!
 //! # Bounds
 //!
-//! A step looks at [`OBJECTS_PER_STEP`] `object` rows (about 8 reads for
-//! all of them, plus a `c`-row scan and a `head` of the serving copy
-//! each) and removes at most
+//! A step looks at [`OBJECTS_PER_STEP`] `object` rows (about five host
+//! reads for all of them, each of several rows and ranges in one
+//! snapshot, plus a `head` of the serving copy each) and removes at most
 //! [`REMOVALS_PER_STEP`]: the intent commit has at most [`INTENT_OPS`]
 //! operations (3 of its own; per object, the guards on its row, on at
 //! most 15 other deniers and 16 manifests, and the intent), and deleting a
@@ -95,16 +95,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, bounded, corrupt, decode, encode, hex};
 use crate::content::{self, SERVING};
-use crate::context::Step;
+use crate::context::{QUEUE_PAGE, Step};
 use crate::denial::{self, DenialState};
 use crate::keys::{self, PARTITION};
+use crate::reads::Reads;
 use crate::request::APPLY_WINDOW_MS;
 use crate::state::{self, ObjectInfo, Phase};
-use crate::survey::{self, get_paged};
+use crate::survey;
 use crate::versions;
 
-/// `object` rows looked at per step.
-pub const OBJECTS_PER_STEP: u32 = 8;
+/// `object` rows looked at per step: as many as a page of a queue (see
+/// [`QUEUE_PAGE`]).
+pub const OBJECTS_PER_STEP: u32 = QUEUE_PAGE;
 /// Serving copies removed per step (and so pending intents at once). As
 /// many as the rows looked at: a step decides on every row it looks at
 /// (reading its rows and heading its serving copy), and a row left for
@@ -167,6 +169,12 @@ pub struct Finished {
 pub fn pending(id: &Id, limit: usize) -> Result<Vec<(Vec<u8>, Id, Intent)>, Error> {
     let (start, end) = keys::range(keys::REMOVE, id);
     let page = kv::scan(PARTITION, &start, Some(&end), None, limit as u32)?;
+    intents(id, page)
+}
+
+/// The removal intents of request `id` a page of its `remove` rows holds.
+fn intents(id: &Id, page: kv::Page) -> Result<Vec<(Vec<u8>, Id, Intent)>, Error> {
+    let start = keys::range(keys::REMOVE, id).0;
     page.entries
         .into_iter()
         .map(|entry| {
@@ -247,7 +255,8 @@ pub fn finish_for_lift(
 /// else then); returns whether there were any. Runs before the purge
 /// check, so a purge never starts over a half-done removal.
 pub fn finish_pending(step: &mut Step) -> Result<bool, Error> {
-    let found = pending(&step.id, REMOVALS_PER_STEP)?;
+    let page = step.queue(keys::REMOVE)?;
+    let found = intents(&step.id, page)?;
     if found.is_empty() {
         return Ok(false);
     }
@@ -419,15 +428,36 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
         return Ok(decisions);
     }
     let objects: Vec<Id> = verified.iter().map(|(object, _)| *object).collect();
-    let marks = get_paged(
-        PARTITION,
-        &objects
-            .iter()
-            .flat_map(|o| [keys::REMOVED, keys::KEPT].map(|tag| keys::object_key(tag, id, o)))
-            .collect::<Vec<_>>(),
-    )?;
-    let index = content::object_rows(&objects)?;
-    let denials = survey::denials(&objects)?;
+    // Each object's marks, index row, denial row and `c` rows (which only
+    // an object passing the first checks needs), in one snapshot read:
+    // 5 reads an object, at most 40 of MAX_READS, and at most
+    // 8 × (4 + MAX_MANIFESTS) entries of a read's 1000.
+    let mut reads = Reads::new();
+    let asked: Vec<[usize; 5]> = objects
+        .iter()
+        .map(|o| {
+            [
+                reads.get(PARTITION, keys::object_key(keys::REMOVED, id, o)),
+                reads.get(PARTITION, keys::object_key(keys::KEPT, id, o)),
+                reads.get(content::CONTENT, content::object_key(o)),
+                reads.get(survey::DENIAL, survey::denial_key(o)),
+                survey::manifests_read(&mut reads, o, MAX_MANIFESTS),
+            ]
+        })
+        .collect();
+    let mut answers = reads.run()?;
+    let (mut marks, mut index, mut denials) = (Vec::new(), Vec::new(), Vec::new());
+    let mut manifests_of = BTreeMap::new();
+    for (object, [removed, kept, row, denied, chunk_of]) in objects.iter().zip(asked) {
+        marks.push(answers.value(removed)?);
+        marks.push(answers.value(kept)?);
+        index.push(content::decode_object_row(object, answers.value(row)?)?);
+        denials.push(survey::denials_of(object, answers.value(denied)?)?);
+        manifests_of.insert(
+            *object,
+            survey::manifests_in(object, answers.page(chunk_of)?)?,
+        );
+    }
     // Objects that pass the checks on their own rows.
     let mut open = Vec::new();
     for ((((object, info), marks), row), denied) in verified
@@ -480,6 +510,9 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
     let standing = survey::standing(&others)?;
     let mut chunks = Vec::new();
     for (object, denied) in open {
+        let of = manifests_of
+            .remove(&object)
+            .ok_or_else(|| corrupt("an open object's chunk-of rows were not read"))?;
         let unverified = denied
             .requests
             .iter()
@@ -503,11 +536,7 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
                     )),
                 );
             }
-            None => chunks.push((
-                object,
-                denied,
-                survey::manifests_of(&object, MAX_MANIFESTS)?,
-            )),
+            None => chunks.push((object, denied, of)),
         }
     }
     let manifests: Vec<Id> = chunks

@@ -232,10 +232,11 @@ fn needed(
     if missing.is_empty() {
         return Ok(Vec::new());
     }
-    let mut manifests = BTreeMap::new();
-    for object in missing {
-        manifests.insert(*object, survey::manifests_of(object, MANIFESTS_PER_OBJECT)?);
-    }
+    let manifests: BTreeMap<Id, Option<Vec<Id>>> = missing
+        .iter()
+        .copied()
+        .zip(survey::manifests_of(missing, MANIFESTS_PER_OBJECT)?)
+        .collect();
     let listed: Vec<Id> = manifests
         .values()
         .flatten()

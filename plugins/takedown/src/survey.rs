@@ -14,12 +14,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use custodian_sdk::contract::content::index;
 use custodian_sdk::contract::denial as rows;
+use custodian_sdk::kv::MAX_READS;
 use custodian_sdk::{Error, kv};
 
 use crate::codec::{Id, corrupt, decode, hex};
 use crate::content::CONTENT;
 use crate::denial::{self, DenialState};
 use crate::keys::{self, PARTITION};
+use crate::reads::Reads;
 use crate::state::{self, ObjectInfo};
 
 /// Most keys of one `get-many` (the host's page bound).
@@ -63,18 +65,30 @@ pub fn denials(objects: &[Id]) -> Result<Vec<Denials>, Error> {
     get_paged(rows::PARTITION, &row_keys)?
         .into_iter()
         .zip(objects)
-        .map(|(raw, object)| {
-            let requests = match &raw {
-                Some(value) => rows::decode(value)
-                    .map_err(|why| corrupt(format!("the denial row of {}: {why}", hex(object))))?
-                    .iter()
-                    .map(|d| d.request)
-                    .collect(),
-                None => Vec::new(),
-            };
-            Ok(Denials { raw, requests })
-        })
+        .map(|(raw, object)| denials_of(object, raw))
         .collect()
+}
+
+/// The key of `object`'s denial row in [`DENIAL`].
+pub fn denial_key(object: &Id) -> Vec<u8> {
+    rows::key(object)
+}
+
+/// The partition of denial rows.
+pub const DENIAL: &str = rows::PARTITION;
+
+/// `object`'s denial row `raw` as read; one that does not decode is the
+/// denial partition corrupt.
+pub fn denials_of(object: &Id, raw: Option<Vec<u8>>) -> Result<Denials, Error> {
+    let requests = match &raw {
+        Some(value) => rows::decode(value)
+            .map_err(|why| corrupt(format!("the denial row of {}: {why}", hex(object))))?
+            .iter()
+            .map(|d| d.request)
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(Denials { raw, requests })
 }
 
 /// What one request holds of one object.
@@ -154,20 +168,48 @@ pub fn standing(requests: &BTreeSet<Id>) -> Result<BTreeMap<Id, Standing>, Error
         .collect())
 }
 
-/// The manifests whose files `chunk` is part of (its `c` rows), or `None`
-/// when there are more than `max`.
-pub fn manifests_of(chunk: &Id, max: u32) -> Result<Option<Vec<Id>>, Error> {
-    let (start, end) = keys::prefix_range(index::chunk_of_prefix(chunk));
-    let page = kv::scan(CONTENT, &start, Some(&end), None, max)?;
+/// The manifests whose files each of `chunks` is part of (its `c` rows),
+/// in order, `None` for a chunk of more than `max` (at most 999): the
+/// rows of up to [`MAX_READS`] chunks in one snapshot read.
+pub fn manifests_of(chunks: &[Id], max: u32) -> Result<Vec<Option<Vec<Id>>>, Error> {
+    // Each scan may answer max entries; a read answers at most a page.
+    let per_read = (kv::MAX_PAGE_ENTRIES / max.max(1)) as usize;
+    let mut out = Vec::with_capacity(chunks.len());
+    for group in chunks.chunks(per_read.clamp(1, MAX_READS)) {
+        let mut reads = Reads::new();
+        let asked: Vec<usize> = group
+            .iter()
+            .map(|chunk| manifests_read(&mut reads, chunk, max))
+            .collect();
+        let mut answers = reads.run()?;
+        for (chunk, at) in group.iter().zip(asked) {
+            out.push(manifests_in(chunk, answers.page(at)?)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Adds to `reads` a scan of at most `max` of `chunk`'s `c` rows (a
+/// cursor on the page says there are more); the index of its answer, for
+/// [`manifests_in`].
+pub fn manifests_read(reads: &mut Reads, chunk: &Id, max: u32) -> usize {
+    let range = keys::prefix_range(index::chunk_of_prefix(chunk));
+    reads.scan(CONTENT, range, None, max)
+}
+
+/// The manifests a scan of [`manifests_read`] found, or `None` when
+/// `chunk` is part of more (the page has a cursor).
+pub fn manifests_in(chunk: &Id, page: kv::Page) -> Result<Option<Vec<Id>>, Error> {
     if page.next.is_some() {
         return Ok(None);
     }
+    let prefix = index::chunk_of_prefix(chunk);
     page.entries
         .iter()
         .map(|entry| {
             entry
                 .key
-                .strip_prefix(start.as_slice())
+                .strip_prefix(prefix.as_slice())
                 .and_then(|tail| Id::try_from(tail).ok())
                 .ok_or_else(|| corrupt(format!("a chunk-of row of {} does not parse", hex(chunk))))
         })

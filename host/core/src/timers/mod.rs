@@ -40,7 +40,7 @@ pub use worker::{
 use serde::{Deserialize, Serialize};
 
 use custodian_base::error::ErrorKind;
-use custodian_kv::{Batch, Kv, KvError, Outcome, Partition, Precondition, Write};
+use custodian_kv::{Answer, Batch, Kv, KvError, Outcome, Partition, Precondition, Read, Write};
 
 /// The partition holding timers.
 pub const PARTITION: &str = "custodian.timers";
@@ -427,6 +427,54 @@ pub async fn get(kv: &dyn Kv, kind: &str, reference: &[u8]) -> Result<Option<Tim
         }
     }
     Err(TimerError::Contention)
+}
+
+/// Timer `kind`/`reference` if it is due at exactly `due_ms`; `None` if
+/// it is absent or due at another time. Its index row and the due row
+/// `due_ms` names are read in one snapshot, so one round trip answers
+/// what [`get`] needs two for, and an index naming `due_ms` beside no
+/// such row is corruption, never a race.
+///
+/// # Errors
+/// Invalid arguments, the KV's errors, or a corrupt row.
+pub async fn get_due_at(
+    kv: &dyn Kv,
+    kind: &str,
+    reference: &[u8],
+    due_ms: u64,
+) -> Result<Option<Timer>, TimerError> {
+    validate(kind, reference)?;
+    let partition = partition();
+    let key = due_key(due_ms, kind, reference);
+    let reads = [
+        Read::Get {
+            partition: partition.clone(),
+            key: index_key(kind, reference),
+        },
+        Read::Get {
+            partition,
+            key: key.clone(),
+        },
+    ];
+    let answers = kv.read(&reads).await?;
+    let [Answer::Value(index), Answer::Value(row)] = answers.as_slice() else {
+        return Err(TimerError::Corrupt(
+            "the KV answered a read of two rows with something else".into(),
+        ));
+    };
+    let Some(index) = index else {
+        return Ok(None);
+    };
+    if decode_due_ms(index)? != due_ms {
+        return Ok(None);
+    }
+    match row {
+        Some(value) => parse_due(&key, value).map(Some),
+        None => Err(TimerError::Corrupt(format!(
+            "the index of timer {kind}/{} names a missing row",
+            display_reference(reference)
+        ))),
+    }
 }
 
 /// One page of timers in due order, resuming after `cursor` (the `next`

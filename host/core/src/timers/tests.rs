@@ -220,6 +220,51 @@ async fn scheduling_a_timer_twice_moves_it_instead_of_adding_another() {
 }
 
 #[tokio::test]
+async fn a_timer_read_at_its_due_time_is_found_and_at_any_other_time_is_not() {
+    let (kv, _) = setup();
+    assert_eq!(
+        get_due_at(kv.as_ref(), "work", b"a", START + 5)
+            .await
+            .unwrap(),
+        None,
+        "absent"
+    );
+    schedule(kv.as_ref(), "work", b"a", START + 5)
+        .await
+        .unwrap();
+    let timer = get_due_at(kv.as_ref(), "work", b"a", START + 5)
+        .await
+        .unwrap()
+        .expect("due then");
+    assert_eq!(
+        timer,
+        get(kv.as_ref(), "work", b"a").await.unwrap().unwrap()
+    );
+    assert_eq!(
+        get_due_at(kv.as_ref(), "work", b"a", START + 6)
+            .await
+            .unwrap(),
+        None,
+        "due at another time"
+    );
+    // An index naming a due row that is not there is corrupt, not a race:
+    // both were read in one snapshot.
+    let partition = partition();
+    let gone = Batch {
+        preconditions: Vec::new(),
+        writes: vec![Write::Delete {
+            partition,
+            key: due_key(START + 5, "work", b"a"),
+        }],
+    };
+    assert_eq!(kv.apply(&gone).await, Ok(Outcome::Committed));
+    assert!(matches!(
+        get_due_at(kv.as_ref(), "work", b"a", START + 5).await,
+        Err(TimerError::Corrupt(_))
+    ));
+}
+
+#[tokio::test]
 async fn bad_kinds_and_references_are_refused() {
     let (kv, _) = setup();
     for (kind, reference) in [

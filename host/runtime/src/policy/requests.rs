@@ -256,12 +256,9 @@ pub fn start(
     filed_ms: u64,
 ) -> Result<(), RequestError> {
     let deferred = first_step_due(filed_ms);
-    let Some(timer) = io.block_on(timers::get(kv, KIND, id))? else {
+    let Some(timer) = io.block_on(timers::get_due_at(kv, KIND, id, deferred))? else {
         return Ok(());
     };
-    if timer.due_ms != deferred {
-        return Ok(());
-    }
     let batch = timers::plan_move(&timer, filed_ms)?;
     // Lost: a step or an action moved the timer meanwhile; it is theirs.
     apply(io, kv, batch, &[])?;

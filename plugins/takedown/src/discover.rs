@@ -19,10 +19,6 @@ use crate::survey::get_paged;
 /// Holders handled per step: each costs up to three commit operations
 /// (marker guard and write, invalidation entry).
 const HOLDERS_PER_STEP: u32 = 16;
-/// Objects a step looks at most: a page of the queue (see
-/// [`QUEUE_PAGE`]), so a request of many objects held by few
-/// repositories (the usual case) is not a step per object.
-const OBJECTS_PER_STEP: u32 = QUEUE_PAGE;
 /// Operations a new holder costs: its marker's guard and write, and its
 /// invalidation entry.
 const HOLDER_OPS: usize = 3;
@@ -40,20 +36,21 @@ pub struct HolderMarker {
     pub discovered_ms: u64,
 }
 
-/// One discover step: the holders of up to `OBJECTS_PER_STEP` objects,
-/// at most `HOLDERS_PER_STEP` each, while the commit has room for them.
+/// One discover step: the holders of up to a queue page of objects
+/// ([`QUEUE_PAGE`]: a request of many objects held by few repositories,
+/// the usual case, is not a step per object), at most `HOLDERS_PER_STEP`
+/// each, while the commit has room for them.
 ///
 /// Its reads are two host calls however many objects it takes (the
 /// queue, and whether anything is still to acquire, which finishing
 /// asks, came with the step's first read): the objects' progress rows
 /// with a page of holders of each, and the holders' markers (one more
-/// for objects resuming after a cursor). Only each object's own handling writes its row, and
-/// markers this step writes are in `planned`, so reading them all first
-/// decides as reading each in turn would.
+/// for objects resuming after a cursor). Only each object's own handling
+/// writes its row, and markers this step writes are in `planned`, so
+/// reading them all first decides as reading each in turn would.
 pub fn run(step: &mut Step) -> Result<(), Error> {
     let start = keys::range(keys::DISCOVER, &step.id).0;
     let page = step.queue(keys::DISCOVER)?;
-    debug_assert!(page.entries.len() <= OBJECTS_PER_STEP as usize);
     if page.entries.is_empty() {
         let unacquired = !step.queue(keys::TODO)?.entries.is_empty();
         return finish(step, unacquired);

@@ -8,6 +8,7 @@ use crate::log::Level;
 // Defined in the native host, whose state holds the installed one.
 pub use crate::native::retention_oracle::RetentionOracle;
 // Likewise held by the host state.
+pub use crate::native::KvCalls;
 pub use crate::native::guard::{Guard, ObjectWrite};
 
 /// Empties the host and sets its clock to `now_ms`.
@@ -33,6 +34,12 @@ pub fn set_guard(guard: Guard) {
 /// Sets the host clock.
 pub fn set_now(now_ms: u64) {
     crate::native::with(|host| host.now_ms = now_ms);
+}
+
+/// The KV calls made since the last [`reset`]: a policy's round trips on
+/// a networked KV, which a test can hold a step to.
+pub fn kv_calls() -> KvCalls {
+    crate::native::with(|host| host.kv_calls)
 }
 
 /// Every audit entry appended so far.

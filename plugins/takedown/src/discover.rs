@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Id, corrupt, encode, hex};
 use crate::content::{self, HolderPage};
-use crate::context::{QUEUE_PAGE, Step};
+use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::reads::Reads;
 use crate::state::{self, ObjectInfo, Phase};
@@ -37,9 +37,9 @@ pub struct HolderMarker {
 }
 
 /// One discover step: the holders of up to a queue page of objects
-/// ([`QUEUE_PAGE`]: a request of many objects held by few repositories,
-/// the usual case, is not a step per object), at most `HOLDERS_PER_STEP`
-/// each, while the commit has room for them.
+/// ([`crate::context::QUEUE_PAGE`]: a request of many objects held by
+/// few repositories, the usual case, is not a step per object), at most
+/// `HOLDERS_PER_STEP` each, while the commit has room for them.
 ///
 /// Its reads are two host calls however many objects it takes (the
 /// queue, and whether anything is still to acquire, which finishing

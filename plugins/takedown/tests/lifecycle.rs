@@ -139,6 +139,7 @@ fn steps_and_status_of_an_unknown_request_are_not_found() {
         now: T0,
         events: vec![],
         phases: vec![],
+        calls: vec![],
     };
     assert!(matches!(driver.try_step(), Err(Error::NotFound(_))));
     assert!(matches!(

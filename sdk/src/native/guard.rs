@@ -40,7 +40,7 @@ impl std::fmt::Debug for Guard {
 /// borrow, so the check may read the host).
 pub(crate) fn batch(batch: &Batch) -> Result<(), Error> {
     match super::with(|host| host.guard) {
-        Some(guard) => (guard.batch)(batch),
+        Some(guard) => uncounted(|| (guard.batch)(batch)),
         None => Ok(()),
     }
 }
@@ -48,7 +48,16 @@ pub(crate) fn batch(batch: &Batch) -> Result<(), Error> {
 /// Runs the installed guard's object check (outside the host's borrow).
 pub(crate) fn object(store: &str, key: &str, write: ObjectWrite) -> Result<(), Error> {
     match super::with(|host| host.guard) {
-        Some(guard) => (guard.object)(store, key, write),
+        Some(guard) => uncounted(|| (guard.object)(store, key, write)),
         None => Ok(()),
     }
+}
+
+/// Runs `check` without counting the KV calls it makes in
+/// [`super::KvCalls`]: the host's own enforcement is not the plugin's.
+fn uncounted<T>(check: impl FnOnce() -> T) -> T {
+    let calls = super::with(|host| host.kv_calls);
+    let out = check();
+    super::with(|host| host.kv_calls = calls);
+    out
 }

@@ -42,8 +42,19 @@ fn check_key(key: &[u8]) -> Result<(), Error> {
     }
 }
 
+/// Counts one host call of the KV (see [`crate::testing::kv_calls`]).
+fn count(call: impl FnOnce(&mut super::KvCalls) -> &mut u64) {
+    super::with(|host| *call(&mut host.kv_calls) += 1);
+}
+
 /// The native host's `kv.get`; see `wit/deps/host/kv.wit`.
 pub fn get(partition: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+    count(|calls| &mut calls.gets);
+    get_row(partition, key)
+}
+
+/// A `get` as a part of a larger call (not counted on its own).
+fn get_row(partition: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
     check_partition(partition)?;
     check_key(key)?;
     Ok(super::with(|host| {
@@ -53,6 +64,7 @@ pub fn get(partition: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
 
 /// The native host's `kv.get-many`; see `wit/deps/host/kv.wit`.
 pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+    count(|calls| &mut calls.get_manys);
     // The partition first, as the host does, even when no key is asked.
     check_partition(partition)?;
     if keys.len() > MAX_PAGE_ENTRIES as usize {
@@ -61,12 +73,13 @@ pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>
             keys.len()
         )));
     }
-    keys.iter().map(|key| get(partition, key)).collect()
+    keys.iter().map(|key| get_row(partition, key)).collect()
 }
 
 /// The native host's `kv.read`; see `wit/deps/host/kv.wit`. The native
 /// host is one thread's, so its reads in turn are one snapshot.
 pub fn read(reads: &[ReadOp]) -> Result<Vec<ReadAnswer>, Error> {
+    count(|calls| &mut calls.snapshots);
     if reads.len() > MAX_READS {
         return Err(invalid(format!(
             "{} reads exceed the limit of {MAX_READS}",
@@ -88,8 +101,8 @@ pub fn read(reads: &[ReadOp]) -> Result<Vec<ReadAnswer>, Error> {
     reads
         .iter()
         .map(|read| match read {
-            ReadOp::Get(at) => get(&at.partition, &at.key).map(ReadAnswer::Value),
-            ReadOp::Scan(range) => scan(
+            ReadOp::Get(at) => get_row(&at.partition, &at.key).map(ReadAnswer::Value),
+            ReadOp::Scan(range) => scan_page(
                 &range.partition,
                 &range.start,
                 range.end.as_deref(),
@@ -103,6 +116,18 @@ pub fn read(reads: &[ReadOp]) -> Result<Vec<ReadAnswer>, Error> {
 
 /// The native host's `kv.scan`; see `wit/deps/host/kv.wit`.
 pub fn scan(
+    partition: &str,
+    start: &[u8],
+    end: Option<&[u8]>,
+    cursor: Option<&[u8]>,
+    limit: u32,
+) -> Result<Page, Error> {
+    count(|calls| &mut calls.scans);
+    scan_page(partition, start, end, cursor, limit)
+}
+
+/// A `scan` as a part of a larger call (not counted on its own).
+fn scan_page(
     partition: &str,
     start: &[u8],
     end: Option<&[u8]>,
@@ -221,6 +246,7 @@ fn check_batch(batch: &WitBatch) -> Result<(), Error> {
 
 /// The native host's `kv.apply`; see `wit/deps/host/kv.wit`.
 pub fn apply(batch: &WitBatch) -> Result<Outcome, Error> {
+    count(|calls| &mut calls.applies);
     check_batch(batch)?;
     super::guard::batch(batch)?;
     super::with(|host| {

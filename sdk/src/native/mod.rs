@@ -43,6 +43,32 @@ pub(crate) struct StoredObject {
     pub metadata: Vec<(String, String)>,
 }
 
+/// How many host calls of the KV a native build made, by kind, as the
+/// host's metrics count them (`custodian_kv_calls_total`): each call
+/// once, however many rows it reads or writes. An installed
+/// [`crate::testing::Guard`]'s own calls (the host's enforcement, not the
+/// plugin's) are not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvCalls {
+    /// `get`s.
+    pub gets: u64,
+    /// `get-many`s.
+    pub get_manys: u64,
+    /// `scan`s.
+    pub scans: u64,
+    /// Snapshot `read`s.
+    pub snapshots: u64,
+    /// `apply`s, an `audit.apply-with` included.
+    pub applies: u64,
+}
+
+impl KvCalls {
+    /// Every call that reads: on a networked KV, a round trip each.
+    pub fn reads(&self) -> u64 {
+        self.gets + self.get_manys + self.scans + self.snapshots
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub now_ms: u64,
@@ -56,6 +82,8 @@ pub(crate) struct State {
     pub retention: Option<RetentionOracle>,
     /// What checks writes before they are made, when a test installed it.
     pub guard: Option<guard::Guard>,
+    /// The KV calls made since the last reset.
+    pub kv_calls: KvCalls,
 }
 
 thread_local! {

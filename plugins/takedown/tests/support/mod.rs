@@ -399,6 +399,7 @@ pub fn file_only(request: Request) -> Driver {
         now: T0,
         events: commit.audit,
         phases: vec![],
+        calls: vec![],
     };
     let first = driver.status().phase;
     Driver {
@@ -416,6 +417,10 @@ pub struct Driver {
     pub events: Vec<Entry>,
     /// The phase after each committed step.
     pub phases: Vec<String>,
+    /// Each committed step's phase before it ran, and the KV reads and
+    /// applies the step made itself (not the commit the driver applies,
+    /// nor its status reads).
+    pub calls: Vec<(String, u64, u64)>,
 }
 
 impl Driver {
@@ -437,7 +442,15 @@ impl Driver {
     /// Runs a step, commits it and moves time to its due time; returns
     /// its audit entries.
     pub fn step(&mut self) -> Vec<Entry> {
+        let phase = self.phases.last().cloned().unwrap_or_default();
+        let before = testing::kv_calls();
         let result = self.try_step().expect("the step succeeds");
+        let after = testing::kv_calls();
+        self.calls.push((
+            phase,
+            after.reads() - before.reads(),
+            after.applies - before.applies,
+        ));
         let StepResult::Reschedule(reschedule) = result else {
             panic!("a takedown step is never done");
         };

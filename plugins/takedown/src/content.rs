@@ -102,7 +102,9 @@ pub fn decode_object_row(object: &Id, raw: Option<Vec<u8>>) -> Result<Option<Obj
     .transpose()
 }
 
-fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
+/// The key of the index row saying `repository` holds `object` (in
+/// [`CONTENT`]).
+pub fn held_key(object: &Id, repository: &Repository) -> Vec<u8> {
     index::holder_key(object, &repository.namespace, &repository.name)
 }
 
@@ -111,7 +113,7 @@ fn h_key(object: &Id, repository: &Repository) -> Vec<u8> {
 pub fn not_held(repository: &Repository, objects: &[Id]) -> Result<Vec<Id>, Error> {
     let mut missing = Vec::new();
     for group in objects.chunks(GET_MANY_KEYS) {
-        let keys: Vec<Vec<u8>> = group.iter().map(|o| h_key(o, repository)).collect();
+        let keys: Vec<Vec<u8>> = group.iter().map(|o| held_key(o, repository)).collect();
         let rows = kv::get_many(CONTENT, &keys)?;
         if rows.len() != keys.len() {
             return Err(corrupt("get-many answered a different number of keys"));

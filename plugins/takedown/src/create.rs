@@ -6,6 +6,7 @@
 //! ([`crate::denial_work`]); `plan-denial` or the steps do the rest.
 
 use custodian_sdk::audit::Entry;
+use custodian_sdk::kv::MAX_READS;
 use custodian_sdk::steps::WitCommit;
 use custodian_sdk::takedown::Request as WitRequest;
 use custodian_sdk::{Batch, Commit, Error};
@@ -24,13 +25,80 @@ use crate::state;
 /// an error message of 66 KiB.
 const MAX_NAMED_MISSING: usize = 8;
 
+/// What a filing reads before it plans.
+struct Read {
+    /// The named objects the repository does not hold.
+    missing: Vec<Id>,
+    /// A named pack's index row.
+    pack: Option<content::ObjectRow>,
+    /// The request's row exists.
+    exists: bool,
+    /// Its lock row exists.
+    locked: bool,
+}
+
+/// Reads whether `request`'s repository holds each of `named`, a named
+/// pack's index row, and the rows of the request (`key`) and its lock:
+/// in one snapshot read when they fit one (a request naming up to 61
+/// objects), else the holdings a `get-many` per 1000 objects first.
+fn read(id: &Id, request: &request::Request, named: &[Id], key: Vec<u8>) -> Result<Read, Error> {
+    let mut reads = Reads::new();
+    let (record, locked) = (
+        reads.get(PARTITION, key),
+        reads.get(lock::PARTITION, lock::key(id)),
+    );
+    let pack = request
+        .pack
+        .map(|pack| reads.get(content::CONTENT, content::object_key(&pack)));
+    // Each holding is a read of its own in a snapshot read, which holds
+    // at most MAX_READS; more are read apart, a `get-many` per 1000.
+    let together = named.len() <= MAX_READS - 3;
+    let held: Vec<usize> = if together {
+        named
+            .iter()
+            .map(|object| {
+                reads.get(
+                    content::CONTENT,
+                    content::held_key(object, &request.repository),
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut answers = reads.run()?;
+    let missing = if together {
+        let mut missing = Vec::new();
+        for (object, at) in named.iter().zip(held) {
+            if answers.value(at)?.is_none() {
+                missing.push(*object);
+            }
+        }
+        missing
+    } else {
+        content::not_held(&request.repository, named)?
+    };
+    let pack = match (request.pack, pack) {
+        (Some(pack), Some(at)) => content::decode_object_row(&pack, answers.value(at)?)?,
+        _ => None,
+    };
+    Ok(Read {
+        missing,
+        pack,
+        exists: answers.value(record)?.is_some(),
+        locked: answers.value(locked)?.is_some(),
+    })
+}
+
 /// `plan-create`: see `sdk/wit/takedown.wit`.
 pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     let (id, request, objects) = request::validate(&filed)?;
     let named: Vec<Id> = request.pack.map_or_else(|| objects.clone(), |p| vec![p]);
-    let missing = content::not_held(&request.repository, &named)?;
-    if !missing.is_empty() {
-        let listed: Vec<String> = missing
+    let key = request::key(&id);
+    let read = read(&id, &request, &named, key.clone())?;
+    if !read.missing.is_empty() {
+        let listed: Vec<String> = read
+            .missing
             .iter()
             .take(MAX_NAMED_MISSING)
             .map(|o| hex(o))
@@ -38,33 +106,24 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
         return Err(Error::NotFound(format!(
             "{} does not hold {} of the named objects: {}{}",
             request.repository,
-            missing.len(),
+            read.missing.len(),
             listed.join(", "),
-            if missing.len() > MAX_NAMED_MISSING {
+            if read.missing.len() > MAX_NAMED_MISSING {
                 ", …"
             } else {
                 ""
             }
         )));
     }
-    if let Some(pack) = request.pack {
-        let row = content::object_row(&pack)?;
-        if row.is_none_or(|row| row.kind != content::PACK) {
-            return Err(Error::NotFound(format!(
-                "{} is not a pack in the content index",
-                hex(&pack)
-            )));
-        }
+    if let Some(pack) = request.pack
+        && read.pack.is_none_or(|row| row.kind != content::PACK)
+    {
+        return Err(Error::NotFound(format!(
+            "{} is not a pack in the content index",
+            hex(&pack)
+        )));
     }
-    let key = request::key(&id);
-    // The request's row and its lock row, in one read.
-    let mut reads = Reads::new();
-    let (record, locked) = (
-        reads.get(PARTITION, key.clone()),
-        reads.get(lock::PARTITION, lock::key(&id)),
-    );
-    let mut answers = reads.run()?;
-    if answers.value(record)?.is_some() {
+    if read.exists {
         return Err(Error::PreconditionFailed(format!(
             "takedown request {} exists",
             hex(&id)
@@ -73,7 +132,7 @@ pub fn plan(filed: WitRequest, now: u64) -> Result<WitCommit, Error> {
     // Lock rows are never deleted: a request of this id whose other rows
     // were removed left its lock, which this one cannot take over (it may
     // be purging, or have another creation time).
-    if answers.value(locked)?.is_some() {
+    if read.locked {
         return Err(Error::PreconditionFailed(format!(
             "takedown request {} has a lock already",
             hex(&id)

@@ -88,7 +88,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::contract::denial as rows;
-use custodian_sdk::kv::Outcome;
+use custodian_sdk::kv::{MAX_READS, Outcome};
 use custodian_sdk::objects::{self, MAX_BODY_BYTES};
 use custodian_sdk::{Batch, Error, kv};
 use serde::{Deserialize, Serialize};
@@ -428,12 +428,14 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
         return Ok(decisions);
     }
     let objects: Vec<Id> = verified.iter().map(|(object, _)| *object).collect();
-    // Each object's marks, index row, denial row and `c` rows (which only
-    // an object passing the first checks needs), in one snapshot read:
-    // 5 reads an object, at most 40 of MAX_READS, and at most
-    // 8 × (4 + MAX_MANIFESTS) entries of a read's 1000.
+    // Each object's marks, index row, denial row and `c` rows, and this
+    // request's own `closure` and `remove` rows of it (only an object
+    // passing the first checks needs the last three), in one snapshot
+    // read: 7 reads an object, at most 56 of MAX_READS, and at most
+    // 8 × (6 + MAX_MANIFESTS) entries of a read's 1000.
+    const _: () = assert!(OBJECTS_PER_STEP as usize * 7 <= MAX_READS);
     let mut reads = Reads::new();
-    let asked: Vec<[usize; 5]> = objects
+    let asked: Vec<[usize; 7]> = objects
         .iter()
         .map(|o| {
             [
@@ -442,13 +444,20 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
                 reads.get(content::CONTENT, content::object_key(o)),
                 reads.get(survey::DENIAL, survey::denial_key(o)),
                 survey::manifests_read(&mut reads, o, MAX_MANIFESTS),
+                reads.get(PARTITION, keys::object_key(keys::CLOSURE, id, o)),
+                reads.get(PARTITION, keys::object_key(keys::REMOVE, id, o)),
             ]
         })
         .collect();
     let mut answers = reads.run()?;
     let (mut marks, mut index, mut denials) = (Vec::new(), Vec::new(), Vec::new());
     let mut manifests_of = BTreeMap::new();
-    for (object, [removed, kept, row, denied, chunk_of]) in objects.iter().zip(asked) {
+    // What this request holds of each object: its progress row as the
+    // step read it, with its `closure` and `remove` rows.
+    let mut held = BTreeMap::new();
+    for ((object, info), [removed, kept, row, denied, chunk_of, closure, removing]) in
+        verified.iter().zip(asked)
+    {
         marks.push(answers.value(removed)?);
         marks.push(answers.value(kept)?);
         index.push(content::decode_object_row(object, answers.value(row)?)?);
@@ -457,6 +466,12 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
             *object,
             survey::manifests_in(object, answers.page(chunk_of)?)?,
         );
+        let own = survey::Held {
+            info: Some(info.clone()),
+            closure: answers.value(closure)?.is_some(),
+            removing: answers.value(removing)?.is_some(),
+        };
+        held.insert((*id, *object), own);
     }
     // Objects that pass the checks on their own rows.
     let mut open = Vec::new();
@@ -497,11 +512,15 @@ fn decide(id: &Id, verified: &[(Id, ObjectInfo)]) -> Result<BTreeMap<Id, Decisio
     if open.is_empty() {
         return Ok(decisions);
     }
+    // What the other requests denying each object hold of it.
     let pairs: Vec<(Id, Id)> = open
         .iter()
         .flat_map(|(object, denied)| denied.requests.iter().map(|r| (*r, *object)))
+        .filter(|(r, _)| r != id)
         .collect();
-    let held = survey::held(&pairs)?;
+    if !pairs.is_empty() {
+        held.extend(survey::held(&pairs)?);
+    }
     let others: BTreeSet<Id> = open
         .iter()
         .flat_map(|(_, denied)| denied.requests.iter().copied())

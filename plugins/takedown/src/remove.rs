@@ -73,9 +73,10 @@
 //!
 //! # Bounds
 //!
-//! A step looks at [`OBJECTS_PER_STEP`] `object` rows (about five host
-//! reads for all of them, each of several rows and ranges in one
-//! snapshot, plus a `head` of the serving copy each) and removes at most
+//! A step looks at [`OBJECTS_PER_STEP`] `object` rows (at most three host
+//! reads for all of them beside the step's first: the page of rows,
+//! their other rows in one snapshot, and what other deniers hold; plus a
+//! `head` of the serving copy each) and removes at most
 //! [`REMOVALS_PER_STEP`]: the intent commit has at most [`INTENT_OPS`]
 //! operations (3 of its own; per object, the guards on its row, on at
 //! most 15 other deniers and 16 manifests, and the intent), and deleting a

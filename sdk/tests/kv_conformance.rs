@@ -187,10 +187,7 @@ impl Kv for NativeKv {
             .zip(answers)
             .map(|(read, answer)| match (read, answer) {
                 (_, ReadAnswer::Value(value)) => Answer::Value(value),
-                (
-                    Read::Scan { partition, .. } | Read::Get { partition, .. },
-                    ReadAnswer::Page(page),
-                ) => Answer::Page(host_page(partition, page)),
+                (read, ReadAnswer::Page(page)) => Answer::Page(host_page(read.partition(), page)),
             })
             .collect())
     }

@@ -512,7 +512,7 @@ impl Kv for EtcdKv {
             .map(RequestOp::range)
             .collect();
         let asked = ops.len();
-        let mut found = if ops.is_empty() {
+        let found = if ops.is_empty() {
             Vec::new()
         } else {
             self.call("reading a snapshot", Retry::Idempotent, |kv| {
@@ -541,7 +541,8 @@ impl Kv for EtcdKv {
                 format!("etcd answered {} of {asked} reads", found.len()).into(),
             ));
         }
-        found.reverse();
+        // One range answered for each read that asked one, in order.
+        let mut found = found.into_iter();
         reads
             .iter()
             .zip(&requests)
@@ -549,12 +550,12 @@ impl Kv for EtcdKv {
                 (Read::Scan { .. }, None) => Ok(Answer::Page(Page::default())),
                 (Read::Get { .. }, _) => Ok(Answer::Value(
                     found
-                        .pop()
+                        .next()
                         .and_then(|mut range| range.kvs.pop())
                         .map(|row| row.value),
                 )),
                 (Read::Scan { partition, .. }, Some(_)) => {
-                    let range = found.pop().unwrap_or_default();
+                    let range = found.next().unwrap_or_default();
                     self.page(partition, range).map(Answer::Page)
                 }
             })

@@ -326,6 +326,15 @@ pub enum Read {
     },
 }
 
+impl Read {
+    /// The partition it reads.
+    pub fn partition(&self) -> &Partition {
+        match self {
+            Read::Get { partition, .. } | Read::Scan { partition, .. } => partition,
+        }
+    }
+}
+
 /// The answer to one [`Read`], in the order asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -451,39 +460,25 @@ pub fn validate_scan(
 /// # Errors
 /// [`KvError::InvalidArgument`] naming the first bound exceeded.
 pub fn validate_reads(reads: &[Read]) -> Result<(), KvError> {
-    if reads.len() > MAX_READS {
-        return Err(KvError::InvalidArgument(
-            format!("{} reads exceed the limit of {MAX_READS}", reads.len()).into(),
-        ));
-    }
-    let mut entries: u64 = 0;
-    for read in reads {
-        match read {
-            Read::Get { key, .. } => {
-                validate_key(key)?;
-                entries += 1;
-            }
-            Read::Scan {
-                start,
-                end,
-                cursor,
-                limit,
-                ..
-            } => {
-                validate_scan(start, end.as_deref(), cursor.as_deref(), *limit)?;
-                entries += u64::from(*limit);
-            }
-        }
-    }
-    if entries > u64::from(MAX_PAGE_ENTRIES) {
-        return Err(KvError::InvalidArgument(
-            format!(
-                "the reads may answer {entries} entries, more than the limit of {MAX_PAGE_ENTRIES}"
-            )
-            .into(),
-        ));
-    }
-    Ok(())
+    let entries = reads
+        .iter()
+        .map(|read| match read {
+            Read::Get { .. } => 1,
+            Read::Scan { limit, .. } => u64::from(*limit),
+        })
+        .sum();
+    custodian_contract::limits::check_reads(reads.len(), entries)
+        .map_err(|why| KvError::InvalidArgument(why.into()))?;
+    reads.iter().try_for_each(|read| match read {
+        Read::Get { key, .. } => validate_key(key),
+        Read::Scan {
+            start,
+            end,
+            cursor,
+            limit,
+            ..
+        } => validate_scan(start, end.as_deref(), cursor.as_deref(), *limit),
+    })
 }
 
 /// A range of keys, as `BTreeMap::range` and redb take it.

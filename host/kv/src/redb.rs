@@ -390,9 +390,7 @@ impl Kv for RedbKv {
                 let mut tables: Vec<(&Partition, Option<Table>)> = Vec::new();
                 let mut answers = Vec::with_capacity(reads.len());
                 for read in reads {
-                    let partition = match read {
-                        Read::Get { partition, .. } | Read::Scan { partition, .. } => partition,
-                    };
+                    let partition = read.partition();
                     let at = match tables.iter().position(|(p, _)| *p == partition) {
                         Some(at) => at,
                         None => {

@@ -2,6 +2,9 @@
 //! one guest call can make the host hold or copy; a plugin that plans
 //! within them is never refused for size.
 
+use alloc::format;
+use alloc::string::String;
+
 /// Longest KV key, in bytes. Bounds what a guest can make the host copy
 /// and index per row; generous for any structured key layout.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -21,6 +24,23 @@ pub const MAX_PAGE_ENTRIES: u32 = 1000;
 /// transaction holds them all (etcd's default limit is 128 operations),
 /// so the whole call is one round trip and one revision.
 pub const MAX_READS: usize = 64;
+
+/// Checks a snapshot `read` of `reads` reads that may answer `entries`
+/// entries (a get one, a scan its limit): at most [`MAX_READS`] reads and
+/// [`MAX_PAGE_ENTRIES`] entries, so one read holds no more than one page
+/// does. The reason it is refused otherwise. Each read is also held to
+/// its own call's bounds, which its caller checks.
+pub fn check_reads(reads: usize, entries: u64) -> Result<(), String> {
+    if reads > MAX_READS {
+        return Err(format!("{reads} reads exceed the limit of {MAX_READS}"));
+    }
+    if entries > u64::from(MAX_PAGE_ENTRIES) {
+        return Err(format!(
+            "the reads may answer {entries} entries, more than the limit of {MAX_PAGE_ENTRIES}"
+        ));
+    }
+    Ok(())
+}
 /// Longest KV partition name.
 pub const MAX_PARTITION_BYTES: usize = 64;
 /// Partitions whose names start with this belong to the host (audit,

@@ -6,7 +6,7 @@ use crate::bindings::host::custodian::host::kv::{
 };
 use custodian_contract::limits::{
     HOST_PARTITION_PREFIX, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_KEY_BYTES, MAX_PAGE_ENTRIES,
-    MAX_READS, MAX_VALUE_BYTES,
+    MAX_VALUE_BYTES,
 };
 
 fn invalid(message: String) -> Error {
@@ -80,24 +80,14 @@ pub fn get_many(partition: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>
 /// host is one thread's, so its reads in turn are one snapshot.
 pub fn read(reads: &[ReadOp]) -> Result<Vec<ReadAnswer>, Error> {
     count(|calls| &mut calls.snapshots);
-    if reads.len() > MAX_READS {
-        return Err(invalid(format!(
-            "{} reads exceed the limit of {MAX_READS}",
-            reads.len()
-        )));
-    }
-    let entries: u64 = reads
+    let entries = reads
         .iter()
         .map(|read| match read {
             ReadOp::Get(_) => 1,
             ReadOp::Scan(range) => u64::from(range.limit),
         })
         .sum();
-    if entries > u64::from(MAX_PAGE_ENTRIES) {
-        return Err(invalid(format!(
-            "the reads may answer {entries} entries, more than the limit of {MAX_PAGE_ENTRIES}"
-        )));
-    }
+    custodian_contract::limits::check_reads(reads.len(), entries).map_err(invalid)?;
     reads
         .iter()
         .map(|read| match read {

@@ -263,10 +263,9 @@ impl wit::Host for HostView<'_> {
             .zip(answers)
             .map(|(read, answer)| match (read, answer) {
                 (_, Answer::Value(value)) => wit::ReadAnswer::Value(value),
-                (
-                    Read::Scan { partition, .. } | Read::Get { partition, .. },
-                    Answer::Page(page),
-                ) => wit::ReadAnswer::Page(wit_page(partition, page)),
+                (read, Answer::Page(page)) => {
+                    wit::ReadAnswer::Page(wit_page(read.partition(), page))
+                }
             })
             .collect())
     }

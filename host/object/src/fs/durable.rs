@@ -7,7 +7,8 @@
 //!
 //! 1. [`Staged::create`] makes a uniquely named file in `staging/` and
 //!    locks it (the lock marks a live writer: recovery deletes only
-//!    staging files it can lock). The caller writes the bytes.
+//!    staging files it can lock; one it removed before the lock was
+//!    taken is seen, and made again). The caller writes the bytes.
 //! 2. [`Staged::seal`] fsyncs the file (`fdatasync`: data and size) and
 //!    is the only way to get a [`Sealed`] file.
 //! 3. [`Sealed::publish`], which requires proof that the arbiter is held,
@@ -59,7 +60,7 @@ use custodian_base::detail::Detail;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::ObjectError;
@@ -68,8 +69,20 @@ use super::ids::Ids;
 use super::io_error;
 use super::journal::Synced;
 use super::layout::Layout;
-use super::lock::{Gate, Held};
+use super::lock::Held;
 use super::syncer::{self, fsync_dir};
+
+/// What a test runs between a staging file's create and its lock.
+#[cfg(test)]
+type BeforeLock = Box<dyn FnMut(&Path)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Run by [`Staged::create`] on this thread between a staging file's
+    /// create and its lock: the window a recovery sweep may fall in.
+    pub(super) static BEFORE_LOCK: std::cell::RefCell<Option<BeforeLock>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 /// A staging file, deleted on drop unless it was published.
 #[derive(Debug)]
@@ -89,10 +102,23 @@ impl StagingFile {
         target: Target<'_>,
         created: &mut NewDirs,
     ) -> Result<(PathBuf, bool), ObjectError> {
-        let (dir, made) = create_dirs(target.base, target.dirs, created)?;
+        let mut dir = target.base.to_path_buf();
+        dir.extend(target.dirs);
         let destination = dir.join(target.name);
-        std::fs::rename(&self.path, &destination)
-            .map_err(|e| io_error("publishing", &destination, e))?;
+        // Renamed first: the directories almost always exist (every
+        // publish of a key but its first), and a `mkdir` that finds its
+        // directory there costs a path walk. Any failure takes the long
+        // way, which makes the missing directories and reports the rest
+        // as it always did.
+        let made = match std::fs::rename(&self.path, &destination) {
+            Ok(()) => false,
+            Err(_) => {
+                let made = create_dirs(target.base, target.dirs, created)?;
+                std::fs::rename(&self.path, &destination)
+                    .map_err(|e| io_error("publishing", &destination, e))?;
+                made
+            }
+        };
         self.published = true;
         Ok((dir, made))
     }
@@ -173,29 +199,74 @@ pub(super) struct Target<'a> {
 
 impl Staged {
     /// Creates and locks a fresh staging file.
+    ///
+    /// Between the create and the lock, recovery in another process may
+    /// find the file unlocked, take its writer for dead, and remove it
+    /// (it removes only files it can lock, holding its lock across the
+    /// removal). Either the lock then fails, or it succeeds on a file no
+    /// name points at any more; both are seen here and the file is made
+    /// again under a new name. A file locked and still named is safe from
+    /// then on: recovery cannot lock it. (Earlier builds closed that
+    /// window with the staging gate, a shared `flock` taken around the
+    /// create and the lock: three more system calls per publish.)
     pub fn create(layout: &Layout, ids: &Ids) -> Result<Self, ObjectError> {
-        let path = layout.staging.join(ids.staging_name());
-        // Held across create-then-lock only: recovery must not find the
-        // file unlocked in between and take its writer for dead.
-        let _gate = Gate::shared(&layout.gate)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_error("creating staging file", &path, e))?;
-        let staged = Self(StagingFile {
-            file,
-            path,
-            published: false,
-        });
-        staged.0.file.try_lock().map_err(|e| {
-            ObjectError::Io(Detail::caused_by(
-                format!("locking {}", staged.0.path.display()),
-                e,
-            ))
-        })?;
-        Ok(staged)
+        // Each lost race needs a recovery sweeping at that very moment;
+        // losing this many in a row means something else removes files
+        // from `staging/`.
+        const ATTEMPTS: usize = 8;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let path = layout.staging.join(ids.staging_name());
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| io_error("creating staging file", &path, e))?;
+            let staged = Self(StagingFile {
+                file,
+                path,
+                published: false,
+            });
+            #[cfg(test)]
+            BEFORE_LOCK.with_borrow_mut(|hook| {
+                if let Some(hook) = hook {
+                    hook(&staged.0.path);
+                }
+            });
+            let lost = match staged.0.file.try_lock() {
+                Ok(()) => {
+                    staged
+                        .0
+                        .file
+                        .metadata()
+                        .map_err(|e| io_error("checking", &staged.0.path, e))?
+                        .nlink()
+                        == 0
+                }
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(ObjectError::Io(Detail::caused_by(
+                        format!("locking {}", staged.0.path.display()),
+                        e,
+                    )));
+                }
+            };
+            if !lost {
+                return Ok(staged);
+            }
+            if attempt == ATTEMPTS {
+                return Err(ObjectError::Io(
+                    format!(
+                        "staging files in {} were removed as soon as they were made, \
+                         {ATTEMPTS} times in a row",
+                        layout.staging.display()
+                    )
+                    .into(),
+                ));
+            }
+        }
     }
 
     /// Appends `bytes`.
@@ -327,8 +398,8 @@ impl NewDirs {
     }
 }
 
-/// Creates `base/dirs...` as needed and returns it, and whether the
-/// innermost directory was created by this call. Each new directory's
+/// Creates `base/dirs...` as needed; whether the innermost directory was
+/// created by this call. Each new directory's
 /// name lives in its parent, so the parent of every created directory is
 /// added to `created`; the innermost one is left to the caller, who
 /// fsyncs it after putting something in it.
@@ -337,16 +408,11 @@ impl NewDirs {
 /// parent is missing: a `mkdir` locks its parent directory even when it
 /// fails, and in the common cases (a key that exists, a new key under an
 /// existing prefix) one call settles it instead of one per level.
-fn create_dirs(
-    base: &Path,
-    dirs: &[&str],
-    created: &mut NewDirs,
-) -> Result<(PathBuf, bool), ObjectError> {
-    let mut path = base.to_path_buf();
-    path.extend(dirs);
+fn create_dirs(base: &Path, dirs: &[&str], created: &mut NewDirs) -> Result<bool, ObjectError> {
     // `probe` is `base/dirs[..level]`, from the innermost outwards until
     // one exists or is made.
-    let mut probe = path.clone();
+    let mut probe = base.to_path_buf();
+    probe.extend(dirs);
     let mut level = dirs.len();
     // Whether the last `mkdir` that succeeded or found its directory
     // there made the innermost one.
@@ -378,7 +444,7 @@ fn create_dirs(
             Err(e) => return Err(io_error("creating directory", &probe, e)),
         };
     }
-    Ok((path, made))
+    Ok(made)
 }
 
 fn parent_of(dir: &Path) -> PathBuf {

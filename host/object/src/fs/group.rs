@@ -365,6 +365,11 @@ impl FsStore {
     /// part, runs while other changes go on (into a new segment). Its
     /// own change answered, the leader that filled the segment does this.
     fn settle_if_full(&self, journal: &Journal) -> Result<(), ObjectError> {
+        // Asked first without the arbiter: taking it only to find the
+        // segment not full cost every group a flock and an unlock.
+        if !journal.full() {
+            return Ok(());
+        }
         let Some(retired) = journal.retire_if_full(&self.arbiter.lock()?) else {
             return Ok(());
         };

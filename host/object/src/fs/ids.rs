@@ -20,6 +20,7 @@
 //! ids need. A guessable id grants nothing: every path is checked.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -45,12 +46,7 @@ impl Ids {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        RandomState::new().hash_one((
-            count,
-            std::process::id(),
-            std::thread::current().id(),
-            nanos,
-        ))
+        RandomState::new().hash_one((count, process_id(), std::thread::current().id(), nanos))
     }
 
     /// The version id for sequence number `seq`.
@@ -81,6 +77,13 @@ impl Ids {
 
 /// The sequence number of a well-formed version id; `None` for anything
 /// this store cannot have issued (which therefore names no file).
+/// This process's id, asked once: `std::process::id` is a `getpid`
+/// system call every time, and a publish makes five ids.
+fn process_id() -> u32 {
+    static ID: OnceLock<u32> = OnceLock::new();
+    *ID.get_or_init(std::process::id)
+}
+
 pub(super) fn version_seq(id: &str) -> Option<u64> {
     if id.len() != VERSION_ID_LEN {
         return None;

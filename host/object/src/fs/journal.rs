@@ -325,6 +325,17 @@ impl Journal {
         locked(&self.own).segment = None;
     }
 
+    /// Whether this store's segment holds [`SEGMENT_BYTES`], asked
+    /// without the arbiter: segments only grow, so the leader whose
+    /// append filled it finds it full here, and
+    /// [`Journal::retire_if_full`] decides again under the arbiter.
+    pub fn full(&self) -> bool {
+        locked(&self.own)
+            .segment
+            .as_ref()
+            .is_some_and(|s| s.len >= SEGMENT_BYTES)
+    }
+
     /// Retires this store's segment if it holds [`SEGMENT_BYTES`]: every
     /// record in it is made (the arbiter is held, `_held`), so once the
     /// filesystem is flushed ([`Journal::flush`]) it may go

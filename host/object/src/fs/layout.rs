@@ -5,7 +5,7 @@
 //! <root>/
 //!   format          {"format":3,"versioned":true}: written once, at creation
 //!   lock            the arbiter (see `lock`)
-//!   staging.lock    the staging gate (see `lock`)
+//!   staging.lock    the staging gate, taken by recovery (see `lock`)
 //!   staging/        files being written, each locked by its writer
 //!   journal/        segments of the journal of small publishes (format 3;
 //!                   see `journal`)

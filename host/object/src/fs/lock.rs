@@ -35,12 +35,15 @@
 //! options), and neither are rename-and-fsync semantics there: the store
 //! must live on a local filesystem.
 //!
-//! **The staging gate** (`<root>/staging.lock`) closes one window: a
-//! writer creates its staging file and then locks it, and recovery (which
-//! deletes staging files it can lock, i.e. whose writer is gone) must not
-//! run between the two. Writers hold the gate *shared* for just those two
-//! calls; recovery holds it *exclusive* while it sweeps. Each holder opens
-//! its own description, so shared holders never release each other.
+//! **The staging gate** (`<root>/staging.lock`) closed one window in
+//! earlier builds: a writer creates its staging file and then locks it,
+//! and recovery (which deletes staging files it can lock, i.e. whose
+//! writer is gone) must not run between the two. Writers of those builds
+//! hold the gate *shared* for just those two calls. Writers of this build
+//! take no gate: they check after locking that their file was not removed
+//! meanwhile, and make another if it was (`durable::Staged::create`).
+//! Recovery still holds the gate *exclusive* while it sweeps, so a writer
+//! of an earlier build sharing the root is never caught in its window.
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
@@ -143,16 +146,9 @@ pub(super) struct Gate {
 }
 
 impl Gate {
-    /// Enters the gate as a writer creating a staging file.
-    pub fn shared(path: &Path) -> Result<Self, ObjectError> {
-        let file = open_lock_file(path)?;
-        file.lock_shared()
-            .map_err(|e| io_error("locking (shared)", path, e))?;
-        Ok(Self { _file: file })
-    }
-
     /// Enters the gate as recovery, excluding every writer's
-    /// create-then-lock window.
+    /// create-then-lock window (of writers that take the gate: see the
+    /// module doc).
     pub fn exclusive(path: &Path) -> Result<Self, ObjectError> {
         let file = open_lock_file(path)?;
         file.lock().map_err(|e| io_error("locking", path, e))?;

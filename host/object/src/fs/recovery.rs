@@ -19,9 +19,9 @@
 //! - publishes the journal holds but the filesystem may not (it settles
 //!   the journal, see `journal`), before anything else is judged;
 //! - staging files whose writer is gone: each writer holds a `flock` on
-//!   its own staging file while it writes, so recovery (holding the
-//!   staging gate exclusively, see `lock`) deletes exactly the files it
-//!   can lock;
+//!   its own staging file while it writes, so recovery deletes exactly
+//!   the files it can lock (a writer that had not locked its new file
+//!   yet sees it gone and makes another; see `durable`);
 //! - on an unversioned store, versions a publish superseded but had not
 //!   yet removed when it crashed (under the arbiter, key by key), and
 //!   version directories a delete emptied but had not yet removed;
@@ -320,9 +320,11 @@ impl FsStore {
                 continue;
             };
             match file.try_lock() {
-                // Unlocked: its writer has let go. Gone by now is fine: the
-                // writer published it (a rename) after our open, or another
-                // process's recovery removed it first.
+                // Unlocked: its writer has let go, or has not locked it
+                // yet (and will see it gone, and make another). Gone by
+                // now is fine: the writer published it (a rename) after
+                // our open, or another process's recovery removed it
+                // first.
                 Ok(()) => match std::fs::remove_file(&path) {
                     Ok(()) => removed += 1,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

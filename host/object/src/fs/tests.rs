@@ -316,6 +316,94 @@ fn a_corrupted_version_file_reads_as_corrupt() {
     assert!(staging_files(store.root()).is_empty());
 }
 
+/// Makes a staging file of `store` with `hook` run in the window
+/// between its create and its lock.
+fn staged_with(
+    store: &FsStore,
+    hook: impl FnMut(&Path) + 'static,
+) -> Result<super::durable::Staged, ObjectError> {
+    super::durable::BEFORE_LOCK.set(Some(Box::new(hook)));
+    let staged = super::durable::Staged::create(&store.layout, &store.ids);
+    super::durable::BEFORE_LOCK.set(None);
+    staged
+}
+
+#[test]
+fn a_staging_file_recovery_removes_before_its_writer_locks_it_is_replaced_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    let root = dir.path().to_path_buf();
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = calls.clone();
+    let staged = staged_with(&store, move |path| {
+        seen.set(seen.get() + 1);
+        if seen.get() == 1 {
+            // Another process opening the store sweeps `staging/` and
+            // finds this file unlocked.
+            drop(open(&root, false));
+            assert!(!path.exists(), "recovery removed the unlocked file");
+        }
+    })
+    .unwrap();
+    assert_eq!(calls.get(), 2, "the writer made a second file");
+    let files = staging_files(store.root());
+    assert_eq!(files.len(), 1, "{files:?}");
+    // The second is locked and named: the next recovery leaves it alone.
+    drop(open(dir.path(), false));
+    assert_eq!(staging_files(store.root()), files);
+    drop(staged);
+    assert!(staging_files(store.root()).is_empty());
+}
+
+#[test]
+fn a_staging_file_recovery_holds_locked_before_its_writer_does_is_replaced_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    let held = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let holder = held.clone();
+    let staged = staged_with(&store, move |path| {
+        if holder.borrow().is_none() {
+            // Recovery has locked it and is about to remove it.
+            let file = std::fs::File::open(path).unwrap();
+            file.try_lock().unwrap();
+            *holder.borrow_mut() = Some(file);
+        }
+    })
+    .unwrap();
+    assert!(held.borrow().is_some());
+    assert_eq!(
+        staging_files(store.root()).len(),
+        1,
+        "the first was removed"
+    );
+    drop(staged);
+    assert!(staging_files(store.root()).is_empty());
+}
+
+#[test]
+fn a_writer_whose_staging_files_keep_vanishing_gives_up_with_an_error_naming_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), false);
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = calls.clone();
+    let error = staged_with(&store, move |path| {
+        seen.set(seen.get() + 1);
+        std::fs::remove_file(path).unwrap();
+    })
+    .unwrap_err();
+    assert_eq!(calls.get(), 8);
+    assert!(matches!(error, ObjectError::Io(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("removed as soon as they were made"),
+        "{message}"
+    );
+    assert!(message.contains(&STAGING.to_string()), "{message}");
+    assert!(staging_files(store.root()).is_empty());
+    // The store still publishes once nothing removes its files.
+    create(&store, "k", b"v");
+}
+
 #[test]
 fn a_stale_staging_file_is_removed_on_open_while_a_locked_one_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();

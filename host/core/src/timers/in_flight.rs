@@ -52,9 +52,18 @@
 //! looks at it, so only a step that commits and carries the claim leaves
 //! one (a step that failed, lost or was put off leaves none). One read
 //! less per step, on every step after a timer's first on a host.
+//!
+//! And it remembers when the host's workers last ended a step of each
+//! timer, so that a worker firing from rows carried over from an earlier
+//! tick (the `carry` module) skips, without a read, those whose timer
+//! another worker has stepped since their page was read. Forgetting is
+//! safe here too: a forgotten step costs the re-read it would have cost
+//! anyway.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use super::carry::MAX_AGE_MS;
 
 /// A timer's identity: its kind and reference.
 type TimerId = (String, Vec<u8>);
@@ -80,6 +89,8 @@ struct Known {
 pub struct InFlight {
     firing: Arc<Mutex<HashSet<TimerId>>>,
     claims: Arc<Mutex<HashMap<TimerId, Known>>>,
+    /// When a step of each timer last ended on this host.
+    stepped: Arc<Mutex<HashMap<TimerId, u64>>>,
 }
 
 impl InFlight {
@@ -97,6 +108,23 @@ impl InFlight {
             set: self.clone(),
             id,
         })
+    }
+
+    /// Whether a step of the timer of `kind` and `reference` ended on
+    /// this host at or after `since_ms`: then a due row of it read at
+    /// `since_ms` may have moved. At the very millisecond the row may or
+    /// may not have moved before the read; it counts as moved, which at
+    /// worst puts its step off to the next scan.
+    pub(crate) fn stepped_since(&self, kind: &str, reference: &[u8], since_ms: u64) -> bool {
+        let id = (kind.to_owned(), reference.to_vec());
+        self.stepped_record()
+            .get(&id)
+            .is_some_and(|&ended| ended >= since_ms)
+    }
+
+    fn stepped_record(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, u64>> {
+        // Entries are only inserted, replaced and dropped whole.
+        self.stepped.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<TimerId>> {
@@ -176,6 +204,21 @@ impl Firing {
             },
             now_ms,
         );
+    }
+
+    /// Notes that a step of this timer ended at `now_ms`, whichever way
+    /// (see [`InFlight::stepped_since`]).
+    pub(crate) fn note_stepped(&self, now_ms: u64) {
+        let mut stepped = self.set.stepped_record();
+        if stepped.len() >= MAX_REMEMBERED {
+            // Only carried rows are checked against the record, and none
+            // is carried longer than `carry::MAX_AGE_MS`.
+            stepped.retain(|_, &mut ended| ended.saturating_add(MAX_AGE_MS) >= now_ms);
+            if stepped.len() >= MAX_REMEMBERED {
+                stepped.clear();
+            }
+        }
+        stepped.insert(self.id.clone(), now_ms);
     }
 
     fn remember(&self, claim: Known, now_ms: u64) {
@@ -294,6 +337,52 @@ mod tests {
             remember("u", &n.to_le_bytes(), 9_000, 1_000);
         }
         assert!(in_flight.remembered().len() <= MAX_REMEMBERED);
+    }
+
+    #[test]
+    fn a_step_is_noted_for_every_worker_and_counts_from_its_end() {
+        let in_flight = InFlight::new();
+        let other = in_flight.clone();
+        assert!(!in_flight.stepped_since("takedown", b"r1", 0));
+        in_flight
+            .take("takedown", b"r1")
+            .expect("free")
+            .note_stepped(500);
+        assert!(
+            other.stepped_since("takedown", b"r1", 400),
+            "shared by clones"
+        );
+        assert!(other.stepped_since("takedown", b"r1", 500), "the same ms");
+        assert!(
+            !other.stepped_since("takedown", b"r1", 501),
+            "read after it"
+        );
+        assert!(!other.stepped_since("takedown", b"r2", 0), "another timer");
+        assert!(!other.stepped_since("sweep", b"r1", 0), "another kind");
+    }
+
+    #[test]
+    fn steps_noted_stay_bounded_and_those_no_carry_can_need_go_first() {
+        let in_flight = InFlight::new();
+        let note = |reference: &[u8], now: u64| {
+            in_flight
+                .take("t", reference)
+                .expect("free")
+                .note_stepped(now);
+        };
+        for n in 0..MAX_REMEMBERED as u64 {
+            // Every other one ended too long ago to matter at 10_000.
+            let ended = if n % 2 == 0 { 1_000 } else { 9_950 };
+            note(&n.to_le_bytes(), ended);
+        }
+        note(b"new", 10_000);
+        assert_eq!(in_flight.stepped_record().len(), MAX_REMEMBERED / 2 + 1);
+        assert!(in_flight.stepped_since("t", &1u64.to_le_bytes(), 9_950));
+        assert!(in_flight.stepped_since("t", b"new", 10_000));
+        for n in 0..MAX_REMEMBERED as u64 {
+            note(&(n + 1_000_000).to_le_bytes(), 10_000);
+        }
+        assert!(in_flight.stepped_record().len() <= MAX_REMEMBERED);
     }
 
     #[test]

@@ -25,7 +25,12 @@
 //!    guard fails.
 //! 3. A rescheduled timer is due strictly after the `now` of the step that
 //!    moved it, so one tick never fires the same timer twice.
+//!
+//! A worker fires from a scan of the due rows, or from the rows an earlier
+//! tick's caps left, for at most 100 ms after their page was read
+//! (`carry`); either way each row is checked and its commit guarded alike.
 
+mod carry;
 pub mod claim;
 pub mod governor;
 pub mod in_flight;

@@ -1772,3 +1772,139 @@ async fn many_busy_timers_of_one_plugin_trip_the_kind_ceiling() {
     let held = governor::quarantined(kv.as_ref()).await.unwrap();
     assert!(held[0].reason.contains("kind work"), "{held:?}");
 }
+
+/// A worker over `kv` with its KV calls counted, firing `handlers`, and
+/// sharing `in_flight` if given.
+fn counted_worker(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    handlers: Vec<Arc<Handler>>,
+    in_flight: Option<&InFlight>,
+) -> (Worker, Arc<Calls>) {
+    let calls = Arc::new(Calls::default());
+    let counted: Arc<dyn Kv> = Arc::new(Intercepted {
+        inner: kv.clone(),
+        hook: Counting(calls.clone()),
+    });
+    let mut worker = worker(&counted, clock, handlers);
+    if let Some(in_flight) = in_flight {
+        worker.share_in_flight(in_flight.clone());
+    }
+    (worker, calls)
+}
+
+/// A handler of kind `slow` that fires one step per tick, each of
+/// `steps` steps a second apart.
+fn one_per_tick(steps: u64) -> Arc<Handler> {
+    Arc::new(Handler {
+        max_per_tick: Some(1),
+        ..Handler::new("slow", Mode::Count { steps })
+    })
+}
+
+fn fired_references(report: &TickReport) -> Vec<&str> {
+    report.fired.iter().map(|f| f.reference.as_str()).collect()
+}
+
+#[tokio::test]
+async fn rows_a_cap_left_fire_in_the_next_ticks_without_another_scan() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b", b"c"] {
+        schedule(kv.as_ref(), "slow", reference, START)
+            .await
+            .unwrap();
+    }
+    let (worker, calls) = counted_worker(&kv, &clock, vec![one_per_tick(1)], None);
+    for (expected, reads) in [("a", 1), ("b", 0), ("c", 0)] {
+        let report = worker.tick().await.unwrap();
+        assert_eq!(fired_references(&report), vec![expected]);
+        assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+        assert_eq!(
+            calls.take(),
+            (reads, 1),
+            "reads and commits firing {expected}"
+        );
+    }
+    let report = worker.tick().await.unwrap();
+    assert!(report.fired.is_empty() && !report.more_due);
+    assert_eq!(calls.take(), (1, 0), "nothing carried: a scan");
+}
+
+#[tokio::test]
+async fn carried_rows_older_than_their_bound_are_dropped_and_the_tick_scans() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b"] {
+        schedule(kv.as_ref(), "slow", reference, START)
+            .await
+            .unwrap();
+    }
+    // Due after the first scan: only a scan finds it.
+    schedule(kv.as_ref(), "fast", b"z", START + 1)
+        .await
+        .unwrap();
+    let fast = Arc::new(Handler::new("fast", Mode::Count { steps: 1 }));
+    let (worker, calls) = counted_worker(&kv, &clock, vec![one_per_tick(1), fast], None);
+    assert_eq!(fired_references(&worker.tick().await.unwrap()), vec!["a"]);
+    assert_eq!(calls.take(), (1, 1));
+    clock.set(START + carry::MAX_AGE_MS + 1);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["b", "z"]);
+    assert_eq!(calls.take(), (1, 2), "a scan, then both steps");
+}
+
+#[tokio::test]
+async fn a_worker_skips_without_a_read_the_carried_rows_another_worker_of_its_host_has_stepped() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b", b"c"] {
+        schedule(kv.as_ref(), "slow", reference, START)
+            .await
+            .unwrap();
+    }
+    let handler = one_per_tick(2);
+    let in_flight = InFlight::new();
+    let (first, first_calls) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    let (second, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    assert_eq!(fired_references(&first.tick().await.unwrap()), vec!["a"]);
+    assert_eq!(
+        first_calls.take(),
+        (2, 1),
+        "the page, the due row again, the step"
+    );
+    // The second scans after `a` moved on, and fires `b`.
+    assert_eq!(fired_references(&second.tick().await.unwrap()), vec!["b"]);
+    let report = first.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["c"]);
+    assert!(
+        report
+            .fired
+            .iter()
+            .all(|f| f.outcome == FireOutcome::Rescheduled)
+    );
+    assert_eq!(
+        first_calls.take(),
+        (1, 1),
+        "no page and no read of `b`: only `c`'s due row again"
+    );
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 3, "no wasted step");
+}
+
+#[tokio::test]
+async fn a_carry_none_of_whose_rows_can_fire_gives_way_to_a_scan_in_the_same_tick() {
+    let (kv, clock) = setup();
+    for reference in [b"a", b"b"] {
+        schedule(kv.as_ref(), "slow", reference, START)
+            .await
+            .unwrap();
+    }
+    let handler = one_per_tick(2);
+    let in_flight = InFlight::new();
+    let (first, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    let (second, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    assert_eq!(fired_references(&first.tick().await.unwrap()), vec!["a"]);
+    assert_eq!(fired_references(&second.tick().await.unwrap()), vec!["b"]);
+    // Due now, and in no page read so far.
+    schedule(kv.as_ref(), "slow", b"c", START).await.unwrap();
+    let report = first.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["c"]);
+    assert!(!report.more_due);
+}

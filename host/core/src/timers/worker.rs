@@ -13,6 +13,7 @@ pub const LOG_TARGET: &str = module_path!();
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::carry::{Carried, Carry};
 use super::claim::{self, ClaimConfig, Claimed};
 use super::governor::{Governor, Quarantine};
 use super::in_flight::{Firing, InFlight, Noted};
@@ -24,7 +25,7 @@ use crate::audit::{self, Record};
 use crate::budget::SliceBudget;
 use crate::fence::{Coordinator, Fence, Namespace, ShardId};
 use custodian_base::clock::Clock;
-use custodian_kv::{Batch, Kv, Outcome, Precondition, Write, validate_caller_batch};
+use custodian_kv::{Batch, Kv, Outcome, Page, Precondition, Write, validate_caller_batch};
 
 /// Audit entries one step may add: each is a guarded row in the step's
 /// transaction, and the host reserves room for this many (see
@@ -382,6 +383,9 @@ pub struct Worker {
     claims: Option<ClaimConfig>,
     governor: Option<Arc<Governor>>,
     in_flight: Option<InFlight>,
+    /// Due rows a tick's caps left, for the next ticks (see
+    /// [`super::carry`]).
+    carried: Carried,
 }
 
 /// The worker's shard lease under epoch fencing: every step it commits
@@ -452,6 +456,7 @@ impl Worker {
             claims: None,
             governor: None,
             in_flight: None,
+            carried: Carried::default(),
         }
     }
 
@@ -514,7 +519,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Fires every timer due now (up to the caps), in due order.
+    /// Fires every timer due now (up to the caps), in due order: from the
+    /// rows an earlier tick's caps left, while they are fresh and one of
+    /// them fires (the `carry` module), else from a scan.
     ///
     /// # Errors
     /// A KV failure, or a corrupt timer row; steps that fail are not
@@ -537,17 +544,33 @@ impl Worker {
         let tick_budget = SliceBudget::new(self.config.tick_store_calls);
         let (start, end) = (due_start(), due_end(now));
         let mut cursor: Option<Vec<u8>> = None;
+        let mut carried = self.carried.take(now);
+        // What this tick's caps leave, for the next.
+        let mut left = Carry::default();
         loop {
-            let page = self
-                .kv
-                .scan(
-                    &partition(),
-                    &start,
-                    Some(&end),
-                    cursor.as_deref(),
-                    self.config.page,
-                )
-                .await?;
+            let (page, read_at, from_carry) = match carried.take() {
+                Some(carry) => (
+                    Page {
+                        entries: carry.rows,
+                        next: None,
+                    },
+                    carry.read_at_ms,
+                    true,
+                ),
+                None => {
+                    let page = self
+                        .kv
+                        .scan(
+                            &partition(),
+                            &start,
+                            Some(&end),
+                            cursor.as_deref(),
+                            self.config.page,
+                        )
+                        .await?;
+                    (page, now, false)
+                }
+            };
             for (key, value) in &page.entries {
                 let timer = parse_due(key, value)?;
                 let Some(handler) = self.handlers.get(&timer.kind) else {
@@ -560,6 +583,15 @@ impl Worker {
                     report.paused += 1;
                     continue;
                 }
+                // Stepped by another worker of the host since the carried
+                // row was read: the row has moved.
+                if from_carry
+                    && self.in_flight.as_ref().is_some_and(|in_flight| {
+                        in_flight.stepped_since(&timer.kind, &timer.reference, read_at)
+                    })
+                {
+                    continue;
+                }
                 let fired_of_kind = per_kind.entry(timer.kind.clone()).or_default();
                 if handler
                     .max_per_tick()
@@ -568,6 +600,7 @@ impl Worker {
                     || tick_budget.remaining() == 0
                 {
                     report.more_due = true;
+                    left.push(key, value, read_at);
                     continue;
                 }
                 // Held until the step ends, whichever way it ends.
@@ -635,6 +668,9 @@ impl Worker {
                         &budget,
                     )
                     .await?;
+                if let Some(firing) = &firing {
+                    firing.note_stepped(self.clock.now_ms());
+                }
                 let outcome = fired.outcome;
                 if let Some(governor) = &self.governor
                     && matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
@@ -670,7 +706,15 @@ impl Worker {
             }
             match page.next {
                 Some(next) => cursor = Some(next),
-                None => return Ok(report),
+                // Nothing carried could fire (all stepped, taken or
+                // claimed elsewhere): what is due now is elsewhere in the
+                // table, so it is scanned after all, and the scan decides
+                // afresh what to leave.
+                None if from_carry && steps == 0 => left = Carry::default(),
+                None => {
+                    self.carried.keep(left);
+                    return Ok(report);
+                }
             }
         }
     }

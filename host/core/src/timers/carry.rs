@@ -1,0 +1,124 @@
+//! The due rows a tick left for later, carried into the worker's next
+//! ticks so that they fire without a new scan.
+//!
+//! A kind with a per-tick cap (takedown: one step a tick, as the seed's
+//! worker does) leaves most of a scanned page unfired, and the next tick,
+//! straight after, scanned the same rows again: one scan per step, the
+//! largest of the host's own KV reads per step on etcd (`scale_out`). So
+//! the rows a cap left are kept with the time their page was read, and
+//! the next tick fires from them. It scans instead when they have run
+//! out, when none of them could be fired, or when they are older than
+//! [`MAX_AGE_MS`].
+//!
+//! Why it is safe: a carried row is a due row as a scan read it, and the
+//! tick handles it exactly as a scanned one (the in-flight set, claims,
+//! the re-read of a row another worker may have stepped, the guard on the
+//! timer row at commit). A tick never relied on its page being fresh: its
+//! own earlier steps take time too. Rows of timers another worker of this
+//! host has stepped since the page was read are skipped without a read
+//! ([`InFlight::stepped_since`](super::in_flight::InFlight::stepped_since)):
+//! their row has moved.
+//!
+//! What a carry delays, by at most [`MAX_AGE_MS`]: a timer that became
+//! due after its page was read fires at the first scan after; and a
+//! timer cancelled meanwhile may still be fired from its old row, which
+//! the guard then refuses to commit (a lost step, as when two workers
+//! race).
+
+use std::sync::{Mutex, PoisonError};
+
+/// How long rows are carried after their page was read. Long enough for
+/// several steps (a takedown step takes milliseconds to tens of them), so
+/// most steps need no scan; short enough that a newly due timer of any
+/// kind waits no longer than this for the next scan.
+pub(super) const MAX_AGE_MS: u64 = 100;
+
+/// Most rows carried. A tick over thousands of due timers of a capped
+/// kind leaves thousands; the rest wait for the next scan. A due row is a
+/// key of at most a few hundred bytes and a small value, so a carry stays
+/// within a few hundred KiB.
+pub(super) const MAX_ROWS: usize = 1_024;
+
+/// Due rows (key and value) left for a later tick, and when the earliest
+/// page they came from was read.
+#[derive(Debug, Default)]
+pub(super) struct Carry {
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    pub read_at_ms: u64,
+}
+
+impl Carry {
+    /// Adds a row of a page read at `read_at_ms`, unless [`MAX_ROWS`]
+    /// are carried already.
+    pub fn push(&mut self, key: &[u8], value: &[u8], read_at_ms: u64) {
+        if self.rows.len() >= MAX_ROWS {
+            return;
+        }
+        self.read_at_ms = if self.rows.is_empty() {
+            read_at_ms
+        } else {
+            self.read_at_ms.min(read_at_ms)
+        };
+        self.rows.push((key.to_vec(), value.to_vec()));
+    }
+}
+
+/// A worker's carried rows, between its ticks.
+#[derive(Debug, Default)]
+pub(super) struct Carried(Mutex<Option<Carry>>);
+
+impl Carried {
+    /// The rows carried, taken, if there are any and they are fresh at
+    /// `now_ms`.
+    pub fn take(&self, now_ms: u64) -> Option<Carry> {
+        self.lock()
+            .take()
+            .filter(|carry| !carry.rows.is_empty())
+            .filter(|carry| now_ms.saturating_sub(carry.read_at_ms) <= MAX_AGE_MS)
+    }
+
+    /// Keeps `carry` for the next tick, in place of anything carried.
+    pub fn keep(&self, carry: Carry) {
+        *self.lock() = (!carry.rows.is_empty()).then_some(carry);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Carry>> {
+        // Replaced whole; a panic cannot leave it half-changed.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carried_rows_are_taken_once_and_only_while_fresh() {
+        let carried = Carried::default();
+        let mut carry = Carry::default();
+        carry.push(b"k1", b"v1", 1_000);
+        carry.push(b"k2", b"v2", 990);
+        assert_eq!(carry.read_at_ms, 990, "the earliest page counts");
+        carried.keep(carry);
+        let taken = carried.take(990 + MAX_AGE_MS).expect("fresh");
+        assert_eq!(taken.rows.len(), 2);
+        assert!(carried.take(990).is_none(), "taken once");
+        carried.keep(taken);
+        assert!(carried.take(991 + MAX_AGE_MS).is_none(), "too old");
+        carried.keep(Carry::default());
+        assert!(carried.take(0).is_none(), "nothing to carry");
+    }
+
+    #[test]
+    fn a_carry_holds_at_most_its_bound() {
+        let mut carry = Carry::default();
+        for n in 0..MAX_ROWS as u64 + 10 {
+            carry.push(&n.to_be_bytes(), b"v", 1_000);
+        }
+        assert_eq!(carry.rows.len(), MAX_ROWS);
+        assert_eq!(
+            carry.rows.last().unwrap().0,
+            (MAX_ROWS as u64 - 1).to_be_bytes()
+        );
+    }
+}

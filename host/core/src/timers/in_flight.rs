@@ -68,9 +68,10 @@ use super::carry::MAX_AGE_MS;
 /// A timer's identity: its kind and reference.
 type TimerId = (String, Vec<u8>);
 
-/// Most claims elsewhere remembered. Past this the lapsed ones are
-/// dropped, and if none has lapsed all are (each costs one read to learn
-/// again): the memory stays bounded whatever the number of timers.
+/// Most claims remembered, and most step ends. Past this the lapsed
+/// claims (the step ends no carry can still need) are dropped, and if
+/// none is, all are (each costs one read to learn again): the memory
+/// stays bounded whatever the number of timers.
 const MAX_REMEMBERED: usize = 4096;
 
 /// A claim the host knows of: on the due row of `due_ms`, until

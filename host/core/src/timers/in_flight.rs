@@ -23,18 +23,23 @@
 //! Hosts sharing a KV do not see each other's sets; between hosts, step
 //! claims keep workers apart (see [`super::claim`]).
 //!
-//! The set also remembers, for the host's workers together, the due rows
+//! The set also remembers, for the host's workers together, the timers
 //! another host was found to hold a live claim on, and until when. A
-//! worker that scans such a due row again skips it without reading its
-//! claim: nothing it could read would let it fire, because a claim lapses
-//! only at its expiry and is moved on only with its due row (a committed
-//! step moves the due row, so a remembered claim then no longer matches
-//! and the next look reads again). Without this, every tick of every
-//! worker of every other host read the claim of each timer it found due,
-//! so reads per step grew with the hosts (`scale_out`). Forgetting is
-//! always safe (it costs a read); skipping can at worst delay a timer that
-//! was cancelled and scheduled again at the same due time until the old
-//! claim's expiry, as a crashed claimer would.
+//! worker that finds such a timer due again skips it without reading its
+//! claim until that expiry, at the row the claim was read on or at any
+//! later one. While the claim lives only its holder steps the timer, and
+//! a holder's step that reschedules the timer soon carries the claim to
+//! the new due row in its commit ([`super::claim`]), so there was nothing
+//! to read that would let this host fire: before, a note matched only the
+//! due row it was read on, and each step of the holder moved the row, so
+//! every other host read the claim again once per step, and reads per
+//! step grew by about 0.6 with each host added (`scale_out`). A row moved
+//! some other way while the old claim lives (the holder's step failed and
+//! backed off, or was due too late to carry its claim, or an operator
+//! moved it) is fired meanwhile by the holder's own host, which reads its
+//! stale claim and claims again; only if that host is gone does the
+//! timer wait for the old claim's expiry, as it would for any crashed
+//! claimer. Forgetting is always safe (it costs a read).
 //!
 //! It remembers the host's own claims too: a step that reschedules its
 //! timer soon carries the claim to the new due row in its commit, and the
@@ -158,26 +163,26 @@ pub(crate) enum Noted {
 }
 
 impl Firing {
-    /// What the host noted of the claim on this timer's due row of
-    /// `due_ms`: one lookup for both kinds, asked of the `Firing` a worker
-    /// already holds, so it builds no key. A note of the host's own claim
-    /// is used up by the asking: the step about to run either carries the
-    /// claim on and notes it again ([`Self::remember_own_claim`]) or
-    /// leaves no note, whichever way it ends.
+    /// What the host noted of the claim on this timer, found due at its
+    /// row of `due_ms`: one lookup for both kinds, asked of the `Firing` a
+    /// worker already holds, so it builds no key. Another host's claim
+    /// counts whatever the row (see the module doc); the host's own only
+    /// on the very row its step carried it to. A note of the host's own
+    /// claim is used up by the asking: the step about to run either
+    /// carries the claim on and notes it again
+    /// ([`Self::remember_own_claim`]) or leaves no note, whichever way it
+    /// ends.
     pub(crate) fn noted_claim(&self, due_ms: u64) -> Option<Noted> {
         let mut remembered = self.set.remembered();
         let known = *remembered.get(&self.id)?;
-        if known.ours {
-            remembered.remove(&self.id);
+        if !known.ours {
+            return Some(Noted::Elsewhere {
+                until_ms: known.until_ms,
+            });
         }
-        (known.due_ms == due_ms).then_some(if known.ours {
-            Noted::Ours {
-                until_ms: known.until_ms,
-            }
-        } else {
-            Noted::Elsewhere {
-                until_ms: known.until_ms,
-            }
+        remembered.remove(&self.id);
+        (known.due_ms == due_ms).then_some(Noted::Ours {
+            until_ms: known.until_ms,
         })
     }
 
@@ -278,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_elsewhere_is_remembered_for_its_due_row_until_it_lapses() {
+    fn a_claim_elsewhere_is_remembered_for_its_timer_at_any_later_row_until_it_lapses() {
         let in_flight = InFlight::new();
         let other = in_flight.clone();
         let firing = in_flight.take("takedown", b"r1").expect("free");
@@ -288,7 +293,11 @@ mod tests {
         let firing = other.take("takedown", b"r1").expect("released");
         assert!(claimed_elsewhere(&firing, 100, 199), "shared by clones");
         assert!(!claimed_elsewhere(&firing, 100, 200), "lapsed");
-        assert!(!claimed_elsewhere(&firing, 101, 60), "a moved due row");
+        assert!(
+            claimed_elsewhere(&firing, 150, 60),
+            "the holder's step moved the due row on"
+        );
+        assert!(!claimed_elsewhere(&firing, 150, 200), "lapsed there too");
         let another = other.take("takedown", b"r2").expect("free");
         assert!(!claimed_elsewhere(&another, 100, 60), "another timer");
     }

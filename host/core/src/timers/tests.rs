@@ -1908,3 +1908,40 @@ async fn a_carry_none_of_whose_rows_can_fire_gives_way_to_a_scan_in_the_same_tic
     assert_eq!(fired_references(&report), vec!["c"]);
     assert!(!report.more_due);
 }
+
+#[tokio::test]
+async fn a_host_skips_without_a_read_a_timer_whose_claim_another_host_carried_on_until_the_claim_it_read_lapses()
+ {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 10 }));
+    let holder = claiming(&kv, &clock, "node-a", handler.clone());
+    let [(other, calls), _] = two_counted_workers_of_one_host(&kv, &clock, "node-b", &handler);
+
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 1);
+    clock.set(START + 1_000);
+    assert_eq!(other.tick().await.unwrap().claimed_elsewhere, 1);
+    assert_eq!(
+        calls.take(),
+        (2, 0),
+        "the page, then the due and claim rows"
+    );
+    // The holder steps on, carrying its claim to each new due row.
+    for step in 2..=4u64 {
+        assert_eq!(holder.tick().await.unwrap().fired.len(), 1);
+        clock.set(START + step * 1_000);
+        let report = other.tick().await.unwrap();
+        assert_eq!(report.claimed_elsewhere, 1);
+        assert!(report.fired.is_empty());
+        assert_eq!(calls.take(), (1, 0), "step {step}: the page alone");
+    }
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 4, "no wasted call");
+
+    // Past the expiry it read (START + 30 s), the claim is read again:
+    // the holder carried it on, so the timer is still skipped.
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 1);
+    clock.set(START + 30_001);
+    let report = other.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 1);
+    assert_eq!(calls.take(), (2, 0), "the page, then the claim again");
+}

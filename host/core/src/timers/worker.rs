@@ -618,8 +618,9 @@ impl Worker {
                     (Some(_), Some(firing)) => firing.noted_claim(timer.due_ms),
                     _ => None,
                 };
-                // Another host's live claim on this very due row, read by
-                // this host before: reading it again could not let it fire.
+                // Another host's live claim on this timer, read by this
+                // host before (at this due row or an earlier one): reading
+                // it again could not let it fire (see `in_flight`).
                 if let Some(Noted::Elsewhere { until_ms }) = noted
                     && until_ms > now
                 {

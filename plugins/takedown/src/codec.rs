@@ -66,7 +66,7 @@ pub fn decode<T: DeserializeOwned>(raw: &[u8], what: &str) -> Result<T, Error> {
     serde_json::from_slice(raw).map_err(|e| corrupt(format!("{what} does not decode: {e}")))
 }
 
-/// `message` cut to at most [`MAX_MESSAGE_BYTES`], on a character boundary.
+/// `message` cut to at most `MAX_MESSAGE_BYTES` (1 KiB), on a character boundary.
 pub fn bounded(message: &str) -> String {
     if message.len() <= MAX_MESSAGE_BYTES {
         return message.to_owned();

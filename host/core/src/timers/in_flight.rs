@@ -215,28 +215,36 @@ impl Firing {
     /// Notes that a step of this timer ended at `now_ms`, whichever way
     /// (see [`InFlight::stepped_since`]).
     pub(crate) fn note_stepped(&self, now_ms: u64) {
-        let mut stepped = self.set.stepped_record();
-        if stepped.len() >= MAX_REMEMBERED {
-            // Only carried rows are checked against the record, and none
-            // is carried longer than `carry::MAX_AGE_MS`.
-            stepped.retain(|_, &mut ended| ended.saturating_add(MAX_AGE_MS) >= now_ms);
-            if stepped.len() >= MAX_REMEMBERED {
-                stepped.clear();
-            }
-        }
-        stepped.insert(self.id.clone(), now_ms);
+        // Only carried rows are checked against the record, and none is
+        // carried longer than `carry::MAX_AGE_MS`.
+        insert_bounded(&mut self.set.stepped_record(), &self.id, now_ms, |&ended| {
+            ended.saturating_add(MAX_AGE_MS) >= now_ms
+        });
     }
 
     fn remember(&self, claim: Known, now_ms: u64) {
-        let mut remembered = self.set.remembered();
-        if remembered.len() >= MAX_REMEMBERED {
-            remembered.retain(|_, claim| claim.until_ms > now_ms);
-            if remembered.len() >= MAX_REMEMBERED {
-                remembered.clear();
-            }
-        }
-        remembered.insert(self.id.clone(), claim);
+        insert_bounded(&mut self.set.remembered(), &self.id, claim, |claim| {
+            claim.until_ms > now_ms
+        });
     }
+}
+
+/// Inserts `value` for `id`, first dropping the entries `still_useful`
+/// refuses once [`MAX_REMEMBERED`] are held, and all of them if that is
+/// not enough: the memory stays bounded whatever the number of timers.
+fn insert_bounded<V>(
+    map: &mut HashMap<TimerId, V>,
+    id: &TimerId,
+    value: V,
+    still_useful: impl Fn(&V) -> bool,
+) {
+    if map.len() >= MAX_REMEMBERED {
+        map.retain(|_, kept| still_useful(kept));
+        if map.len() >= MAX_REMEMBERED {
+            map.clear();
+        }
+    }
+    map.insert(id.clone(), value);
 }
 
 impl Drop for Firing {

@@ -473,11 +473,7 @@ async fn two_workers_on_threads_over_the_durable_kv_commit_each_step_once() {
 #[tokio::test]
 async fn max_per_tick_leaves_the_rest_for_later_ticks() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b", b"c"] {
-        schedule(kv.as_ref(), "slow", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "slow", &["a", "b", "c"]).await;
     schedule(kv.as_ref(), "fast", b"z", START).await.unwrap();
     let slow = Arc::new(Handler {
         max_per_tick: Some(1),
@@ -659,11 +655,7 @@ impl TimerHandler for BumpsMidStep {
 #[tokio::test]
 async fn a_step_in_flight_when_an_epoch_bump_completes_commits_nothing() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b"] {
-        schedule(kv.as_ref(), "work", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "work", &["a", "b"]).await;
     let coordinator =
         Arc::new(Coordinator::new(kv.clone(), clock.clone(), FenceConfig::default()).unwrap());
     let mut worker = Worker::new(kv.clone(), clock.clone(), WorkerConfig::default());
@@ -1773,6 +1765,15 @@ async fn many_busy_timers_of_one_plugin_trip_the_kind_ceiling() {
     assert!(held[0].reason.contains("kind work"), "{held:?}");
 }
 
+/// Schedules a timer of `kind` due at [`START`] for each of `references`.
+async fn schedule_due(kv: &Arc<dyn Kv>, kind: &str, references: &[&str]) {
+    for reference in references {
+        schedule(kv.as_ref(), kind, reference.as_bytes(), START)
+            .await
+            .unwrap();
+    }
+}
+
 /// A worker over `kv` with its KV calls counted, firing `handlers`, and
 /// sharing `in_flight` if given.
 fn counted_worker(
@@ -1809,11 +1810,7 @@ fn fired_references(report: &TickReport) -> Vec<&str> {
 #[tokio::test]
 async fn rows_a_cap_left_fire_in_the_next_ticks_without_another_scan() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b", b"c"] {
-        schedule(kv.as_ref(), "slow", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "slow", &["a", "b", "c"]).await;
     let (worker, calls) = counted_worker(&kv, &clock, vec![one_per_tick(1)], None);
     for (expected, reads) in [("a", 1), ("b", 0), ("c", 0)] {
         let report = worker.tick().await.unwrap();
@@ -1833,11 +1830,7 @@ async fn rows_a_cap_left_fire_in_the_next_ticks_without_another_scan() {
 #[tokio::test]
 async fn carried_rows_older_than_their_bound_are_dropped_and_the_tick_scans() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b"] {
-        schedule(kv.as_ref(), "slow", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "slow", &["a", "b"]).await;
     // Due after the first scan: only a scan finds it.
     schedule(kv.as_ref(), "fast", b"z", START + 1)
         .await
@@ -1855,11 +1848,7 @@ async fn carried_rows_older_than_their_bound_are_dropped_and_the_tick_scans() {
 #[tokio::test]
 async fn a_worker_skips_without_a_read_the_carried_rows_another_worker_of_its_host_has_stepped() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b", b"c"] {
-        schedule(kv.as_ref(), "slow", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "slow", &["a", "b", "c"]).await;
     let handler = one_per_tick(2);
     let in_flight = InFlight::new();
     let (first, first_calls) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
@@ -1891,11 +1880,7 @@ async fn a_worker_skips_without_a_read_the_carried_rows_another_worker_of_its_ho
 #[tokio::test]
 async fn a_carry_none_of_whose_rows_can_fire_gives_way_to_a_scan_in_the_same_tick() {
     let (kv, clock) = setup();
-    for reference in [b"a", b"b"] {
-        schedule(kv.as_ref(), "slow", reference, START)
-            .await
-            .unwrap();
-    }
+    schedule_due(&kv, "slow", &["a", "b"]).await;
     let handler = one_per_tick(2);
     let in_flight = InFlight::new();
     let (first, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));

@@ -195,6 +195,13 @@ struct Own {
 }
 
 impl Own {
+    /// Whether the segment appended to holds [`SEGMENT_BYTES`].
+    fn full(&self) -> bool {
+        self.segment
+            .as_ref()
+            .is_some_and(|s| s.len >= SEGMENT_BYTES)
+    }
+
     /// Whether `path` is one of this store's segments.
     fn holds(&self, path: &Path) -> bool {
         self.segment.as_ref().is_some_and(|s| s.path == path)
@@ -330,10 +337,7 @@ impl Journal {
     /// append filled it finds it full here, and
     /// [`Journal::retire_if_full`] decides again under the arbiter.
     pub fn full(&self) -> bool {
-        locked(&self.own)
-            .segment
-            .as_ref()
-            .is_some_and(|s| s.len >= SEGMENT_BYTES)
+        locked(&self.own).full()
     }
 
     /// Retires this store's segment if it holds [`SEGMENT_BYTES`]: every
@@ -343,7 +347,7 @@ impl Journal {
     /// The retired segment, if one was.
     pub fn retire_if_full(&self, _held: &Held<'_>) -> Option<PathBuf> {
         let mut own = locked(&self.own);
-        if own.segment.as_ref().is_none_or(|s| s.len < SEGMENT_BYTES) {
+        if !own.full() {
             return None;
         }
         let path = own.segment.take()?.path;

@@ -390,6 +390,7 @@ async fn serve(global: &Global, plan: Plan) -> Outcome {
         limits: plan.limits,
         readiness: Readiness::default(),
         wake_workers: workers.waker(),
+        first_steps: Some(workers.first_steps()),
     });
 
     let listener = listen(plan.listen)

@@ -273,7 +273,9 @@ pub(super) fn run(global: &Global, command: TakedownCommand) -> Outcome {
             let clock = clock(now);
             let request = Request::new(repository, clock.now_ms(), objects, pack);
             let settled = policy.act(global, clock, |plugin, call, io, kv, action| {
-                requests::create(plugin, call, io, kv, &request, action)?;
+                // The CLI runs no workers: the first step is deferred
+                // until `start`, for any serving host to take.
+                requests::create(plugin, call, io, kv, &request, action, None)?;
                 let settled = requests::settle(plugin, call, io, kv, &request.id, action)?;
                 requests::start(io, kv, &request.id, action.now_ms)?;
                 Ok(settled)

@@ -149,16 +149,35 @@ pub(crate) fn carry(
     next_due_ms: u64,
     now_ms: u64,
 ) -> Option<Write> {
-    carried_until(config, next_due_ms, now_ms).map(|until_ms| Write::Put {
+    carried_until(config, next_due_ms, now_ms)
+        .map(|until_ms| claim_created(config, &timer.kind, &timer.reference, next_due_ms, until_ms))
+}
+
+/// The write that claims, for `config`'s holder until `until_ms`, the
+/// timer of `kind` and `reference` whose due row of `due_ms` the same
+/// batch creates: for a caller that schedules a timer at once and whose
+/// host should take its first step (a filing, whose host holds the
+/// timer from its own workers meanwhile, see
+/// [`super::in_flight::InFlight::hold`]). Like a carried claim it takes no
+/// step from anyone, since nobody could have claimed a due row that the
+/// same commit creates, and it spares the claim's own transaction.
+pub fn claim_created(
+    config: &ClaimConfig,
+    kind: &str,
+    reference: &[u8],
+    due_ms: u64,
+    until_ms: u64,
+) -> Write {
+    Write::Put {
         partition: partition(),
-        key: claim_key(&timer.kind, &timer.reference),
+        key: claim_key(kind, reference),
         value: ClaimRow {
             holder: config.holder.clone(),
-            due_ms: next_due_ms,
+            due_ms,
             until_ms,
         }
         .encode(),
-    })
+    }
 }
 
 /// Whether this worker may fire `timer` now.

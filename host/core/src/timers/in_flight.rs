@@ -116,6 +116,15 @@ impl InFlight {
         })
     }
 
+    /// Holds the timer of `kind` and `reference` away from the host's
+    /// workers until the [`Hold`] is released or dropped, unless a worker
+    /// is firing it: for a caller that makes a timer due at once but must
+    /// finish its own work on the timer's subject first (a filing settling
+    /// its request's denial before the first step may run).
+    pub fn hold(&self, kind: &str, reference: &[u8]) -> Option<Hold> {
+        self.take(kind, reference).map(|firing| Hold { firing })
+    }
+
     /// Whether a step of the timer of `kind` and `reference` ended on
     /// this host at or after `since_ms`: then a due row of it read at
     /// `since_ms` may have moved. At the very millisecond the row may or
@@ -150,6 +159,25 @@ impl InFlight {
 pub(crate) struct Firing {
     set: InFlight,
     id: TimerId,
+}
+
+/// A timer held away from the host's workers by a caller outside them
+/// ([`InFlight::hold`]); dropping it releases the timer with no note.
+#[derive(Debug)]
+pub struct Hold {
+    firing: Firing,
+}
+
+impl Hold {
+    /// Releases the timer, noting for the host's workers that the caller's
+    /// commit created its due row of `due_ms` with this host's claim on it
+    /// until `until_ms` ([`super::claim::claim_created`]): the first worker
+    /// to find the timer due at that row fires it without reading the row
+    /// and the claim again, as after a step of its own that carried the
+    /// claim (see the module doc).
+    pub fn release_claimed(self, due_ms: u64, until_ms: u64, now_ms: u64) {
+        self.firing.remember_own_claim(due_ms, until_ms, now_ms);
+    }
 }
 
 /// What the host knows of the claim on the due row a worker found.

@@ -1930,3 +1930,53 @@ async fn a_host_skips_without_a_read_a_timer_whose_claim_another_host_carried_on
     assert_eq!(report.claimed_elsewhere, 1);
     assert_eq!(calls.take(), (2, 0), "the page, then the claim again");
 }
+
+#[tokio::test]
+async fn a_timer_its_host_holds_with_a_claim_created_is_fired_once_released_by_that_host_alone_without_a_read_or_claim()
+ {
+    let (kv, clock) = setup();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 3 }));
+    let config = claim::ClaimConfig {
+        holder: "node-a".into(),
+        ttl_ms: 30_000,
+    };
+    // As a serving host's filing does: held from its own workers, then
+    // scheduled at once with its claim in the same commit.
+    let in_flight = InFlight::new();
+    let held = in_flight.hold("work", b"r1").expect("nobody fires it");
+    let planned = plan_schedule("work", b"r1", START, None, &TimerState::default()).unwrap();
+    let mut batch = Batch {
+        preconditions: planned.preconditions,
+        writes: planned.writes,
+    };
+    batch.writes.push(claim::claim_created(
+        &config,
+        "work",
+        b"r1",
+        START,
+        START + 30_000,
+    ));
+    assert_eq!(kv.apply(&batch).await.unwrap(), Outcome::Committed);
+
+    let (mut own, own_calls) = counted_claiming(&kv, &clock, "node-a", handler.clone());
+    own.share_in_flight(in_flight.clone());
+    let (other, _) = counted_claiming(&kv, &clock, "node-b", handler.clone());
+    let report = own.tick().await.unwrap();
+    assert!(report.fired.is_empty(), "held: the filer is not done");
+    assert_eq!(report.busy, 1);
+    let report = other.tick().await.unwrap();
+    assert!(report.fired.is_empty());
+    assert_eq!(report.claimed_elsewhere, 1, "another host keeps away");
+
+    held.release_claimed(START, START + 30_000, START);
+    own_calls.take();
+    let report = own.tick().await.unwrap();
+    assert_eq!(report.fired.len(), 1);
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(
+        own_calls.take(),
+        (1, 1),
+        "the page, then the step's commit: no re-read, no claim of its own"
+    );
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 1);
+}

@@ -426,8 +426,19 @@ async fn pushed_and_named(
 /// Files `request` as an operator action planned by `policy` under `guard`.
 async fn file(
     host: &TestHost,
+    planned: (Arc<TakedownPolicy>, Vec<Precondition>),
+    request: crate::policy::takedown::Request,
+) -> Result<(), crate::policy::requests::RequestError> {
+    file_held(host, planned, request, None).await
+}
+
+/// Files `request` as [`file`] does, its first step `held` for a serving
+/// host's workers if given.
+async fn file_held(
+    host: &TestHost,
     (policy, guard): (Arc<TakedownPolicy>, Vec<Precondition>),
     request: crate::policy::takedown::Request,
+    held: Option<crate::policy::requests::Held>,
 ) -> Result<(), crate::policy::requests::RequestError> {
     use crate::policy::requests::{self, Action};
     let call = host.plugins.takedown_call(&policy);
@@ -440,7 +451,15 @@ async fn file(
             now_ms,
             guard: &guard,
         };
-        requests::create(&policy, || call.clone(), &io, kv.as_ref(), &request, action)
+        requests::create(
+            &policy,
+            || call.clone(),
+            &io,
+            kv.as_ref(),
+            &request,
+            action,
+            held.as_ref(),
+        )
     })
     .await
     .unwrap()
@@ -520,6 +539,78 @@ async fn a_filings_first_step_waits_for_its_filer_and_start_moves_only_that_defe
         .unwrap()
         .unwrap();
     assert_eq!(due(&host).await, filed_ms + 7);
+}
+
+/// Files a request naming `bytes` on `host`, its first step held by a
+/// serving host's `first_steps`; the request, its timer's due time and
+/// its claim.
+async fn file_as_serving_host(
+    host: &TestHost,
+    first_steps: &crate::policy::requests::FirstSteps,
+    bytes: &'static [u8],
+) -> (
+    crate::policy::takedown::Request,
+    u64,
+    Option<custodian_core::timers::claim::ClaimRow>,
+) {
+    let request = pushed_and_named(host, bytes).await;
+    let held = first_steps.hold(&request.id).expect("nobody fires it");
+    assert!(
+        first_steps.hold(&request.id).is_none(),
+        "held from the host's workers until released"
+    );
+    let planned = host.plugins.takedown_for_action().await.unwrap();
+    file_held(host, planned, request.clone(), Some(held))
+        .await
+        .unwrap();
+    let kv = host.kv.as_ref();
+    let timer = custodian_core::timers::get(kv, "takedown", &request.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed = custodian_core::timers::claim::current(kv, "takedown", &request.id)
+        .await
+        .unwrap();
+    (request, timer.due_ms, claimed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_hosts_filing_makes_its_first_step_due_at_once_claimed_by_that_host() {
+    use crate::policy::requests::{FirstSteps, SETTLE_WITHIN};
+    use custodian_core::timers::claim::ClaimConfig;
+    use custodian_core::timers::in_flight::InFlight;
+
+    let host = test_host().await;
+    let first_steps = FirstSteps {
+        in_flight: InFlight::new(),
+        claim: Some(ClaimConfig {
+            holder: "node-a".into(),
+            ttl_ms: 40_000,
+        }),
+    };
+    let (request, due_ms, claimed) =
+        file_as_serving_host(&host, &first_steps, b"filed by a serving host").await;
+    let filed_ms = request.created_ms;
+    assert_eq!(due_ms, filed_ms, "due at once, not deferred");
+    let claimed = claimed.expect("claimed in the filing's commit");
+    assert_eq!(claimed.holder, "node-a");
+    assert_eq!(claimed.due_ms, filed_ms, "on the due row the filing made");
+    let settle_ms = u64::try_from(SETTLE_WITHIN.as_millis()).unwrap();
+    assert_eq!(
+        claimed.until_ms,
+        filed_ms + settle_ms.max(40_000),
+        "for a step claim's time, and no less than the filer's settling may take"
+    );
+
+    // A host alone on its KV claims nothing, but still files at once.
+    let alone = FirstSteps {
+        in_flight: InFlight::new(),
+        claim: None,
+    };
+    let (request, due_ms, claimed) =
+        file_as_serving_host(&host, &alone, b"filed by a host alone on its KV").await;
+    assert_eq!(due_ms, request.created_ms);
+    assert_eq!(claimed, None);
 }
 
 /// Two hosts, `alpha` and `beta`, sharing one KV, both configured with the

@@ -40,6 +40,7 @@ use custodian_core::principals::Principals;
 use custodian_kv::Kv;
 use custodian_object::ObjectStore;
 use custodian_runtime::plugin_set::PluginSet;
+use custodian_runtime::policy::requests::FirstSteps;
 
 pub use http::auth::{ReadAccess, Token};
 
@@ -138,6 +139,10 @@ pub struct Host {
     pub readiness: Readiness,
     /// Wakes idle timer workers: a request just scheduled a timer.
     pub wake_workers: Arc<tokio::sync::Notify>,
+    /// How filings hand their first steps to this host's workers; `None`
+    /// where no workers run here (filings then defer their first steps
+    /// for any host to take).
+    pub first_steps: Option<FirstSteps>,
 }
 
 /// Whether the host takes new work: set at start, cleared when shutdown

@@ -143,5 +143,6 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         limits,
         readiness: Readiness::default(),
         wake_workers: Arc::new(tokio::sync::Notify::new()),
+        first_steps: None,
     })
 }

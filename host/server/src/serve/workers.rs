@@ -21,6 +21,7 @@ use custodian_core::timers::governor::Governor;
 use custodian_core::timers::in_flight::InFlight;
 use custodian_core::timers::{self, Handlers, Worker, WorkerConfig};
 use custodian_kv::Kv;
+use custodian_runtime::policy::requests::FirstSteps;
 
 /// Longest idle sleep between scans for due timers: a timer scheduled by
 /// another process (a `custodian takedown create` against the same data
@@ -61,6 +62,9 @@ pub struct WorkerSettings {
 /// The running workers.
 pub struct Workers {
     handles: Vec<JoinHandle<()>>,
+    /// What the host's filings need to hand their first steps to these
+    /// workers.
+    first_steps: FirstSteps,
     wake: Arc<Notify>,
     stop: watch::Sender<bool>,
 }
@@ -90,6 +94,11 @@ impl Workers {
         let (stop, stopped) = watch::channel(false);
         let count = settings.count.max(1);
         let in_flight = InFlight::new();
+        // Claimed by the host: its loops share `in_flight`.
+        let claim = settings.claim.map(|ttl| ClaimConfig {
+            holder: settings.node.clone(),
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        });
         let handles = (0..count)
             .map(|index| {
                 let mut worker = Worker::sharing(
@@ -111,14 +120,10 @@ impl Workers {
                     // A node name is at most 32 bytes of the same alphabet.
                     ShardId::new(name).expect("a valid shard name"),
                 );
-                if let Some(ttl) = settings.claim {
-                    // Claimed by the host: its loops share `in_flight`.
+                if let Some(claim) = &claim {
                     worker
-                        .claim_steps(ClaimConfig {
-                            holder: settings.node.clone(),
-                            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                        })
-                        .expect("a node-and-index holder and a positive ttl are valid");
+                        .claim_steps(claim.clone())
+                        .expect("a node name holder and a positive ttl are valid");
                 }
                 tokio::spawn(run(
                     worker,
@@ -136,9 +141,16 @@ impl Workers {
             .collect();
         Self {
             handles,
+            first_steps: FirstSteps { in_flight, claim },
             wake,
             stop,
         }
+    }
+
+    /// What the host's filings need to hand their first steps to these
+    /// workers (see [`FirstSteps`]).
+    pub fn first_steps(&self) -> FirstSteps {
+        self.first_steps.clone()
     }
 
     /// Wakes idle workers: a timer was just scheduled.

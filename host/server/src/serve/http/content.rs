@@ -392,6 +392,13 @@ async fn create_takedown(
     let io = plugins.services().io.clone();
     let kv = host.kv.clone();
     let keyed = key.is_some();
+    // Held from this host's workers until the denial work below is over,
+    // then theirs at once (see `FirstSteps`).
+    let held = host
+        .first_steps
+        .as_ref()
+        .and_then(|first| first.hold(&request.id));
+    let clock = host.clock.clone();
     let (status, settled) = blocking(move || {
         let action = Action {
             actor: &actor,
@@ -399,7 +406,16 @@ async fn create_takedown(
             guard: &guard,
         };
         let call = || plugins.takedown_call(&policy);
-        let status = match requests::create(&policy, call, &io, kv.as_ref(), &request, action) {
+        let created = requests::create(
+            &policy,
+            call,
+            &io,
+            kv.as_ref(),
+            &request,
+            action,
+            held.as_ref(),
+        );
+        let status = match created {
             Ok(()) => StatusCode::CREATED,
             // A retry of a keyed filing that committed: the same request,
             // whose denial this retry finishes if the first could not.
@@ -407,7 +423,13 @@ async fn create_takedown(
             Err(error) => return Err(error),
         };
         let settled = requests::settle(&policy, call, &io, kv.as_ref(), &request.id, action)?;
-        requests::start(&io, kv.as_ref(), &request.id, action.now_ms)?;
+        match held {
+            Some(held) if status == StatusCode::CREATED => {
+                held.release_filed(now_ms, clock.now_ms());
+            }
+            // The filing that committed may have deferred the first step.
+            _ => requests::start(&io, kv.as_ref(), &request.id, action.now_ms)?,
+        }
         Ok((status, settled))
     })
     .await?

@@ -5,6 +5,10 @@
 //! so a request never exists without its timer and nothing takes effect
 //! unaudited.
 
+mod first_step;
+
+pub use first_step::{FirstSteps, Held};
+
 use std::sync::Arc;
 
 use super::PolicyError;
@@ -161,15 +165,18 @@ fn guarded(mut batch: Batch, guard: &[Precondition]) -> Batch {
 
 /// Files `request`: the policy's plan, the audit and the request's timer
 /// in one transaction. The plan may deny some of what the request names
-/// already; [`settle`] does the rest, and then [`start`] makes the first
-/// step due. A blocking call: it runs the plugin on this thread and waits
-/// for the KV on `io`.
+/// already; [`settle`] does the rest, and then the first step may run. A
+/// blocking call: it runs the plugin on this thread and waits for the KV
+/// on `io`.
 ///
-/// The timer is due [`SETTLE_WITHIN`] after `now_ms`, not at once: a step
-/// does the same denial work as [`settle`], so a step racing the filing's
-/// parts lost at commit and backed off (with ten filings at once, four or
-/// five of them did). A filer that dies before [`start`] leaves the steps
-/// to begin when its settling would have given up anyway.
+/// With `held` (a serving host's filing, see [`FirstSteps`]) the first
+/// step is due at once, kept from every worker until the filer releases
+/// it. Without, it is due [`SETTLE_WITHIN`] after `now_ms`, and [`start`]
+/// makes it due once [`settle`] is over: a step does the same denial work
+/// as [`settle`], so a step racing the filing's parts lost at commit and
+/// backed off (with ten filings at once, four or five of them did). A
+/// filer that dies before [`start`] leaves the steps to begin when its
+/// settling would have given up anyway.
 ///
 /// A plan whose guard fails is planned again: the policy guards its plan
 /// on what it read (the request's absence, the denial rows it extends),
@@ -185,6 +192,7 @@ pub fn create(
     kv: &dyn Kv,
     request: &Request,
     action: Action<'_>,
+    held: Option<&Held>,
 ) -> Result<(), RequestError> {
     let Action {
         actor,
@@ -216,15 +224,16 @@ pub fn create(
         records.extend(plugin_records(&commit, now_ms, &plugin_actor)?);
         let mut batch = commit.batch;
         add_audit(&mut batch, records, &request.id)?;
-        let timer = timers::plan_schedule(
-            KIND,
-            &request.id,
-            first_step_due(now_ms),
-            None,
-            &TimerState::default(),
-        )?;
+        let due = match held {
+            Some(_) => now_ms,
+            None => first_step_due(now_ms),
+        };
+        let timer = timers::plan_schedule(KIND, &request.id, due, None, &TimerState::default())?;
         batch.preconditions.extend(timer.preconditions);
         batch.writes.extend(timer.writes);
+        if let Some(held) = held {
+            held.claim(&mut batch, &request.id, now_ms);
+        }
         if apply(io, kv, batch, guard)? == Applied::Committed {
             return Ok(());
         }

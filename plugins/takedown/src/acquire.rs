@@ -106,24 +106,27 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         return Ok(());
     }
     let objects = keys::objects_of(&page.entries, &start, "todo")?;
-    // Each object's progress and source rows, and its content index row
-    // (needed only to select a source, when it has none yet), in one
-    // snapshot read: 3 reads an object, at most 24 of MAX_READS.
+    // Each object's progress and source rows, its content index row
+    // (needed only to select a source, when it has none yet) and its first
+    // piece's intent (which its selection may have committed), in one
+    // snapshot read: 4 reads an object, at most 32 of MAX_READS.
+    const _: () = assert!(crate::context::QUEUE_PAGE as usize * 4 <= kv::MAX_READS);
     let mut reads = Reads::new();
-    let asked: Vec<[usize; 3]> = objects
+    let asked: Vec<[usize; 4]> = objects
         .iter()
         .map(|object| {
             [
                 reads.get(PARTITION, keys::object_key(keys::OBJECT, &step.id, object)),
                 reads.get(PARTITION, keys::object_key(keys::SOURCE, &step.id, object)),
                 reads.get(content::CONTENT, content::object_key(object)),
+                reads.get(PARTITION, keys::piece_key(&step.id, object, 0)),
             ]
         })
         .collect();
     let mut answers = reads.run()?;
-    let mut rows = Vec::with_capacity(2 * objects.len());
+    let mut rows = Vec::with_capacity(3 * objects.len());
     let mut index: BTreeMap<Id, Option<content::ObjectRow>> = BTreeMap::new();
-    for (object, [info, source, row]) in objects.iter().zip(asked) {
+    for (object, [info, source, row, first]) in objects.iter().zip(asked) {
         let source = answers.value(source)?;
         let row = answers.value(row)?;
         if source.is_none() {
@@ -131,15 +134,21 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
         }
         rows.push(answers.value(info)?);
         rows.push(source);
+        rows.push(answers.value(first)?);
     }
     let mut rows = rows.into_iter();
     let mut read = 0;
     let mut copying: Vec<Copying> = Vec::new();
+    let mut selected: Vec<(Id, copy::Piece)> = Vec::new();
     // Operations the objects being copied will add once completed.
     let mut reserved = 0;
     let mut pieces_left = copy::PIECES_PER_STEP;
     for (taken, (todo, object)) in page.entries.into_iter().zip(objects).enumerate() {
-        let (info, source) = (rows.next().flatten(), rows.next().flatten());
+        let (info, source, first) = (
+            rows.next().flatten(),
+            rows.next().flatten(),
+            rows.next().flatten(),
+        );
         let room = step.room().saturating_sub(reserved);
         if taken > 0
             && (read >= BYTES_PER_STEP
@@ -155,9 +164,15 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             info,
             source,
             index: index.remove(&object).flatten(),
+            first,
         };
-        let Some(copy) = one(step, queued, pieces_left, &mut read)? else {
-            continue;
+        let copy = match one(step, queued, pieces_left, &mut read)? {
+            Taken::Copying(copy) => *copy,
+            Taken::Selected(Some(piece)) => {
+                selected.push((object, piece));
+                continue;
+            }
+            Taken::Selected(None) | Taken::Done => continue,
         };
         pieces_left -= copy.pieces.len();
         reserved += OBJECT_OPS;
@@ -171,15 +186,54 @@ pub fn run(step: &mut Step) -> Result<(), Error> {
             break;
         }
     }
+    intend_selected(step, &selected)?;
     let pieces: Vec<(&Id, &copy::Piece)> = copying
         .iter()
-        .flat_map(|c| c.pieces.iter().map(|p| (&c.object, p)))
+        .flat_map(|c| {
+            c.pieces
+                .iter()
+                .filter(|p| c.intended.as_ref() != Some(*p))
+                .map(|p| (&c.object, p))
+        })
         .collect();
     copy::commit_intents(step, &pieces)?;
     for copy in copying {
         complete(step, copy)?;
     }
     Ok(())
+}
+
+/// Adds to the selection step's own commit the intents of the objects it
+/// selected that are one piece each, while its audit bound and its room
+/// allow and its commit lands in time for an intent ([`copy::fits_step`]):
+/// their copy step then publishes without an intent commit of its own,
+/// one transaction less for each step that copies only such objects.
+/// Selection comes first (a step selects as many objects as it may), so
+/// this takes only the room selection left: a step selecting a whole
+/// page of eight audits eight selections and adds no intent.
+fn intend_selected(step: &mut Step, selected: &[(Id, copy::Piece)]) -> Result<(), Error> {
+    if !copy::fits_step(step) {
+        return Ok(());
+    }
+    for (object, piece) in selected {
+        if step.audit_len() >= MAX_AUDIT || step.room() < 2 {
+            break;
+        }
+        copy::intend_in_step(step, object, piece)?;
+    }
+    Ok(())
+}
+
+/// What a step did with one queued object.
+enum Taken {
+    /// Its source was selected (or found unusable) in this step's commit;
+    /// with its one piece when the selected object is one piece.
+    Selected(Option<copy::Piece>),
+    /// It is being copied or completed by this step (boxed: it holds the
+    /// object's rows and plan, many times the other variants).
+    Copying(Box<Copying>),
+    /// Nothing was left to do but what was added to the step.
+    Done,
 }
 
 /// A queued object and its rows as the step read them.
@@ -192,6 +246,8 @@ struct Queued {
     source: Option<Vec<u8>>,
     /// Its content index row, read when it has no source row.
     index: Option<content::ObjectRow>,
+    /// Its first piece's intent row, if committed.
+    first: Option<Vec<u8>>,
 }
 
 /// An object this step copies (or, all copied, completes): its source,
@@ -206,6 +262,9 @@ struct Copying {
     count: u32,
     bytes: Option<Vec<u8>>,
     pieces: Vec<copy::Piece>,
+    /// The planned first piece, when its intent is committed already (by
+    /// the object's selection, or an earlier attempt of this step).
+    intended: Option<copy::Piece>,
 }
 
 impl Copying {
@@ -216,20 +275,15 @@ impl Copying {
 }
 
 /// Selects a queued object, or reads what acquiring it needs (adding the
-/// bytes to `read`) and plans at most `pieces` of its pieces (`None`:
-/// nothing left to do but what was added to the step).
-fn one(
-    step: &mut Step,
-    queued: Queued,
-    pieces: usize,
-    read: &mut u64,
-) -> Result<Option<Copying>, Error> {
+/// bytes to `read`) and plans at most `pieces` of its pieces.
+fn one(step: &mut Step, queued: Queued, pieces: usize, read: &mut u64) -> Result<Taken, Error> {
     let Queued {
         object,
         todo,
         info,
         source,
         index,
+        first,
     } = queued;
     let expected = match todo.value.as_slice() {
         [kind] if *kind == 0 || content::is_kind(*kind) => *kind,
@@ -244,12 +298,13 @@ fn one(
     if info.source_failed || info.verified {
         // Queued again by a later manifest or pack: nothing left to do.
         step.delete(todo.key);
-        return Ok(None);
+        return Ok(Taken::Done);
     }
     let source_key = keys::object_key(keys::SOURCE, &step.id, &object);
     let Some(raw) = source else {
-        select(step, &object, expected, info, index)?;
-        return Ok(None);
+        let source = select(step, &object, expected, info, index)?;
+        let piece = source.and_then(|s| copy::single_piece(step, &object, s.size, s.crc64));
+        return Ok(Taken::Selected(piece));
     };
     let source: Source = decode(&raw, "a source checkpoint")?;
     if source.key != source.expected_key(&object)?
@@ -264,19 +319,27 @@ fn one(
         )));
     }
     step.require_observed(source_key, Some(&raw));
-    prepare(step, object, source, info, todo.key, pieces, read)
+    let first = first
+        .map(|raw| decode::<copy::Piece>(&raw, "a piece intent"))
+        .transpose()?;
+    let copy = prepare(step, object, source, info, todo.key, pieces, read)?;
+    Ok(copy.map_or(Taken::Done, |mut copy| {
+        copy.intended = first.filter(|first| copy.pieces.first() == Some(first));
+        Taken::Copying(Box::new(copy))
+    }))
 }
 
 /// Selects the serving copy of `object` (or, when it was removed, another
 /// request's preserved copy) and records it as provenance; `index` is its
-/// content index row as read.
+/// content index row as read. The source selected, if one could be
+/// (otherwise the object is recorded as corrupt).
 fn select(
     step: &mut Step,
     object: &Id,
     expected: u8,
     mut info: ObjectInfo,
     index: Option<content::ObjectRow>,
-) -> Result<(), Error> {
+) -> Result<Option<Source>, Error> {
     let serving = keys::serving_key(object);
     let head = match objects::head(SERVING, &serving) {
         Ok(meta) => Some(meta),
@@ -290,7 +353,8 @@ fn select(
             info,
             false,
             "missing from the content index (data loss)".into(),
-        );
+        )
+        .map(|()| None);
     };
     let origin = match head {
         Some(head) => {
@@ -301,7 +365,8 @@ fn select(
                     info,
                     false,
                     "the serving copy disagrees with the content index".into(),
-                );
+                )
+                .map(|()| None);
             }
             Origin::Serving(head.etag)
         }
@@ -322,7 +387,8 @@ fn select(
                     "missing from serving, and no request denying it holds a verified \
                      preserved copy (data loss)"
                         .into(),
-                );
+                )
+                .map(|()| None);
             }
         },
     };
@@ -348,7 +414,7 @@ fn select(
         None
     };
     if let Some(problem) = problem {
-        return source_corrupt(step, object, info, false, problem);
+        return source_corrupt(step, object, info, false, problem).map(|()| None);
     }
     let (key, etag, request) = match origin {
         Origin::Serving(etag) => (serving, etag, None),
@@ -387,7 +453,7 @@ fn select(
         ),
     };
     step.event("PreservationSourceSelected", &[hex(object)], Some(detail));
-    Ok(())
+    Ok(Some(source))
 }
 
 /// Where a selected source is.
@@ -442,6 +508,7 @@ fn prepare(
         count,
         bytes,
         pieces: planned,
+        intended: None,
     }))
 }
 
@@ -457,6 +524,7 @@ fn complete(step: &mut Step, copying: Copying) -> Result<(), Error> {
         count,
         bytes,
         pieces,
+        intended: _,
     } = copying;
     let object = &object;
     if let Some(bytes) = &bytes {

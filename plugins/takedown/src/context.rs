@@ -102,6 +102,12 @@ impl Step {
         });
     }
 
+    /// Adds an audit entry built for a commit of its own as well
+    /// ([`crate::copy`]'s intents); its targets start with the request id.
+    pub fn audit(&mut self, entry: Entry) {
+        self.audit.push(entry);
+    }
+
     /// Operations a phase may still add to the commit: the bound of a
     /// commit's own rows ([`crate::denial::COMMIT_OPS`], which leaves the
     /// host its headroom), less what the commit holds and what [`finish`]

@@ -5,7 +5,11 @@
 //! the host keeps the piece from its first byte; the piece is published
 //! with `if-none-match: *`, never over an existing object. The intents of
 //! every piece a step writes are one commit ([`commit_intents`]), made
-//! before the first of them is published.
+//! before the first of them is published, unless an earlier step
+//! committed them: a selection commits, with the room it has left, the
+//! intents of the objects it selected that are one piece each
+//! ([`intend_in_step`]), since their one piece is known from the source
+//! alone (its length the size, its CRC the content index's).
 
 use custodian_sdk::audit::Entry;
 use custodian_sdk::kv::Outcome;
@@ -87,6 +91,71 @@ pub fn plan(step: &Step, object: &Id, info: &ObjectInfo, bytes: &[u8], limit: us
     pieces
 }
 
+/// The one piece of an object of `size` bytes and CRC-64/NVME `crc64`
+/// that fits in a piece (`None` for an empty or a larger one): known
+/// from its selected source alone, before its bytes are read.
+pub fn single_piece(step: &Step, object: &Id, size: u64, crc64: u64) -> Option<Piece> {
+    (size > 0 && size <= PIECE_BYTES).then(|| Piece {
+        object: hex(object),
+        offset: 0,
+        len: size,
+        crc64,
+        key: keys::preserved_key(&step.id, object, 0),
+    })
+}
+
+/// Until when an intent may land: never once retention could have let a
+/// purge begin (a hold pushes that out).
+fn deadline(step: &Step) -> u64 {
+    if step.state.hold {
+        step.now.saturating_add(APPLY_WINDOW_MS)
+    } else {
+        step.lock.retain_until(&step.state)
+    }
+}
+
+/// Whether intents may ride in the step's own commit: it lands within
+/// [`APPLY_WINDOW_MS`] of the step (its deadline), so no later than an
+/// intent may.
+pub fn fits_step(step: &Step) -> bool {
+    deadline(step) >= step.now.saturating_add(APPLY_WINDOW_MS)
+}
+
+/// Adds the intent of `piece` of `object` to the step's own commit (see
+/// [`fits_step`]): a selection records the intent of an object that is
+/// one piece with its source, so the step that copies it publishes at
+/// once, without an intent commit of its own. Operations: two.
+pub fn intend_in_step(step: &mut Step, object: &Id, piece: &Piece) -> Result<(), Error> {
+    let (row, lock) = rows(&step.id, object, piece)?;
+    step.put(row.0, row.1);
+    step.put_in(lock::PARTITION, lock.0, lock.1);
+    step.audit(entry(&step.id, object, piece));
+    Ok(())
+}
+
+/// A row as its key and value.
+type Row = (Vec<u8>, Vec<u8>);
+
+/// A piece intent's rows: the piece row (in [`PARTITION`]) and its key's
+/// lock (in [`lock::PARTITION`]).
+fn rows(id: &Id, object: &Id, piece: &Piece) -> Result<(Row, Row), Error> {
+    let row = (keys::piece_key(id, object, piece.offset), encode(piece)?);
+    Ok((row, lock::piece_row(id, &piece.key)))
+}
+
+/// An intent's audit entry, in the intent's own commit: the log shows
+/// every piece that may exist, as the purge will look for it.
+fn entry(id: &Id, object: &Id, piece: &Piece) -> Entry {
+    Entry {
+        event: "PreservationPieceIntent".into(),
+        targets: vec![hex(id), hex(object), piece.key.clone()],
+        detail: Some(format!(
+            "offset {}, {} bytes, crc64 {:016x}",
+            piece.offset, piece.len, piece.crc64
+        )),
+    }
+}
+
 /// Commits the intents of `pieces` (each with its object) in one commit,
 /// before any of them is published: each piece row, its key's lock and its
 /// `PreservationPieceIntent` entry.
@@ -98,34 +167,17 @@ pub fn commit_intents(step: &Step, pieces: &[(&Id, &Piece)]) -> Result<(), Error
         .old
         .clone()
         .ok_or_else(|| corrupt("acquiring before any state was stored"))?;
-    // An intent may land only while the state is unchanged, and never once
-    // retention could have let a purge begin (a hold pushes that out).
-    let deadline = if step.state.hold {
-        step.now.saturating_add(APPLY_WINDOW_MS)
-    } else {
-        step.lock.retain_until(&step.state)
-    };
+    // An intent may land only while the state is unchanged.
     let mut intent = Batch::new()
         .require_equals(PARTITION, step.state_key(), old)
-        .not_after(deadline);
+        .not_after(deadline(step));
     let mut audited = Vec::with_capacity(pieces.len());
     for &(object, piece) in pieces {
-        intent = intent.put(
-            PARTITION,
-            keys::piece_key(&step.id, object, piece.offset),
-            encode(piece)?,
-        );
-        intent = lock::piece(intent, &step.id, &piece.key);
-        // Audited in the intent's own commit: the log shows every piece
-        // that may exist, as the purge will look for it.
-        audited.push(Entry {
-            event: "PreservationPieceIntent".into(),
-            targets: vec![hex(&step.id), hex(object), piece.key.clone()],
-            detail: Some(format!(
-                "offset {}, {} bytes, crc64 {:016x}",
-                piece.offset, piece.len, piece.crc64
-            )),
-        });
+        let (row, lock) = rows(&step.id, object, piece)?;
+        intent = intent
+            .put(PARTITION, row.0, row.1)
+            .put(lock::PARTITION, lock.0, lock.1);
+        audited.push(entry(&step.id, object, piece));
     }
     if intent.apply_audited(&audited)? != Outcome::Committed {
         return Err(Error::Unavailable("preservation intent raced".into()));

@@ -139,10 +139,10 @@ impl Loaded {
     }
 }
 
-/// Adds to `batch` the lock of the piece at `key` in the preserved store:
-/// request `id` keeps it. Written with the piece's intent, before the
-/// piece; rewriting it for the same request is allowed, so a replayed
-/// intent needs no guard.
-pub fn piece(batch: Batch, id: &Id, key: &str) -> Batch {
-    batch.put(PARTITION, rows::piece_key(PRESERVED, key), id.to_vec())
+/// The lock of the piece at `key` in the preserved store, as its row's
+/// key and value: request `id` keeps it. Written with the piece's intent,
+/// before the piece; rewriting it for the same request is allowed, so a
+/// replayed intent needs no guard.
+pub fn piece_row(id: &Id, key: &str) -> (Vec<u8>, Vec<u8>) {
+    (rows::piece_key(PRESERVED, key), id.to_vec())
 }

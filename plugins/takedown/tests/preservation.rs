@@ -58,9 +58,11 @@ fn an_actions_request_goes_through_every_phase_in_order_to_retain_with_every_byt
     assert_eq!(status.counts.bytes, (small.len() + large.len()) as u64);
     assert_eq!(status.counts.holders, 1);
     assert_eq!(status.counts.corrupt, 0);
-    // Each piece's intent is audited in the intent's own commit.
+    // Each piece's intent is audited in the intent's own commit: the small
+    // object's in its selection's step, the large one's in their own.
     let mut intents: Vec<String> = testing::audit_entries()
         .into_iter()
+        .chain(driver.events.iter().cloned())
         .filter(|e| e.event == "PreservationPieceIntent")
         .map(|e| e.targets[2].clone())
         .collect();
@@ -628,8 +630,20 @@ fn counting_publishes(
     Ok(())
 }
 
+/// The objects (hex) of the piece intents audited in steps' own commits
+/// so far, in order.
+fn piece_intents(driver: &Driver) -> Vec<String> {
+    driver
+        .events
+        .iter()
+        .filter(|e| e.event == "PreservationPieceIntent")
+        .map(|e| e.targets[1].clone())
+        .collect()
+}
+
 #[test]
-fn a_step_copying_several_objects_commits_all_their_piece_intents_at_once_before_publishing_any() {
+fn a_step_copying_several_objects_commits_the_piece_intents_its_selection_did_not_at_once_before_publishing_any()
+ {
     setup();
     let objects: Vec<Id> = (0..5u8).map(|n| blob(&bytes(n, 64))).collect();
     for object in &objects {
@@ -637,13 +651,19 @@ fn a_step_copying_several_objects_commits_all_their_piece_intents_at_once_before
     }
     let mut driver = file(actions(request_id(12), REPO, &objects));
     driver.until_event("PreservationSourceSelected", 5);
+    // Five selections audited, three entries of the step's eight left:
+    // the selection committed the intents of the first three objects it
+    // took (in the queue's order, the ids').
+    let mut queued: Vec<String> = objects.iter().map(|o| hex(o)).collect();
+    queued.sort();
+    assert_eq!(piece_intents(&driver), queued[..3]);
     testing::set_guard(custodian_sdk::testing::Guard {
         batch: counting_intents,
         object: counting_publishes,
     });
     driver.step();
 
-    assert_eq!(INTENT_BATCHES.with(|b| b.borrow().clone()), [5]);
+    assert_eq!(INTENT_BATCHES.with(|b| b.borrow().clone()), [2]);
     assert_eq!(
         INTENTS_AT_PUBLISH.with(|p| p.borrow().clone()),
         [1, 1, 1, 1, 1],
@@ -670,4 +690,89 @@ fn the_bytes_of_a_source_found_unusable_count_towards_a_steps_four_mebibytes() {
     );
     driver.until("retain", 20);
     assert_eq!(driver.preserved(&b), small);
+}
+
+#[test]
+fn a_selection_commits_the_intents_of_its_one_piece_objects_so_their_copy_commits_no_intent_of_its_own()
+ {
+    setup();
+    let objects: Vec<Id> = (0..4u8).map(|n| blob(&bytes(n, 64))).collect();
+    for object in &objects {
+        hold(object, REPO);
+    }
+    let mut driver = file(actions(request_id(14), REPO, &objects));
+    driver.until_event("PreservationSourceSelected", 5);
+    let mut queued: Vec<String> = objects.iter().map(|o| hex(o)).collect();
+    queued.sort();
+    assert_eq!(
+        piece_intents(&driver),
+        queued,
+        "each intent audited in the selection's own commit"
+    );
+    assert_eq!(driver.rows("piece").len(), 4, "and its rows in it");
+    assert!(driver.preserved_keys().is_empty(), "nothing published yet");
+    testing::set_guard(custodian_sdk::testing::Guard {
+        batch: counting_intents,
+        object: counting_publishes,
+    });
+    driver.step();
+
+    assert_eq!(
+        INTENT_BATCHES.with(|b| b.borrow().clone()),
+        Vec::<usize>::new(),
+        "no intent commit before the pieces"
+    );
+    assert_eq!(INTENTS_AT_PUBLISH.with(|p| p.borrow().len()), 4);
+    assert_eq!(driver.status().counts.pieces, 4);
+    assert_eq!(piece_intents(&driver).len(), 4, "none audited twice");
+    driver.until("retain", 20);
+    for (n, object) in objects.iter().enumerate() {
+        assert_eq!(driver.preserved(object), bytes(n as u8, 64));
+    }
+}
+
+#[test]
+fn an_object_of_several_pieces_has_no_intent_committed_at_its_selection() {
+    setup();
+    let large = blob(&bytes(1, MIB + 1));
+    hold(&large, REPO);
+    let mut driver = file(actions(request_id(15), REPO, &[large]));
+    driver.until_event("PreservationSourceSelected", 5);
+    assert!(piece_intents(&driver).is_empty());
+    assert!(driver.rows("piece").is_empty());
+    driver.until("retain", 20);
+    assert_eq!(driver.preserved(&large), bytes(1, MIB + 1));
+}
+
+/// Retention of ten seconds, less than a step's commit may take to land.
+fn ten_seconds(item: Item, now: u64) -> Result<Assessment, Error> {
+    let settings = Settings {
+        retention_ms: 10_000,
+        noncurrent_retention_ms: 0,
+    };
+    RetentionPolicy::assess(settings, item, now)
+}
+
+#[test]
+fn a_selection_whose_commit_could_land_past_retain_until_leaves_the_intents_to_their_own_deadlined_commit()
+ {
+    setup();
+    swap_retention(ten_seconds);
+    let object = blob(&bytes(1, 64));
+    hold(&object, REPO);
+    let mut driver = file(actions(request_id(16), REPO, &[object]));
+    driver.until_event("PreservationSourceSelected", 5);
+    assert!(
+        piece_intents(&driver).is_empty(),
+        "a step's commit may land 30 s after its start, past the retain-until"
+    );
+    driver.step();
+    assert_eq!(
+        testing::audit_entries()
+            .iter()
+            .filter(|e| e.event == "PreservationPieceIntent")
+            .count(),
+        1,
+        "committed on its own, with the retain-until as its deadline"
+    );
 }

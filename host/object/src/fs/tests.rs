@@ -1259,3 +1259,152 @@ fn a_thread_marked_as_one_that_may_block_publishes_inline_without_the_blocking_p
         "the publish waited for a blocking thread it was itself on"
     );
 }
+
+/// A multi-threaded runtime of one worker, as small as a runtime can be:
+/// a worker that blocked without handing its tasks over would stop them.
+fn one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Publishes `body` to `key` of `store` from a task on `runtime`, with
+/// `hook` run, on that task's thread only, between the staging file's
+/// create and its lock; whether the hook ran (so whether the publish ran
+/// on the task's own thread).
+fn publish_with_hook_on_task_thread(
+    runtime: &tokio::runtime::Runtime,
+    store: &FsStore,
+    key: &'static str,
+    hook: impl FnMut(&Path) + Send + 'static,
+) -> bool {
+    let store = store.clone();
+    let task = runtime.spawn(async move {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = ran.clone();
+        let mut hook = hook;
+        super::durable::BEFORE_LOCK.set(Some(Box::new(move |path: &Path| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            hook(path);
+        })));
+        let body = Bytes::from_static(b"published from a task");
+        let crc = crc64_nvme(&body);
+        let none = PutCondition::IfNoneMatchAny;
+        let published = store
+            .put_whole(key, body, &none, &Metadata::new(), crc)
+            .await;
+        super::durable::BEFORE_LOCK.set(None);
+        published.unwrap();
+        ran.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    runtime.block_on(task).unwrap()
+}
+
+/// Publishes `count` keys to `store` one after another, none overlapping.
+fn calm_publishes(store: &FsStore, count: usize) {
+    for n in 0..count {
+        put(
+            store,
+            &format!("calm/{n}"),
+            b"one at a time",
+            &PutCondition::Unconditional,
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_lone_publish_after_a_calm_spell_runs_on_its_tasks_thread_and_the_runtimes_other_tasks_go_on() {
+    let runtime = one_worker();
+    let store = FsStore::temporary(false);
+    calm_publishes(&store, super::CALM_BEFORE_IN_PLACE);
+    let (tell, told) = std::sync::mpsc::channel::<()>();
+    // Queued behind the publishing task on the runtime's only worker: it
+    // runs during the publish only if the worker handed its tasks over.
+    let other = runtime.spawn(async move { tell.send(()).unwrap() });
+    let ran = publish_with_hook_on_task_thread(&runtime, &store, "alone", move |_| {
+        told.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the runtime's other task ran while the publish blocked");
+    });
+    assert!(ran, "the publish ran on its task's own thread");
+    runtime.block_on(other).unwrap();
+}
+
+#[test]
+fn a_publish_runs_on_the_blocking_pool_while_another_change_is_under_way_and_until_a_calm_spell_follows()
+ {
+    let runtime = one_worker();
+    let store = FsStore::temporary(false);
+    assert!(
+        !publish_with_hook_on_task_thread(&runtime, &store, "first", |_| {}),
+        "a store's first changes go to the pool: nothing says yet it is alone"
+    );
+    calm_publishes(&store, super::CALM_BEFORE_IN_PLACE);
+    let other = super::Changing::start(&store.changing);
+    assert!(
+        !publish_with_hook_on_task_thread(&runtime, &store, "contended", |_| {}),
+        "handed to the pool, where groups form"
+    );
+    drop(other);
+    calm_publishes(&store, super::CALM_BEFORE_IN_PLACE - 1);
+    assert!(
+        !publish_with_hook_on_task_thread(&runtime, &store, "not calm yet", |_| {}),
+        "an overlap starts the calm spell again"
+    );
+    assert!(
+        publish_with_hook_on_task_thread(&runtime, &store, "calm again", |_| {}),
+        "in place again once the spell is over"
+    );
+}
+
+#[test]
+fn a_streamed_publish_joined_with_the_feeding_of_its_body_in_one_task_completes_on_a_multi_threaded_runtime()
+ {
+    let runtime = one_worker();
+    let store = FsStore::temporary(true);
+    // Calm, so that a change that may run in place would.
+    calm_publishes(&store, super::CALM_BEFORE_IN_PLACE);
+    let pieces: Vec<Bytes> = (0..16u8).map(|n| Bytes::from(vec![n; 4096])).collect();
+    let whole: Vec<u8> = pieces.iter().flatten().copied().collect();
+    let sums = crate::BodySums {
+        crc64: crc64_nvme(&whole),
+        content_md5: None,
+    };
+    let publisher = store.clone();
+    let (done, published) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        // A channel far narrower than the body: the store must read
+        // while this very task feeds it, as the S3 endpoint does.
+        let (sender, streamed) = crate::StreamedBody::channel(1);
+        let feed = async move {
+            for piece in pieces {
+                sender.data(piece).await.unwrap();
+            }
+            sender.end(sums).await.unwrap();
+        };
+        let options = crate::PutOptions {
+            condition: &PutCondition::IfNoneMatchAny,
+            metadata: &Metadata::new(),
+            crc64: 0,
+            content_md5: None,
+        };
+        let key = crate::ObjectKey::new("fed").unwrap();
+        let ((), published) = tokio::join!(
+            feed,
+            publisher.put_stream(&key, streamed, u64::MAX, options)
+        );
+        done.send(published).unwrap();
+    });
+    // Waited for off the runtime: a worker stuck in the publish could not
+    // run a timer of the runtime's own.
+    let published = published.recv_timeout(std::time::Duration::from_secs(20));
+    runtime.shutdown_background();
+    let meta = published
+        .expect("the publish waited for a body its own task could not feed")
+        .unwrap();
+    assert_eq!(meta.size, whole.len() as u64);
+    let (_, read) = block_on(store.get_whole("fed", None)).unwrap();
+    assert_eq!(read, whole);
+}

@@ -6,9 +6,11 @@
 //! step, and its commit is guarded on the timer row, so they never both
 //! commit it.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
@@ -184,10 +186,19 @@ struct Loop {
 }
 
 async fn run(worker: Worker, mut lp: Loop) {
+    let wake = lp.wake.clone();
     loop {
         if *lp.stopped.borrow() {
             return;
         }
+        // Armed before the tick, so that a wake-up sent while the tick
+        // runs (a filing releasing its first step, a timer scheduled for
+        // now) ends the sleep after it: `notify_waiters` reaches only
+        // those already waiting, and one armed only at the sleep missed
+        // it and slept the whole idle poll.
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         let tick = worker.tick();
         tokio::pin!(tick);
         let result = tokio::select! {
@@ -207,7 +218,7 @@ async fn run(worker: Worker, mut lp: Loop) {
             Ok(report) => report,
             Err(error) => {
                 tracing::error!("the timer tick failed: {:#}", anyhow::Error::new(error));
-                pause(&mut lp, ERROR_PAUSE).await;
+                pause(&mut lp.stopped, ERROR_PAUSE, woken).await;
                 continue;
             }
         };
@@ -226,7 +237,7 @@ async fn run(worker: Worker, mut lp: Loop) {
         // the shared plugin set on. A pause lets this host follow before
         // its next step, instead of running steps that cannot commit.
         if report.fenced {
-            pause(&mut lp, FENCED_PAUSE).await;
+            pause(&mut lp.stopped, FENCED_PAUSE, woken).await;
             continue;
         }
         if !report.fired.is_empty() || report.more_due {
@@ -244,14 +255,57 @@ async fn run(worker: Worker, mut lp: Loop) {
                 ERROR_PAUSE
             }
         };
-        pause(&mut lp, wait).await;
+        pause(&mut lp.stopped, wait, woken).await;
     }
 }
 
-async fn pause(lp: &mut Loop, wait: Duration) {
+/// Sleeps for `wait`, until `woken` (armed before the tick that led
+/// here), or until shutdown.
+async fn pause(stopped: &mut watch::Receiver<bool>, wait: Duration, woken: Pin<&mut Notified<'_>>) {
     tokio::select! {
         () = tokio::time::sleep(wait) => {}
-        () = lp.wake.notified() => {}
-        _ = lp.stopped.changed() => {}
+        () = woken => {}
+        _ = stopped.changed() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_up_sent_while_a_tick_runs_ends_the_sleep_after_it_at_once() {
+        let wake = Notify::new();
+        let (_stop, mut stopped) = watch::channel(false);
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        // Sent while the loop is still in its tick, before it sleeps.
+        wake.notify_waiters();
+        let slept = tokio::time::timeout(
+            Duration::from_secs(10),
+            pause(&mut stopped, Duration::from_secs(600), woken),
+        )
+        .await;
+        assert!(slept.is_ok(), "the wake-up was lost: slept the whole wait");
+    }
+
+    #[tokio::test]
+    async fn an_idle_loop_sleeps_its_wait_without_a_wake_up_and_stops_at_shutdown() {
+        let wake = Notify::new();
+        let (stop, mut stopped) = watch::channel(false);
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let started = std::time::Instant::now();
+        pause(&mut stopped, Duration::from_millis(50), woken.as_mut()).await;
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        stop.send(true).unwrap();
+        let stopping = tokio::time::timeout(
+            Duration::from_secs(10),
+            pause(&mut stopped, Duration::from_secs(600), woken),
+        )
+        .await;
+        assert!(stopping.is_ok(), "shutdown ends the sleep");
     }
 }

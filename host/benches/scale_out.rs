@@ -111,11 +111,16 @@ struct Run {
     work_reads: u64,
 }
 
+/// `host`'s `/metrics` as text.
+fn metrics_of(agent: &ureq::Agent, host: &Host) -> String {
+    let mut response = agent.get(&format!("{}/metrics", host.1)).call().unwrap();
+    response.body_mut().read_to_string().unwrap()
+}
+
 /// Every host's KV applies and reads so far, summed.
 fn kv_calls(agent: &ureq::Agent, running: &[Host]) -> (u64, u64) {
     running.iter().fold((0, 0), |(applies, reads), host| {
-        let mut response = agent.get(&format!("{}/metrics", host.1)).call().unwrap();
-        let text = response.body_mut().read_to_string().unwrap();
+        let text = metrics_of(agent, host);
         (applies + kv_applies(&text), reads + kv_reads(&text))
     })
 }
@@ -223,8 +228,7 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: 
         work_reads: 0,
     };
     for host in &running {
-        let mut response = agent.get(&format!("{}/metrics", host.1)).call().unwrap();
-        let text = response.body_mut().read_to_string().unwrap();
+        let text = metrics_of(&agent, host);
         out.applies += kv_applies(&text);
         out.reads += kv_reads(&text);
         out.batch_ops += metric(&text, "custodian_kv_batch_ops_total", "");

@@ -75,8 +75,6 @@ impl Ids {
     }
 }
 
-/// The sequence number of a well-formed version id; `None` for anything
-/// this store cannot have issued (which therefore names no file).
 /// This process's id, asked once: `std::process::id` is a `getpid`
 /// system call every time, and a publish makes five ids.
 fn process_id() -> u32 {
@@ -84,6 +82,8 @@ fn process_id() -> u32 {
     *ID.get_or_init(std::process::id)
 }
 
+/// The sequence number of a well-formed version id; `None` for anything
+/// this store cannot have issued (which therefore names no file).
 pub(super) fn version_seq(id: &str) -> Option<u64> {
     if id.len() != VERSION_ID_LEN {
         return None;

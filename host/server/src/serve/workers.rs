@@ -273,18 +273,23 @@ async fn pause(stopped: &mut watch::Receiver<bool>, wait: Duration, woken: Pin<&
 mod tests {
     use super::*;
 
+    /// A wake-up of `wake` armed as the loop arms it before a tick.
+    fn armed(wake: &Notify) -> Pin<Box<Notified<'_>>> {
+        let mut woken = Box::pin(wake.notified());
+        woken.as_mut().enable();
+        woken
+    }
+
     #[tokio::test]
     async fn a_wake_up_sent_while_a_tick_runs_ends_the_sleep_after_it_at_once() {
         let wake = Notify::new();
         let (_stop, mut stopped) = watch::channel(false);
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+        let mut woken = armed(&wake);
         // Sent while the loop is still in its tick, before it sleeps.
         wake.notify_waiters();
         let slept = tokio::time::timeout(
             Duration::from_secs(10),
-            pause(&mut stopped, Duration::from_secs(600), woken),
+            pause(&mut stopped, Duration::from_secs(600), woken.as_mut()),
         )
         .await;
         assert!(slept.is_ok(), "the wake-up was lost: slept the whole wait");
@@ -294,16 +299,14 @@ mod tests {
     async fn an_idle_loop_sleeps_its_wait_without_a_wake_up_and_stops_at_shutdown() {
         let wake = Notify::new();
         let (stop, mut stopped) = watch::channel(false);
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+        let mut woken = armed(&wake);
         let started = std::time::Instant::now();
         pause(&mut stopped, Duration::from_millis(50), woken.as_mut()).await;
         assert!(started.elapsed() >= Duration::from_millis(50));
         stop.send(true).unwrap();
         let stopping = tokio::time::timeout(
             Duration::from_secs(10),
-            pause(&mut stopped, Duration::from_secs(600), woken),
+            pause(&mut stopped, Duration::from_secs(600), woken.as_mut()),
         )
         .await;
         assert!(stopping.is_ok(), "shutdown ends the sleep");

@@ -274,6 +274,34 @@ pub fn start(
     Ok(())
 }
 
+/// Lets the steps of request `id` begin once its filer's denial work
+/// ([`settle`]) is over: a serving host's filing that `committed` with
+/// its first step `held` hands that step to the host's workers
+/// ([`Held::release_filed`]); any other filer (the CLI, or a retry
+/// answered "exists", whose committed filing may have deferred the step)
+/// moves a deferred first step to `filed_ms` ([`start`]).
+///
+/// # Errors
+/// As [`start`].
+pub fn begin_steps(
+    io: &tokio::runtime::Handle,
+    kv: &dyn Kv,
+    id: &[u8; 32],
+    filed_ms: u64,
+    held: Option<Held>,
+    committed: bool,
+    now_ms: u64,
+) -> Result<(), RequestError> {
+    match held {
+        Some(held) if committed => {
+            held.release_filed(filed_ms, now_ms);
+            Ok(())
+        }
+        // Released (with no note) only once the step is moved.
+        _ => start(io, kv, id, filed_ms),
+    }
+}
+
 /// How a request's denial work ended: [`settle`]'s answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settled {

@@ -423,13 +423,17 @@ async fn create_takedown(
             Err(error) => return Err(error),
         };
         let settled = requests::settle(&policy, call, &io, kv.as_ref(), &request.id, action)?;
-        match held {
-            Some(held) if status == StatusCode::CREATED => {
-                held.release_filed(now_ms, clock.now_ms());
-            }
-            // The filing that committed may have deferred the first step.
-            _ => requests::start(&io, kv.as_ref(), &request.id, action.now_ms)?,
-        }
+        let committed = status == StatusCode::CREATED;
+        let id = &request.id;
+        requests::begin_steps(
+            &io,
+            kv.as_ref(),
+            id,
+            now_ms,
+            held,
+            committed,
+            clock.now_ms(),
+        )?;
         Ok((status, settled))
     })
     .await?

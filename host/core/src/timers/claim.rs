@@ -261,6 +261,25 @@ pub async fn claim(
     }
 }
 
+/// Another host's live claim, lapsing at `until_ms`, that a worker of
+/// `config`'s host read in `bytes` for a timer it found due at its row of
+/// `due_ms` but was not about to fire: read ahead, beside the claim of the
+/// timer it was (see [`super::in_flight`]). A claim on that row or on a
+/// later one counts, since only the holder's own step, which carries its
+/// claim, moves the row on while the claim lives; a claim on an earlier
+/// row is stale, and so is a corrupt one, which is left to the read of
+/// the timer's own claim to report.
+pub(crate) fn live_elsewhere(
+    config: &ClaimConfig,
+    bytes: &[u8],
+    due_ms: u64,
+    now_ms: u64,
+) -> Option<u64> {
+    let row = ClaimRow::decode(bytes).ok()?;
+    (row.holder != config.holder && row.due_ms >= due_ms && row.until_ms > now_ms)
+        .then_some(row.until_ms)
+}
+
 /// The claim on `(kind, reference)`, if any (for tests and operators).
 ///
 /// # Errors
@@ -276,7 +295,54 @@ pub async fn current(
         .transpose()
 }
 
-/// Fuzz target of the claim row's codec (the codec is private to this
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_read_ahead_counts_only_if_another_hosts_live_on_the_row_found_or_a_later_one() {
+        let config = ClaimConfig {
+            holder: "node-b".into(),
+            ttl_ms: 30_000,
+        };
+        let row = |holder: &str, due_ms, until_ms| {
+            ClaimRow {
+                holder: holder.into(),
+                due_ms,
+                until_ms,
+            }
+            .encode()
+        };
+        let (due, now) = (1_000, 2_000);
+        assert_eq!(
+            live_elsewhere(&config, &row("node-a", due, 9_000), due, now),
+            Some(9_000)
+        );
+        assert_eq!(
+            live_elsewhere(&config, &row("node-a", due + 5, 9_000), due, now),
+            Some(9_000),
+            "the holder stepped on and carried it"
+        );
+        assert_eq!(
+            live_elsewhere(&config, &row("node-a", due - 1, 9_000), due, now),
+            None,
+            "stale"
+        );
+        assert_eq!(
+            live_elsewhere(&config, &row("node-a", due, now), due, now),
+            None,
+            "lapsed"
+        );
+        assert_eq!(
+            live_elsewhere(&config, &row("node-b", due, 9_000), due, now),
+            None,
+            "its own"
+        );
+        assert_eq!(live_elsewhere(&config, b"\x01{", due, now), None, "corrupt");
+    }
+}
+
+/// Fuzz target of the claim row's codec/// Fuzz target of the claim row's codec (the codec is private to this
 /// module, hence here; see the README's "Fuzzing").
 #[cfg(test)]
 mod fuzz {

@@ -41,6 +41,15 @@
 //! timer wait for the old claim's expiry, as it would for any crashed
 //! claimer. Forgetting is always safe (it costs a read).
 //!
+//! A worker that reads a timer's claim reads, in the same read, the
+//! claims of the timers after it on its page that the host knows nothing
+//! of (at most a page's worth), and remembers those another host holds
+//! live on the row it found or a later one (`claim::live_elsewhere`): a
+//! host joining others that already work through a page of timers learns
+//! their claims in one read, not one read per timer. Before, each host
+//! read each timer's claim once on its own, and reads per step grew by
+//! about 0.3 with each host added (`scale_out`, three hosts).
+//!
 //! It remembers the host's own claims too: a step that reschedules its
 //! timer soon carries the claim to the new due row in its commit, and the
 //! set notes that due row and the claim's expiry. A worker that then finds
@@ -135,6 +144,46 @@ impl InFlight {
         self.stepped_record()
             .get(&id)
             .is_some_and(|&ended| ended >= since_ms)
+    }
+
+    /// Whether the host knows of a claim on the timer of `kind` and
+    /// `reference` that spares reading it at `now_ms`: its own noted
+    /// claim, or another host's that has not lapsed.
+    pub(crate) fn knows_claim(&self, kind: &str, reference: &[u8], now_ms: u64) -> bool {
+        let id = (kind.to_owned(), reference.to_vec());
+        self.remembered()
+            .get(&id)
+            .is_some_and(|known| known.ours || known.until_ms > now_ms)
+    }
+
+    /// Remembers, for every worker of the host, that another host holds a
+    /// claim on the timer of `kind` and `reference` at its due row of
+    /// `due_ms` until `until_ms`: read by a worker that did not take the
+    /// timer (read ahead, see the module doc).
+    pub(crate) fn remember_claim_elsewhere(
+        &self,
+        kind: &str,
+        reference: &[u8],
+        due_ms: u64,
+        until_ms: u64,
+        now_ms: u64,
+    ) {
+        let id = (kind.to_owned(), reference.to_vec());
+        self.remember(
+            &id,
+            Known {
+                due_ms,
+                until_ms,
+                ours: false,
+            },
+            now_ms,
+        );
+    }
+
+    fn remember(&self, id: &TimerId, claim: Known, now_ms: u64) {
+        insert_bounded(&mut self.remembered(), id, claim, |claim| {
+            claim.until_ms > now_ms
+        });
     }
 
     fn stepped_record(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, u64>> {
@@ -251,9 +300,7 @@ impl Firing {
     }
 
     fn remember(&self, claim: Known, now_ms: u64) {
-        insert_bounded(&mut self.set.remembered(), &self.id, claim, |claim| {
-            claim.until_ms > now_ms
-        });
+        self.set.remember(&self.id, claim, now_ms);
     }
 }
 

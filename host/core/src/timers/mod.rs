@@ -243,6 +243,17 @@ pub(crate) fn due_end(now_ms: u64) -> Vec<u8> {
 
 /// Decodes a due row.
 pub(crate) fn parse_due(key: &[u8], value: &[u8]) -> Result<Timer, TimerError> {
+    let (due_ms, kind, reference) = parse_due_key(key)?;
+    Ok(Timer {
+        due_ms,
+        kind: kind.to_owned(),
+        reference: reference.to_vec(),
+        state: TimerState::decode(value)?,
+    })
+}
+
+/// Decodes a due row's key alone: its due time, kind and reference.
+pub(crate) fn parse_due_key(key: &[u8]) -> Result<(u64, &str, &[u8]), TimerError> {
     let corrupt = || TimerError::Corrupt(format!("bad timer key {}", hex::encode(key)));
     let rest = key.strip_prefix(&[DUE]).ok_or_else(corrupt)?;
     let (due, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
@@ -250,12 +261,7 @@ pub(crate) fn parse_due(key: &[u8], value: &[u8]) -> Result<Timer, TimerError> {
     let kind = std::str::from_utf8(&rest[..split]).map_err(|_| corrupt())?;
     let reference = &rest[split + 1..];
     validate(kind, reference).map_err(|_| corrupt())?;
-    Ok(Timer {
-        due_ms: u64::from_be_bytes(*due),
-        kind: kind.to_owned(),
-        reference: reference.to_vec(),
-        state: TimerState::decode(value)?,
-    })
+    Ok((u64::from_be_bytes(*due), kind, reference))
 }
 
 fn decode_due_ms(bytes: &[u8]) -> Result<u64, TimerError> {

@@ -1406,6 +1406,69 @@ async fn a_host_reads_another_hosts_live_claim_once_and_then_skips_its_timer_on_
 }
 
 #[tokio::test]
+async fn a_host_learns_in_one_read_the_live_claims_another_host_holds_on_a_page_of_timers() {
+    let (kv, clock) = setup();
+    for reference in [&b"r1"[..], b"r2", b"r3", b"r4", b"r5"] {
+        schedule(kv.as_ref(), "work", reference, START)
+            .await
+            .unwrap();
+    }
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 10 }));
+    let holder = claiming(&kv, &clock, "node-a", handler.clone());
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 5);
+    clock.set(START + 1_000);
+    let [(first, first_calls), (second, second_calls)] =
+        two_counted_workers_of_one_host(&kv, &clock, "node-b", &handler);
+
+    let report = first.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 5);
+    assert!(report.fired.is_empty());
+    assert_eq!(
+        first_calls.take(),
+        (2, 0),
+        "the page, then the first timer's rows with the four claims after it"
+    );
+    let report = second.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 5);
+    assert_eq!(second_calls.take(), (1, 0), "the page alone");
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 5, "no wasted call");
+}
+
+#[tokio::test]
+async fn a_claim_read_ahead_on_an_earlier_due_row_keeps_nobody_away_from_the_timer() {
+    let (kv, clock) = setup();
+    claimed_elsewhere(&kv).await;
+    // r2 was claimed by the same host, and its attempt backed off: the
+    // claim names a row that is gone.
+    schedule(kv.as_ref(), "work", b"r2", START).await.unwrap();
+    let timer = get(kv.as_ref(), "work", b"r2").await.unwrap().unwrap();
+    let other = claim::ClaimConfig {
+        holder: "node-a".into(),
+        ttl_ms: 30_000,
+    };
+    assert_eq!(
+        claim::claim(kv.as_ref(), &other, &timer, None, START)
+            .await
+            .unwrap(),
+        claim::Claimed::Held
+    );
+    schedule(kv.as_ref(), "work", b"r2", START + 10)
+        .await
+        .unwrap();
+    clock.set(START + 10);
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 1 }));
+    let [(worker, calls), _] = two_counted_workers_of_one_host(&kv, &clock, "node-b", &handler);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.claimed_elsewhere, 1, "r1, whose claim is live");
+    assert_eq!(fired_references(&report), vec!["r2"]);
+    assert_eq!(
+        calls.take(),
+        (3, 2),
+        "the page, r1's rows with r2's claim, r2's rows; r2's claim and step"
+    );
+}
+
+#[tokio::test]
 async fn a_host_takes_the_next_step_of_a_timer_it_carried_its_claim_to_without_reading_its_rows_again()
  {
     let (kv, clock) = setup();

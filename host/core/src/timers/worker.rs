@@ -19,7 +19,7 @@ use super::governor::{Governor, Quarantine};
 use super::in_flight::{Firing, InFlight, Noted};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
-    parse_due, partition,
+    parse_due, parse_due_key, partition,
 };
 use crate::audit::{self, Record};
 use crate::budget::SliceBudget;
@@ -31,6 +31,13 @@ use custodian_kv::{Batch, Kv, Outcome, Page, Precondition, Write, validate_calle
 /// transaction, and the host reserves room for this many (see
 /// [`custodian_kv::HOST_RESERVED_OPS`]).
 pub const MAX_STEP_AUDIT: usize = 8;
+
+/// Most claims of later rows a worker reads beside a timer's own (see
+/// `in_flight`): a default page's worth. With the timer's two rows the
+/// read stays far within the KV's limit on keys per read
+/// ([`custodian_kv::MAX_PAGE_ENTRIES`]), and the claims' bytes (under a
+/// hundred each) stay a small read.
+const CLAIMS_READ_AHEAD: usize = 64;
 
 /// A timer that is due, as a handler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -571,7 +578,7 @@ impl Worker {
                     (page, now, false)
                 }
             };
-            for (key, value) in &page.entries {
+            for (index, (key, value)) in page.entries.iter().enumerate() {
                 let timer = parse_due(key, value)?;
                 let Some(handler) = self.handlers.get(&timer.kind) else {
                     report.unhandled += 1;
@@ -635,7 +642,8 @@ impl Worker {
                         if claim::still_held(claims, until_ms, now))
                 });
                 if !own_claim {
-                    let (current, claim_row) = self.reread(&timer, key).await?;
+                    let later = &page.entries[index + 1..];
+                    let (current, claim_row) = self.reread(&timer, key, later, now).await?;
                     // The page was read before this worker's earlier steps
                     // of the tick; another worker may have stepped the
                     // timer since. Firing a stale row would only lose at
@@ -724,14 +732,20 @@ impl Worker {
     /// read: its due row `key` as it is now (`Some(None)` once it is gone)
     /// when other workers of the host may have stepped it since the page
     /// was read, and its claim row when this worker claims steps. `None`
-    /// for what it need not read.
+    /// for what it need not read. A claiming worker also reads the claims
+    /// of the timers due at the `later` rows of its page that its host
+    /// knows nothing of, and remembers those other hosts hold (see
+    /// `in_flight`).
     async fn reread(
         &self,
         timer: &Timer,
         key: &[u8],
+        later: &[(Vec<u8>, Vec<u8>)],
+        now_ms: u64,
     ) -> Result<(Option<Option<Vec<u8>>>, Option<Vec<u8>>), TimerError> {
         let (due, claimed) = (self.in_flight.is_some(), self.claims.is_some());
-        let mut keys = Vec::with_capacity(2);
+        let ahead = self.claims_ahead(later, now_ms);
+        let mut keys = Vec::with_capacity(2 + ahead.len());
         if due {
             keys.push(key.to_vec());
         }
@@ -741,10 +755,46 @@ impl Worker {
         if keys.is_empty() {
             return Ok((None, None));
         }
+        keys.extend(
+            ahead
+                .iter()
+                .map(|(_, kind, reference)| claim::claim_key(kind, reference)),
+        );
         let mut rows = self.kv.get_many(&partition(), &keys).await?.into_iter();
         let due = due.then(|| rows.next().flatten());
         let claim = claimed.then(|| rows.next().flatten()).flatten();
+        if let (Some(claims), Some(in_flight)) = (&self.claims, &self.in_flight) {
+            for ((due_ms, kind, reference), row) in ahead.into_iter().zip(rows) {
+                if let Some(until_ms) =
+                    row.and_then(|bytes| claim::live_elsewhere(claims, &bytes, due_ms, now_ms))
+                {
+                    in_flight.remember_claim_elsewhere(kind, reference, due_ms, until_ms, now_ms);
+                }
+            }
+        }
         Ok((due, claim))
+    }
+
+    /// The timers due at the `later` rows of a page whose claims a
+    /// claiming worker reads ahead: those of a kind it fires whose claim
+    /// its host does not know, at most [`CLAIMS_READ_AHEAD`].
+    fn claims_ahead<'a>(
+        &self,
+        later: &'a [(Vec<u8>, Vec<u8>)],
+        now_ms: u64,
+    ) -> Vec<(u64, &'a str, &'a [u8])> {
+        let (Some(_), Some(in_flight)) = (&self.claims, &self.in_flight) else {
+            return Vec::new();
+        };
+        later
+            .iter()
+            // A corrupt key is reported when the worker reaches its row.
+            .filter_map(|(key, _)| parse_due_key(key).ok())
+            .filter(|(_, kind, reference)| {
+                self.handlers.get(kind).is_some() && !in_flight.knows_claim(kind, reference, now_ms)
+            })
+            .take(CLAIMS_READ_AHEAD)
+            .collect()
     }
 
     /// Ticks until a tick fires nothing and leaves nothing due for later,

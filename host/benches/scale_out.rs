@@ -3,12 +3,12 @@
 //! the KV:
 //!
 //! ```text
-//! cargo bench -p custodian --features local-servers --bench scale_out [-- TAKEDOWNS [MEMBERS]] [config=FILE]
+//! cargo bench -p custodian --features local-servers --bench scale_out [-- TAKEDOWNS [MEMBERS]] [workers=N] [config=FILE]
 //! ```
 //!
 //! Needs `etcd` (Debian: `etcd-server`) and moto (`CUSTODIAN_MOTO_SERVER`,
 //! as `.ci/run` installs it). For each host count it starts that many
-//! hosts (2 worker loops each) on a fresh key prefix and fresh buckets,
+//! hosts (2 worker loops each, or `workers=N`) on a fresh key prefix and fresh buckets,
 //! pushes 4 files, files TAKEDOWNS requests (default 150) over them with a
 //! retention of an hour, and times how long the hosts take to bring every
 //! request to `retain` (acquisition, closure, verification, discovery: the
@@ -125,8 +125,15 @@ fn kv_calls(agent: &ureq::Agent, running: &[Host]) -> (u64, u64) {
     })
 }
 
-/// One round of `hosts` hosts; `extra` is appended to their configuration.
-fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: &str) -> Run {
+/// One round of `hosts` hosts, each running `workers` worker loops;
+/// `extra` is appended to their configuration.
+fn run(
+    hosts: usize,
+    takedowns: usize,
+    etcd: &EtcdCluster,
+    round: usize,
+    (workers, extra): (u32, &str),
+) -> Run {
     let moto = local_server::server(Kind::Moto).expect("moto runs (CUSTODIAN_MOTO_SERVER)");
     let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -137,7 +144,7 @@ fn run(hosts: usize, takedowns: usize, etcd: &EtcdCluster, round: usize, extra: 
     let endpoints: Vec<String> = etcd.endpoints().iter().map(|e| format!("{e:?}")).collect();
     let s3 = &moto.endpoint;
     let config = format!(
-        "[server]\nworkers = 2\n\n\
+        "[server]\nworkers = {workers}\n\n\
          [kv]\nbackend = \"etcd\"\nendpoints = [{}]\nprefix = \"bench-{round}-{hosts}/\"\n\n\
          [retention]\nretention_ms = 3600000\n\n\
          [stores.serving]\nurl = \"s3://{}\"\nendpoint = \"{s3}\"\nregion = \"us-east-1\"\n\n\
@@ -253,6 +260,11 @@ fn main() {
         .find_map(|a| a.strip_prefix("config=").map(str::to_owned))
         .map(|path| std::fs::read_to_string(&path).expect("the config= file reads"))
         .unwrap_or_default();
+    // `workers=N`: worker loops per host (the server's default is 8).
+    let workers: u32 = std::env::args()
+        .find_map(|a| a.strip_prefix("workers=").map(str::to_owned))
+        .map(|n| n.parse().expect("workers=N takes a number"))
+        .unwrap_or(2);
     let mut args = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-') && !a.contains('='));
@@ -261,7 +273,7 @@ fn main() {
     let etcd = EtcdCluster::start(members).expect("etcd runs (apt-get install etcd-server)");
     println!(
         "{takedowns} takedowns of {FILES} files each to `retain`; etcd: {members} member(s); \
-         2 worker loops per host\n"
+         {workers} worker loops per host\n"
     );
     println!(
         "| hosts | steps | seconds | steps/s | vs 1 host | applies/step | reads/step | applies, reads per request | from the first filing: applies, reads per step | ops/batch (mean, max of 128) | bytes/batch (mean, max) | lost or failed |"
@@ -269,7 +281,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reference = None;
     for (round, hosts) in [1usize, 2, 3].into_iter().enumerate() {
-        let r = run(hosts, takedowns, &etcd, round, &extra);
+        let r = run(hosts, takedowns, &etcd, round, (workers, &extra));
         let rate = r.steps as f64 / r.seconds;
         let base = *reference.get_or_insert(rate);
         println!(

@@ -19,13 +19,23 @@
 //! ([`InFlight::stepped_since`](super::in_flight::InFlight::stepped_since)):
 //! their row has moved.
 //!
+//! A host's workers share the first page of due rows the last of them
+//! scanned ([`LatestPage`]). A worker with nothing carried fires from it,
+//! while it is fresh, as from carried rows, and scans only when that
+//! fires nothing or it is too old. Each worker loop of a busy host
+//! scanned every [`MAX_AGE_MS`] on its own, so the host's scans grew with
+//! its loops (8 by default) and a cluster's with its hosts; now a busy
+//! host scans about once in that time, whatever its loops.
+//!
 //! What a carry delays, by at most [`MAX_AGE_MS`]: a timer that became
 //! due after its page was read fires at the first scan after; and a
 //! timer cancelled meanwhile may still be fired from its old row, which
 //! the guard then refuses to commit (a lost step, as when two workers
 //! race).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use custodian_kv::Page;
 
 /// How long rows are carried after their page was read. Long enough for
 /// several steps (a takedown step takes milliseconds to tens of them), so
@@ -88,6 +98,33 @@ impl Carried {
     }
 }
 
+/// The first page of due rows a worker of the host scanned last, and when
+/// it was read: shared by the host's workers (a clone each) through their
+/// in-flight set, which every worker of a host shares.
+#[derive(Debug, Clone, Default)]
+pub(super) struct LatestPage(Arc<Mutex<Option<(Page, u64)>>>);
+
+impl LatestPage {
+    /// Shares `page`, read at `read_at_ms`, in place of the one before.
+    pub fn publish(&self, page: &Page, read_at_ms: u64) {
+        *self.lock() = Some((page.clone(), read_at_ms));
+    }
+
+    /// A copy of the page shared last and when it was read, if it is
+    /// fresh at `now_ms` (as carried rows must be).
+    pub fn fresh(&self, now_ms: u64) -> Option<(Page, u64)> {
+        self.lock()
+            .as_ref()
+            .filter(|(_, read_at_ms)| now_ms.saturating_sub(*read_at_ms) <= MAX_AGE_MS)
+            .cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Page, u64)>> {
+        // Replaced whole; a panic cannot leave it half-changed.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +144,27 @@ mod tests {
         assert!(carried.take(991 + MAX_AGE_MS).is_none(), "too old");
         carried.keep(Carry::default());
         assert!(carried.take(0).is_none(), "nothing to carry");
+    }
+
+    #[test]
+    fn the_latest_page_is_shared_by_clones_while_fresh_and_replaced_by_the_next() {
+        let latest = LatestPage::default();
+        let other = latest.clone();
+        assert!(other.fresh(1_000).is_none(), "nothing scanned yet");
+        let page = |key: &[u8]| Page {
+            entries: vec![(key.to_vec(), b"v".to_vec())],
+            next: None,
+        };
+        latest.publish(&page(b"k1"), 1_000);
+        assert_eq!(other.fresh(1_000 + MAX_AGE_MS), Some((page(b"k1"), 1_000)));
+        assert_eq!(
+            other.fresh(1_000),
+            Some((page(b"k1"), 1_000)),
+            "not used up"
+        );
+        assert!(other.fresh(1_001 + MAX_AGE_MS).is_none(), "too old");
+        other.publish(&page(b"k2"), 1_050);
+        assert_eq!(latest.fresh(1_100), Some((page(b"k2"), 1_050)));
     }
 
     #[test]

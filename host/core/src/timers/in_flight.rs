@@ -67,6 +67,9 @@
 //! one (a step that failed, lost or was put off leaves none). One read
 //! less per step, on every step after a timer's first on a host.
 //!
+//! It shares the first page of due rows the host's workers scanned last,
+//! so that they need not each scan it (the `carry` module).
+//!
 //! And it remembers when the host's workers last ended a step of each
 //! timer, so that a worker firing from rows carried over from an earlier
 //! tick (the `carry` module) skips, without a read, those whose timer
@@ -77,7 +80,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::carry::MAX_AGE_MS;
+use super::carry::{LatestPage, MAX_AGE_MS};
 
 /// A timer's identity: its kind and reference.
 type TimerId = (String, Vec<u8>);
@@ -106,6 +109,9 @@ pub struct InFlight {
     claims: Arc<Mutex<HashMap<TimerId, Known>>>,
     /// When a step of each timer last ended on this host.
     stepped: Arc<Mutex<HashMap<TimerId, u64>>>,
+    /// The first page of due rows the host's workers scanned last (see
+    /// the `carry` module).
+    latest_page: LatestPage,
 }
 
 impl InFlight {
@@ -184,6 +190,11 @@ impl InFlight {
         insert_bounded(&mut self.remembered(), id, claim, |claim| {
             claim.until_ms > now_ms
         });
+    }
+
+    /// The first page of due rows the host's workers scanned last.
+    pub(super) fn latest_page(&self) -> &LatestPage {
+        &self.latest_page
     }
 
     fn stepped_record(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, u64>> {

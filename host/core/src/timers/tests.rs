@@ -1891,6 +1891,37 @@ async fn rows_a_cap_left_fire_in_the_next_ticks_without_another_scan() {
 }
 
 #[tokio::test]
+async fn a_worker_with_nothing_carried_fires_from_the_page_another_worker_of_its_host_scanned_while_it_is_fresh()
+ {
+    let (kv, clock) = setup();
+    schedule_due(&kv, "slow", &["a", "b", "c", "d"]).await;
+    let in_flight = InFlight::new();
+    let handler = one_per_tick(2);
+    let (first, first_calls) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    let (second, second_calls) = counted_worker(&kv, &clock, vec![handler], Some(&in_flight));
+
+    assert_eq!(fired_references(&first.tick().await.unwrap()), vec!["a"]);
+    assert_eq!(first_calls.take(), (2, 1), "the page, a's row, a's step");
+    let report = second.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["b"], "a was stepped since");
+    assert_eq!(
+        second_calls.take(),
+        (1, 1),
+        "b's row and step: no scan of its own"
+    );
+
+    // Too old to share: the next worker with nothing carried scans.
+    clock.set(START + carry::MAX_AGE_MS + 1);
+    let (third, third_calls) = counted_worker(&kv, &clock, vec![one_per_tick(2)], Some(&in_flight));
+    assert_eq!(fired_references(&third.tick().await.unwrap()), vec!["c"]);
+    assert_eq!(
+        third_calls.take(),
+        (2, 1),
+        "its own page, c's row, c's step"
+    );
+}
+
+#[tokio::test]
 async fn carried_rows_older_than_their_bound_are_dropped_and_the_tick_scans() {
     let (kv, clock) = setup();
     schedule_due(&kv, "slow", &["a", "b"]).await;
@@ -2038,8 +2069,9 @@ async fn a_timer_its_host_holds_with_a_claim_created_is_fired_once_released_by_t
     assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
     assert_eq!(
         own_calls.take(),
-        (1, 1),
-        "the page, then the step's commit: no re-read, no claim of its own"
+        (0, 1),
+        "the page its host read while the timer was held, then the step's commit: no scan, \
+         no re-read, no claim of its own"
     );
     assert_eq!(handler.fires.load(Ordering::SeqCst), 1);
 }

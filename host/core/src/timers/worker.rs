@@ -346,6 +346,28 @@ pub struct TickReport {
     pub quarantined: Vec<Quarantine>,
 }
 
+/// A [`TickReport`]'s counts of due timers skipped: unhandled, claimed
+/// elsewhere, paused, busy.
+type Skipped = [u64; 4];
+
+impl TickReport {
+    fn skipped(&self) -> Skipped {
+        [
+            self.unhandled,
+            self.claimed_elsewhere,
+            self.paused,
+            self.busy,
+        ]
+    }
+
+    fn set_skipped(&mut self, [unhandled, claimed_elsewhere, paused, busy]: Skipped) {
+        self.unhandled = unhandled;
+        self.claimed_elsewhere = claimed_elsewhere;
+        self.paused = paused;
+        self.busy = busy;
+    }
+}
+
 /// The handlers of each timer kind, shared by the workers of a host.
 ///
 /// Replacing a kind's handler takes effect at the next step: a step holds
@@ -552,11 +574,21 @@ impl Worker {
         let (start, end) = (due_start(), due_end(now));
         let mut cursor: Option<Vec<u8>> = None;
         let mut carried = self.carried.take(now);
+        // The host's latest first page is looked at once a tick, so that a
+        // tick it fires nothing from scans (see the `carry` module).
+        let mut latest_looked_at = false;
         // What this tick's caps leave, for the next.
         let mut left = Carry::default();
         loop {
-            let (page, read_at, from_carry) = match carried.take() {
-                Some(carry) => (
+            let shared = match (&carried, &cursor, &self.in_flight) {
+                (None, None, Some(in_flight)) if !latest_looked_at => {
+                    latest_looked_at = true;
+                    in_flight.latest_page().fresh(now)
+                }
+                _ => None,
+            };
+            let (page, read_at, from_carry) = match (carried.take(), shared) {
+                (Some(carry), _) => (
                     Page {
                         entries: carry.rows,
                         next: None,
@@ -564,7 +596,8 @@ impl Worker {
                     carry.read_at_ms,
                     true,
                 ),
-                None => {
+                (None, Some((page, read_at))) => (page, read_at, true),
+                (None, None) => {
                     let page = self
                         .kv
                         .scan(
@@ -575,9 +608,15 @@ impl Worker {
                             self.config.page,
                         )
                         .await?;
+                    if let (None, Some(in_flight)) = (&cursor, &self.in_flight) {
+                        in_flight.latest_page().publish(&page, now);
+                    }
                     (page, now, false)
                 }
             };
+            // The rows a pass over carried rows skipped, which the scan
+            // after it sees again if it fires nothing: counted once.
+            let skipped_before = report.skipped();
             for (index, (key, value)) in page.entries.iter().enumerate() {
                 let timer = parse_due(key, value)?;
                 let Some(handler) = self.handlers.get(&timer.kind) else {
@@ -719,7 +758,10 @@ impl Worker {
                 // claimed elsewhere): what is due now is elsewhere in the
                 // table, so it is scanned after all, and the scan decides
                 // afresh what to leave.
-                None if from_carry && steps == 0 => left = Carry::default(),
+                None if from_carry && steps == 0 => {
+                    left = Carry::default();
+                    report.set_skipped(skipped_before);
+                }
                 None => {
                     self.carried.keep(left);
                     return Ok(report);

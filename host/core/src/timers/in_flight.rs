@@ -162,6 +162,16 @@ impl InFlight {
             .is_some_and(|known| known.ours || known.until_ms > now_ms)
     }
 
+    /// Until when the host noted another host's claim on the timer of
+    /// `kind` and `reference`, if it did (lapsed or not).
+    pub(crate) fn claimed_elsewhere_until(&self, kind: &str, reference: &[u8]) -> Option<u64> {
+        let id = (kind.to_owned(), reference.to_vec());
+        self.remembered()
+            .get(&id)
+            .filter(|known| !known.ours)
+            .map(|known| known.until_ms)
+    }
+
     /// Remembers, for every worker of the host, that another host holds a
     /// claim on the timer of `kind` and `reference` at its due row of
     /// `due_ms` until `until_ms`: read by a worker that did not take the

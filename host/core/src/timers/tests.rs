@@ -2026,6 +2026,88 @@ async fn a_host_skips_without_a_read_a_timer_whose_claim_another_host_carried_on
 }
 
 #[tokio::test]
+async fn an_idle_worker_waits_past_rows_another_host_holds_until_the_claim_it_noted_lapses() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r1", START).await.unwrap();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 10 }));
+    let holder = claiming(&kv, &clock, "node-a", handler.clone());
+    let [(other, _), _] = two_counted_workers_of_one_host(&kv, &clock, "node-b", &handler);
+    let plain = worker(&kv, &clock, vec![handler.clone()]);
+
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 1);
+    clock.set(START + 1_000);
+    assert_eq!(other.tick().await.unwrap().claimed_elsewhere, 1);
+    // The holder steps on: its next row is due a second later.
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 1);
+    let now = clock.now_ms();
+    assert_eq!(
+        plain.next_due_after(now).await.unwrap(),
+        Some(START + 2_000)
+    );
+    assert_eq!(
+        other.next_due_after(now).await.unwrap(),
+        Some(START + 30_000),
+        "from when the claim it read lapses"
+    );
+
+    schedule(kv.as_ref(), "work", b"r2", START + 5_000)
+        .await
+        .unwrap();
+    schedule(kv.as_ref(), "unknown", b"r3", START + 1_500)
+        .await
+        .unwrap();
+    assert_eq!(
+        other.next_due_after(now).await.unwrap(),
+        Some(START + 5_000),
+        "a timer nobody holds, of a kind it fires"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_worker_whose_page_of_later_rows_is_all_held_elsewhere_waits_no_later_than_its_last_row()
+ {
+    let (kv, clock) = setup();
+    let handler = Arc::new(Handler::new("work", Mode::Count { steps: 10 }));
+    let holder = claiming(&kv, &clock, "node-a", handler.clone());
+    for reference in [&b"r1"[..], b"r2"] {
+        schedule(kv.as_ref(), "work", reference, START)
+            .await
+            .unwrap();
+    }
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 2);
+    let mut other = Worker::new(
+        kv.clone(),
+        clock.clone(),
+        WorkerConfig {
+            page: 2,
+            ..WorkerConfig::default()
+        },
+    );
+    other.register(handler);
+    other.share_in_flight(InFlight::new());
+    other
+        .claim_steps(claim::ClaimConfig {
+            holder: "node-b".into(),
+            ttl_ms: 30_000,
+        })
+        .unwrap();
+    clock.set(START + 1_000);
+    assert_eq!(other.tick().await.unwrap().claimed_elsewhere, 2);
+    clock.set(START + 1_001);
+    assert_eq!(holder.tick().await.unwrap().fired.len(), 2);
+    // r1 and r2 are due at START + 2 001 and held until START + 30 000;
+    // r3, past a page of two, could have been due as soon as r2.
+    schedule(kv.as_ref(), "work", b"r3", START + 9_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        other.next_due_after(START + 1_001).await.unwrap(),
+        Some(START + 2_001),
+        "the page held r1 and r2 alone"
+    );
+}
+
+#[tokio::test]
 async fn a_timer_its_host_holds_with_a_claim_created_is_fired_once_released_by_that_host_alone_without_a_read_or_claim()
  {
     let (kv, clock) = setup();

@@ -839,6 +839,59 @@ impl Worker {
             .collect()
     }
 
+    /// When this worker may next find a step to fire after `now_ms`, for
+    /// an idle worker to sleep until: the first due row after it, where a
+    /// row counts from when the claim this worker's host noted another
+    /// host holding on its timer lapses, if that is later (the holder
+    /// fires it meanwhile, see `in_flight`), and rows of kinds this worker
+    /// has no handler for do not count. `None` when nothing is due later.
+    ///
+    /// Without the later of the two, an idle worker of a host sharing its
+    /// KV woke for each row another host's step rescheduled (due at once),
+    /// found it claimed, and slept again: two reads each time, and reads
+    /// per step grew with the idle loops of every host (`scale_out`).
+    ///
+    /// # Errors
+    /// A KV failure, or a corrupt due key.
+    pub async fn next_due_after(&self, now_ms: u64) -> Result<Option<u64>, TimerError> {
+        let Some(in_flight) = self.in_flight.as_ref().filter(|_| self.claims.is_some()) else {
+            return super::next_due_after(self.kv.as_ref(), now_ms).await;
+        };
+        if now_ms == u64::MAX {
+            return Ok(None);
+        }
+        let page = self
+            .kv
+            .scan(
+                &partition(),
+                &due_end(now_ms),
+                Some(&due_end(u64::MAX)),
+                None,
+                self.config.page,
+            )
+            .await?;
+        let mut next: Option<u64> = None;
+        let mut last_due = None;
+        for (key, _) in &page.entries {
+            let (due_ms, kind, reference) = parse_due_key(key)?;
+            last_due = Some(due_ms);
+            if self.handlers.get(kind).is_none() {
+                continue;
+            }
+            let from = in_flight
+                .claimed_elsewhere_until(kind, reference)
+                .map_or(due_ms, |until_ms| until_ms.max(due_ms));
+            next = Some(next.map_or(from, |next| next.min(from)));
+        }
+        // Rows past the page are due no sooner than its last.
+        if page.next.is_some()
+            && let Some(last_due) = last_due
+        {
+            next = Some(next.map_or(last_due, |next| next.min(last_due)));
+        }
+        Ok(next)
+    }
+
     /// Ticks until a tick fires nothing and leaves nothing due for later,
     /// or `max_ticks` ticks ran, or the fence fails; `on_tick` sees each
     /// tick's report as it ends (progress for long runs). Returns the

@@ -138,7 +138,7 @@ pub struct Host {
     /// Whether the host takes new work.
     pub readiness: Readiness,
     /// Wakes idle timer workers: a request just scheduled a timer.
-    pub wake_workers: Arc<tokio::sync::Notify>,
+    pub wake_workers: workers::Wake,
     /// How filings hand their first steps to this host's workers; `None`
     /// where no workers run here (filings then defer their first steps
     /// for any host to take).

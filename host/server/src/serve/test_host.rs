@@ -142,7 +142,7 @@ pub(crate) async fn test_host_with(clock: Arc<dyn Clock>, limits: RequestLimits)
         bodies: limits.bodies(metrics),
         limits,
         readiness: Readiness::default(),
-        wake_workers: Arc::new(tokio::sync::Notify::new()),
+        wake_workers: super::workers::Wake::default(),
         first_steps: None,
     })
 }

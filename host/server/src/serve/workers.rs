@@ -67,8 +67,37 @@ pub struct Workers {
     /// What the host's filings need to hand their first steps to these
     /// workers.
     first_steps: FirstSteps,
-    wake: Arc<Notify>,
+    wake: Wake,
     stop: watch::Sender<bool>,
+}
+
+/// Wakes a host's idle worker loops when the API makes a timer due at
+/// once (a filing, a hold, an extension, a withdrawal).
+///
+/// One timer made due wakes one loop, not all of them: a loop takes one
+/// step of a timer at a time, so the others would only find it taken,
+/// scan, and sleep again, two KV reads each for nothing (with 8 loops,
+/// 14 reads a filing; `scale_out -- 60 3 workers=8`). A wake-up that
+/// reaches a loop still in its tick, which then finds more to do and
+/// does not sleep, passes on to the next waiting loop
+/// ([`Notify::notify_one`]); and a loop that is in no sleep at all finds
+/// the timer at its next scan anyway.
+#[derive(Debug, Clone, Default)]
+pub struct Wake(Arc<Notify>);
+
+impl Wake {
+    /// A timer was just made due now: wakes one idle loop.
+    pub fn timer_due(&self) {
+        self.0.notify_one();
+    }
+
+    /// A wake-up armed at once, so that one sent before the caller sleeps
+    /// is not lost (see [`run`]).
+    pub(crate) fn armed(&self) -> Pin<Box<Notified<'_>>> {
+        let mut woken = Box::pin(self.0.notified());
+        woken.as_mut().enable();
+        woken
+    }
 }
 
 /// What the workers share.
@@ -92,7 +121,7 @@ pub struct WorkerParts {
 impl Workers {
     /// Starts `settings.count` worker loops on the current runtime.
     pub fn start(parts: WorkerParts, settings: &WorkerSettings) -> Self {
-        let wake = Arc::new(Notify::new());
+        let wake = Wake::default();
         let (stop, stopped) = watch::channel(false);
         let count = settings.count.max(1);
         let in_flight = InFlight::new();
@@ -130,7 +159,6 @@ impl Workers {
                 tokio::spawn(run(
                     worker,
                     Loop {
-                        kv: parts.kv.clone(),
                         clock: parts.clock.clone(),
                         metrics: parts.metrics.clone(),
                         probation: parts.probation.clone(),
@@ -155,13 +183,8 @@ impl Workers {
         self.first_steps.clone()
     }
 
-    /// Wakes idle workers: a timer was just scheduled.
-    pub fn wake(&self) {
-        self.wake.notify_waiters();
-    }
-
     /// A handle that wakes the workers, for the API.
-    pub fn waker(&self) -> Arc<Notify> {
+    pub fn waker(&self) -> Wake {
         self.wake.clone()
     }
 
@@ -176,11 +199,10 @@ impl Workers {
 }
 
 struct Loop {
-    kv: Arc<dyn Kv>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     probation: Arc<Probation>,
-    wake: Arc<Notify>,
+    wake: Wake,
     stopped: watch::Receiver<bool>,
     drain: Duration,
 }
@@ -193,12 +215,9 @@ async fn run(worker: Worker, mut lp: Loop) {
         }
         // Armed before the tick, so that a wake-up sent while the tick
         // runs (a filing releasing its first step, a timer scheduled for
-        // now) ends the sleep after it: `notify_waiters` reaches only
-        // those already waiting, and one armed only at the sleep missed
-        // it and slept the whole idle poll.
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+        // now) ends the sleep after it: one armed only at the sleep
+        // missed it and slept the whole idle poll.
+        let mut woken = wake.armed();
         let tick = worker.tick();
         tokio::pin!(tick);
         let result = tokio::select! {
@@ -218,7 +237,7 @@ async fn run(worker: Worker, mut lp: Loop) {
             Ok(report) => report,
             Err(error) => {
                 tracing::error!("the timer tick failed: {:#}", anyhow::Error::new(error));
-                pause(&mut lp.stopped, ERROR_PAUSE, woken).await;
+                pause(&mut lp.stopped, ERROR_PAUSE, woken.as_mut()).await;
                 continue;
             }
         };
@@ -237,14 +256,14 @@ async fn run(worker: Worker, mut lp: Loop) {
         // the shared plugin set on. A pause lets this host follow before
         // its next step, instead of running steps that cannot commit.
         if report.fenced {
-            pause(&mut lp.stopped, FENCED_PAUSE, woken).await;
+            pause(&mut lp.stopped, FENCED_PAUSE, woken.as_mut()).await;
             continue;
         }
         if !report.fired.is_empty() || report.more_due {
             continue;
         }
         // Idle: sleep until the next timer is due, a wake-up, or the poll.
-        let wait = match timers::next_due_after(lp.kv.as_ref(), now).await {
+        let wait = match worker.next_due_after(now).await {
             Ok(Some(due)) => Duration::from_millis(due.saturating_sub(now)).min(IDLE_POLL),
             Ok(None) => IDLE_POLL,
             Err(error) => {
@@ -255,7 +274,7 @@ async fn run(worker: Worker, mut lp: Loop) {
                 ERROR_PAUSE
             }
         };
-        pause(&mut lp.stopped, wait, woken).await;
+        pause(&mut lp.stopped, wait, woken.as_mut()).await;
     }
 }
 
@@ -273,20 +292,13 @@ async fn pause(stopped: &mut watch::Receiver<bool>, wait: Duration, woken: Pin<&
 mod tests {
     use super::*;
 
-    /// A wake-up of `wake` armed as the loop arms it before a tick.
-    fn armed(wake: &Notify) -> Pin<Box<Notified<'_>>> {
-        let mut woken = Box::pin(wake.notified());
-        woken.as_mut().enable();
-        woken
-    }
-
     #[tokio::test]
     async fn a_wake_up_sent_while_a_tick_runs_ends_the_sleep_after_it_at_once() {
-        let wake = Notify::new();
+        let wake = Wake::default();
         let (_stop, mut stopped) = watch::channel(false);
-        let mut woken = armed(&wake);
+        let mut woken = wake.armed();
         // Sent while the loop is still in its tick, before it sleeps.
-        wake.notify_waiters();
+        wake.timer_due();
         let slept = tokio::time::timeout(
             Duration::from_secs(10),
             pause(&mut stopped, Duration::from_secs(600), woken.as_mut()),
@@ -297,9 +309,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_loop_sleeps_its_wait_without_a_wake_up_and_stops_at_shutdown() {
-        let wake = Notify::new();
+        let wake = Wake::default();
         let (stop, mut stopped) = watch::channel(false);
-        let mut woken = armed(&wake);
+        let mut woken = wake.armed();
         let started = std::time::Instant::now();
         pause(&mut stopped, Duration::from_millis(50), woken.as_mut()).await;
         assert!(started.elapsed() >= Duration::from_millis(50));
@@ -310,5 +322,30 @@ mod tests {
         )
         .await;
         assert!(stopping.is_ok(), "shutdown ends the sleep");
+    }
+
+    #[tokio::test]
+    async fn a_timer_made_due_wakes_one_loop_and_a_loop_that_does_not_sleep_passes_it_on() {
+        let wake = Wake::default();
+        let (_stop, mut stopped) = watch::channel(false);
+        // Armed in this order: the first still ticks when the wake-up
+        // comes, finds more to do and arms again without sleeping.
+        let busy = wake.armed();
+        let mut idle = wake.armed();
+        let mut other = wake.armed();
+        wake.timer_due();
+        drop(busy);
+        let slept = tokio::time::timeout(
+            Duration::from_secs(10),
+            pause(&mut stopped, Duration::from_secs(600), idle.as_mut()),
+        )
+        .await;
+        assert!(slept.is_ok(), "the wake-up was not passed on");
+        let started = std::time::Instant::now();
+        pause(&mut stopped, Duration::from_millis(50), other.as_mut()).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(50),
+            "one timer woke a second loop"
+        );
     }
 }

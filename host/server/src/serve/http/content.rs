@@ -438,7 +438,7 @@ async fn create_takedown(
     })
     .await?
     .map_err(request_error)?;
-    host.wake_workers.notify_waiters();
+    host.wake_workers.timer_due();
     let href = href(&id);
     Ok((
         status,
@@ -496,7 +496,7 @@ async fn set_hold(
     })
     .await?;
     // The hold moved the request's timer to now: its next step sees it.
-    host.wake_workers.notify_waiters();
+    host.wake_workers.timer_due();
     Ok(Json(status(&host, id).await?))
 }
 
@@ -519,7 +519,7 @@ async fn extend_retention(
         requests::extend(io, kv, &id, until_ms, action)
     })
     .await?;
-    host.wake_workers.notify_waiters();
+    host.wake_workers.timer_due();
     Ok(Json(status(&host, id).await?))
 }
 
@@ -538,7 +538,7 @@ async fn withdraw_takedown(
         requests::settle(policy, call, io, kv, &id, action)
     })
     .await?;
-    host.wake_workers.notify_waiters();
+    host.wake_workers.timer_due();
     Ok(Json(status(&host, id).await?))
 }
 
@@ -832,9 +832,7 @@ mod tests {
         let host = still_host().await;
         let entry = push(&host, "acme/site", "a.txt", b"take me down".to_vec()).await;
         let wake = host.wake_workers.clone();
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+        let woken = wake.armed();
 
         let reply = file(
             &host,

@@ -19,6 +19,14 @@
 //! ([`InFlight::stepped_since`](super::in_flight::InFlight::stepped_since)):
 //! their row has moved.
 //!
+//! A worker also carries the due row its own step just wrote, when the
+//! timer's next step is due within [`MAX_AGE_MS`] (a takedown with work
+//! left is due at once): before, only a scan could find it, so each step
+//! of a busy timer cost a scan by some worker, and a host's scans kept
+//! pace with its steps. The row is as the worker's commit left it; a
+//! later step of the timer by another worker of the host makes it stale
+//! as for any carried row, and it fires no sooner than it is due.
+//!
 //! A host's workers share the first page of due rows the last of them
 //! scanned ([`LatestPage`]). A worker with nothing carried fires from it,
 //! while it is fresh, as from carried rows, and scans only when that
@@ -49,27 +57,69 @@ pub(super) const MAX_AGE_MS: u64 = 100;
 /// within a few hundred KiB.
 pub(super) const MAX_ROWS: usize = 1_024;
 
-/// Due rows (key and value) left for a later tick, and when the earliest
-/// page they came from was read.
+/// A due row a worker holds: as a scan read it, or as the worker's own
+/// step wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Row {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// When it was read; for a row the worker's own step wrote, just after
+    /// that step's end as the host noted it, so that only a later step of
+    /// the timer makes it stale
+    /// ([`InFlight::stepped_since`](super::in_flight::InFlight::stepped_since)).
+    pub read_at_ms: u64,
+    /// Written by the worker's own step: the row is as that commit left
+    /// it unless a later step of the host moved it.
+    pub written: bool,
+}
+
+impl Row {
+    /// The rows of a page read at `read_at_ms`.
+    pub fn read(entries: Vec<(Vec<u8>, Vec<u8>)>, read_at_ms: u64) -> Vec<Row> {
+        entries
+            .into_iter()
+            .map(|(key, value)| Row {
+                key,
+                value,
+                read_at_ms,
+                written: false,
+            })
+            .collect()
+    }
+}
+
+/// Due rows left for a later tick, and when the earliest of them was read.
 #[derive(Debug, Default)]
 pub(super) struct Carry {
-    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    pub rows: Vec<Row>,
     pub read_at_ms: u64,
 }
 
 impl Carry {
-    /// Adds a row of a page read at `read_at_ms`, unless [`MAX_ROWS`]
-    /// are carried already.
-    pub fn push(&mut self, key: &[u8], value: &[u8], read_at_ms: u64) {
+    /// Adds `row`, unless [`MAX_ROWS`] are carried already.
+    pub fn push(&mut self, row: Row) {
         if self.rows.len() >= MAX_ROWS {
             return;
         }
         self.read_at_ms = if self.rows.is_empty() {
-            read_at_ms
+            row.read_at_ms
         } else {
-            self.read_at_ms.min(read_at_ms)
+            self.read_at_ms.min(row.read_at_ms)
         };
-        self.rows.push((key.to_vec(), value.to_vec()));
+        self.rows.push(row);
+    }
+}
+
+impl Carry {
+    /// Keeps only the rows the worker's own steps wrote: for a tick that
+    /// fired nothing from its carried rows and scans instead, since the
+    /// scan reads the others again but not these, which are not due yet.
+    pub fn keep_written(&mut self) {
+        let rows = std::mem::take(&mut self.rows);
+        *self = Carry::default();
+        for row in rows.into_iter().filter(|row| row.written) {
+            self.push(row);
+        }
     }
 }
 
@@ -129,12 +179,21 @@ impl LatestPage {
 mod tests {
     use super::*;
 
+    fn row(key: &[u8], read_at_ms: u64) -> Row {
+        Row {
+            key: key.to_vec(),
+            value: b"v".to_vec(),
+            read_at_ms,
+            written: false,
+        }
+    }
+
     #[test]
     fn carried_rows_are_taken_once_and_only_while_fresh() {
         let carried = Carried::default();
         let mut carry = Carry::default();
-        carry.push(b"k1", b"v1", 1_000);
-        carry.push(b"k2", b"v2", 990);
+        carry.push(row(b"k1", 1_000));
+        carry.push(row(b"k2", 990));
         assert_eq!(carry.read_at_ms, 990, "the earliest page counts");
         carried.keep(carry);
         let taken = carried.take(990 + MAX_AGE_MS).expect("fresh");
@@ -171,11 +230,11 @@ mod tests {
     fn a_carry_holds_at_most_its_bound() {
         let mut carry = Carry::default();
         for n in 0..MAX_ROWS as u64 + 10 {
-            carry.push(&n.to_be_bytes(), b"v", 1_000);
+            carry.push(row(&n.to_be_bytes(), 1_000));
         }
         assert_eq!(carry.rows.len(), MAX_ROWS);
         assert_eq!(
-            carry.rows.last().unwrap().0,
+            carry.rows.last().unwrap().key,
             (MAX_ROWS as u64 - 1).to_be_bytes()
         );
     }

@@ -30,6 +30,8 @@ fn setup() -> (Arc<dyn Kv>, Arc<FixedClock>) {
 enum Mode {
     /// Write one fresh row per commit and reschedule, `steps` times.
     Count { steps: u64 },
+    /// As `Count`, each next step due at once.
+    AtOnce { steps: u64 },
     /// Always fail.
     Fail,
     /// Return a batch above the caller bounds.
@@ -142,16 +144,21 @@ impl TimerHandler for Handler {
             ],
         };
         match self.mode {
-            Mode::Count { steps } => {
+            Mode::Count { steps } | Mode::AtOnce { steps } => {
                 let batch = Batch {
                     preconditions: vec![],
                     writes: vec![row(key)],
+                };
+                let later = if matches!(self.mode, Mode::AtOnce { .. }) {
+                    0
+                } else {
+                    1_000
                 };
                 if timer.steps + 1 >= steps {
                     Ok(Fired::Done(commit(batch)))
                 } else {
                     Ok(Fired::Reschedule {
-                        due_ms: now_ms + 1_000,
+                        due_ms: now_ms + later,
                         commit: commit(batch),
                     })
                 }
@@ -1919,6 +1926,69 @@ async fn a_worker_with_nothing_carried_fires_from_the_page_another_worker_of_its
         (2, 1),
         "its own page, c's row, c's step"
     );
+}
+
+/// A handler of kind `slow` that fires one step per tick, each of
+/// `steps` steps due at once after the one before.
+fn one_per_tick_at_once(steps: u64) -> Arc<Handler> {
+    Arc::new(Handler {
+        max_per_tick: Some(1),
+        ..Handler::new("slow", Mode::AtOnce { steps })
+    })
+}
+
+#[tokio::test]
+async fn a_worker_fires_the_step_its_own_step_made_due_at_once_from_the_row_it_wrote_without_a_scan_or_re_read()
+ {
+    let (kv, clock) = setup();
+    schedule_due(&kv, "slow", &["a"]).await;
+    let in_flight = InFlight::new();
+    let handler = one_per_tick_at_once(3);
+    let (worker, calls) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Rescheduled);
+    assert_eq!(report.fired[0].next_due_ms, Some(START + 1));
+    assert_eq!(calls.take(), (2, 1), "the page, a's row, the step");
+    let report = worker.tick().await.unwrap();
+    assert!(report.fired.is_empty(), "not due before its time");
+    calls.take();
+
+    clock.set(START + 1);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["a"]);
+    assert_eq!(report.fired[0].step, 2);
+    assert_eq!(
+        calls.take(),
+        (0, 1),
+        "the step alone: its row is as the last commit wrote it"
+    );
+    clock.set(START + 2);
+    let report = worker.tick().await.unwrap();
+    assert_eq!(report.fired[0].outcome, FireOutcome::Done);
+    assert_eq!(calls.take(), (0, 1));
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_row_a_workers_step_wrote_is_not_fired_once_another_worker_of_its_host_stepped_the_timer()
+{
+    let (kv, clock) = setup();
+    schedule_due(&kv, "slow", &["a"]).await;
+    let in_flight = InFlight::new();
+    let handler = one_per_tick_at_once(5);
+    let (first, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+    let (second, _) = counted_worker(&kv, &clock, vec![handler.clone()], Some(&in_flight));
+
+    assert_eq!(fired_references(&first.tick().await.unwrap()), vec!["a"]);
+    clock.set(START + 1);
+    // The second worker finds a's new row by a scan and steps it.
+    let report = second.tick().await.unwrap();
+    assert_eq!(fired_references(&report), vec!["a"]);
+    assert_eq!(report.fired[0].step, 2);
+    let report = first.tick().await.unwrap();
+    assert!(report.fired.is_empty(), "the row it wrote has moved");
+    assert_eq!(handler.fires.load(Ordering::SeqCst), 2, "no wasted call");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ pub const LOG_TARGET: &str = module_path!();
 use async_trait::async_trait;
 use serde::Serialize;
 
-use super::carry::{Carried, Carry};
+use super::carry::{Carried, Carry, MAX_AGE_MS, Row};
 use super::claim::{self, ClaimConfig, Claimed};
 use super::governor::{Governor, Quarantine};
 use super::in_flight::{Firing, InFlight, Noted};
@@ -25,7 +25,7 @@ use crate::audit::{self, Record};
 use crate::budget::SliceBudget;
 use crate::fence::{Coordinator, Fence, Namespace, ShardId};
 use custodian_base::clock::Clock;
-use custodian_kv::{Batch, Kv, Outcome, Page, Precondition, Write, validate_caller_batch};
+use custodian_kv::{Batch, Kv, Outcome, Precondition, Write, validate_caller_batch};
 
 /// Audit entries one step may add: each is a guarded row in the step's
 /// transaction, and the host reserves room for this many (see
@@ -457,6 +457,17 @@ impl Fencing {
     }
 }
 
+/// The due row (key and value) a committed step `step` of the timer of
+/// `kind` and `reference` writes for its next step, due at `next_ms`: its
+/// failures cleared.
+fn next_row(kind: &str, reference: &[u8], step: u64, next_ms: u64) -> (Vec<u8>, Vec<u8>) {
+    let state = TimerState {
+        steps: step,
+        ..TimerState::default()
+    };
+    (due_key(next_ms, kind, reference), state.encode())
+}
+
 /// Where a failed precondition of a step's batch came from, by index.
 struct GuardLayout {
     /// The timer row's guard is index 0; the fence's follow.
@@ -587,16 +598,11 @@ impl Worker {
                 }
                 _ => None,
             };
-            let (page, read_at, from_carry) = match (carried.take(), shared) {
-                (Some(carry), _) => (
-                    Page {
-                        entries: carry.rows,
-                        next: None,
-                    },
-                    carry.read_at_ms,
-                    true,
-                ),
-                (None, Some((page, read_at))) => (page, read_at, true),
+            let (rows, next_page, from_carry) = match (carried.take(), shared) {
+                (Some(carry), _) => (carry.rows, None, true),
+                (None, Some((page, read_at))) => {
+                    (Row::read(page.entries, read_at), page.next, true)
+                }
                 (None, None) => {
                     let page = self
                         .kv
@@ -611,13 +617,14 @@ impl Worker {
                     if let (None, Some(in_flight)) = (&cursor, &self.in_flight) {
                         in_flight.latest_page().publish(&page, now);
                     }
-                    (page, now, false)
+                    (Row::read(page.entries, now), page.next, false)
                 }
             };
             // The rows a pass over carried rows skipped, which the scan
             // after it sees again if it fires nothing: counted once.
             let skipped_before = report.skipped();
-            for (index, (key, value)) in page.entries.iter().enumerate() {
+            for (index, row) in rows.iter().enumerate() {
+                let (key, value) = (&row.key, &row.value);
                 let timer = parse_due(key, value)?;
                 let Some(handler) = self.handlers.get(&timer.kind) else {
                     report.unhandled += 1;
@@ -633,9 +640,14 @@ impl Worker {
                 // row was read: the row has moved.
                 if from_carry
                     && self.in_flight.as_ref().is_some_and(|in_flight| {
-                        in_flight.stepped_since(&timer.kind, &timer.reference, read_at)
+                        in_flight.stepped_since(&timer.kind, &timer.reference, row.read_at_ms)
                     })
                 {
+                    continue;
+                }
+                // A row this worker's step wrote, due a little later.
+                if timer.due_ms > now {
+                    left.push(row.clone());
                     continue;
                 }
                 let fired_of_kind = per_kind.entry(timer.kind.clone()).or_default();
@@ -646,7 +658,7 @@ impl Worker {
                     || tick_budget.remaining() == 0
                 {
                     report.more_due = true;
-                    left.push(key, value, read_at);
+                    left.push(row.clone());
                     continue;
                 }
                 // Held until the step ends, whichever way it ends.
@@ -680,8 +692,12 @@ impl Worker {
                     matches!(noted, Some(Noted::Ours { until_ms })
                         if claim::still_held(claims, until_ms, now))
                 });
-                if !own_claim {
-                    let later = &page.entries[index + 1..];
+                // A row this worker's own step wrote, on a host alone on its
+                // KV: as that commit left it, since no worker of the host
+                // stepped the timer since (checked above).
+                let as_written = row.written && self.claims.is_none();
+                if !own_claim && !as_written {
+                    let later = &rows[index + 1..];
                     let (current, claim_row) = self.reread(&timer, key, later, now).await?;
                     // The page was read before this worker's earlier steps
                     // of the tick; another worker may have stepped the
@@ -716,8 +732,20 @@ impl Worker {
                         &budget,
                     )
                     .await?;
+                let ended = self.clock.now_ms();
                 if let Some(firing) = &firing {
-                    firing.note_stepped(self.clock.now_ms());
+                    firing.note_stepped(ended);
+                }
+                if let (FireOutcome::Rescheduled, Some(next)) = (fired.outcome, fired.next_due_ms)
+                    && next <= ended.saturating_add(MAX_AGE_MS)
+                {
+                    let (key, value) = next_row(&counted.0, &counted.1, fired.step, next);
+                    left.push(Row {
+                        key,
+                        value,
+                        read_at_ms: ended.saturating_add(1),
+                        written: true,
+                    });
                 }
                 let outcome = fired.outcome;
                 if let Some(governor) = &self.governor
@@ -752,14 +780,14 @@ impl Worker {
                     _ => {}
                 }
             }
-            match page.next {
+            match next_page {
                 Some(next) => cursor = Some(next),
                 // Nothing carried could fire (all stepped, taken or
                 // claimed elsewhere): what is due now is elsewhere in the
                 // table, so it is scanned after all, and the scan decides
                 // afresh what to leave.
                 None if from_carry && steps == 0 => {
-                    left = Carry::default();
+                    left.keep_written();
                     report.set_skipped(skipped_before);
                 }
                 None => {
@@ -782,7 +810,7 @@ impl Worker {
         &self,
         timer: &Timer,
         key: &[u8],
-        later: &[(Vec<u8>, Vec<u8>)],
+        later: &[Row],
         now_ms: u64,
     ) -> Result<(Option<Option<Vec<u8>>>, Option<Vec<u8>>), TimerError> {
         let (due, claimed) = (self.in_flight.is_some(), self.claims.is_some());
@@ -820,18 +848,14 @@ impl Worker {
     /// The timers due at the `later` rows of a page whose claims a
     /// claiming worker reads ahead: those of a kind it fires whose claim
     /// its host does not know, at most [`CLAIMS_READ_AHEAD`].
-    fn claims_ahead<'a>(
-        &self,
-        later: &'a [(Vec<u8>, Vec<u8>)],
-        now_ms: u64,
-    ) -> Vec<(u64, &'a str, &'a [u8])> {
+    fn claims_ahead<'a>(&self, later: &'a [Row], now_ms: u64) -> Vec<(u64, &'a str, &'a [u8])> {
         let (Some(_), Some(in_flight)) = (&self.claims, &self.in_flight) else {
             return Vec::new();
         };
         later
             .iter()
             // A corrupt key is reported when the worker reaches its row.
-            .filter_map(|(key, _)| parse_due_key(key).ok())
+            .filter_map(|row| parse_due_key(&row.key).ok())
             .filter(|(_, kind, reference)| {
                 self.handlers.get(kind).is_some() && !in_flight.knows_claim(kind, reference, now_ms)
             })
@@ -1246,14 +1270,11 @@ impl PlannedStep<'_> {
         let index = index_key(&timer.kind, &timer.reference);
         match next_due {
             Some(next) => {
-                let state = TimerState {
-                    steps: step,
-                    ..TimerState::default()
-                };
+                let (key, value) = next_row(&timer.kind, &timer.reference, step, next);
                 batch.writes.push(Write::Put {
                     partition: partition.clone(),
-                    key: due_key(next, &timer.kind, &timer.reference),
-                    value: state.encode(),
+                    key,
+                    value,
                 });
                 batch.writes.push(Write::Put {
                     partition,

@@ -9,8 +9,9 @@
 //! Needs `etcd` (Debian: `etcd-server`) and moto (`CUSTODIAN_MOTO_SERVER`,
 //! as `.ci/run` installs it). For each host count it starts that many
 //! hosts (2 worker loops each, or `workers=N`) on a fresh key prefix and fresh buckets,
-//! pushes 4 files, files TAKEDOWNS requests (default 150) over them with a
-//! retention of an hour, and times how long the hosts take to bring every
+//! pushes 4 files for every 64 requests (the most the contract lets deny
+//! one object), files TAKEDOWNS requests (default 150) over them, each
+//! naming one group of 4, with a retention of an hour, and times how long the hosts take to bring every
 //! request to `retain` (acquisition, closure, verification, discovery: the
 //! steps that do work). Steps per second is the timers' committed steps
 //! over that time. From each host's `/metrics` it then reads the KV calls
@@ -28,12 +29,14 @@ use std::time::{Duration, Instant};
 
 use custodian::kv::etcd::local_server::EtcdCluster;
 use custodian::object::s3::local_server::{self, Kind};
+use custodian_contract::denial::MAX_DENIALS;
 
 #[path = "support/metrics.rs"]
 mod metrics;
 use metrics::{failed_steps, kv_applies, kv_reads, metric};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
+/// Files each request names.
 const FILES: usize = 4;
 
 struct Host(Child, String);
@@ -161,22 +164,32 @@ fn run(
     let agent = agent();
     let auth = format!("Bearer {TOKEN}");
     let base = &running[0].1;
-    let ids: Vec<String> = (0..FILES)
-        .map(|i| {
-            let bytes: Vec<u8> = (0..20_000 + i * 1_000).map(|b| (b * 7 + i) as u8).collect();
-            let url = format!("{base}/v1/repos/acme/site/files/f{i}.bin");
-            json(
-                agent
-                    .put(&url)
-                    .header("authorization", &auth)
-                    .send(&bytes[..]),
-            )["id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
+    // The contract lets at most `MAX_DENIALS` requests deny one object, so
+    // the requests take down groups of `FILES` files, each group named by
+    // at most that many; the files differ in content, so in id.
+    let groups = takedowns.div_ceil(MAX_DENIALS).max(1);
+    let bodies: Vec<String> = (0..groups)
+        .map(|group| {
+            let ids: Vec<String> = (0..FILES)
+                .map(|i| {
+                    let bytes: Vec<u8> = (0..20_000 + i * 1_000)
+                        .map(|b| (b * 7 + i + 31 * group) as u8)
+                        .collect();
+                    let url = format!("{base}/v1/repos/acme/site/files/g{group}/f{i}.bin");
+                    json(
+                        agent
+                            .put(&url)
+                            .header("authorization", &auth)
+                            .send(&bytes[..]),
+                    )["id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            serde_json::json!({"repository": "acme/site", "objects": ids}).to_string()
         })
         .collect();
-    let body = serde_json::json!({"repository": "acme/site", "objects": ids}).to_string();
     let before = kv_calls(&agent, &running);
     let started = Instant::now();
     for i in 0..takedowns {
@@ -187,7 +200,7 @@ fn run(
                 .post(&format!("{base}/v1/takedowns"))
                 .header("authorization", &auth)
                 .header("content-type", "application/json")
-                .send(body.as_bytes()),
+                .send(bodies[i % groups].as_bytes()),
         );
     }
     // Retained: the next step is due at the end of retention, an hour on.

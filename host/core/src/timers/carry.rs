@@ -108,9 +108,7 @@ impl Carry {
         };
         self.rows.push(row);
     }
-}
 
-impl Carry {
     /// Keeps only the rows the worker's own steps wrote: for a tick that
     /// fired nothing from its carried rows and scans instead, since the
     /// scan reads the others again but not these, which are not due yet.

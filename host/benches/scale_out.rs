@@ -266,16 +266,19 @@ fn run(
     out
 }
 
+/// The value of the command-line argument `NAME=value`, given `NAME=`.
+fn named_arg(name: &str) -> Option<String> {
+    std::env::args().find_map(|a| a.strip_prefix(name).map(str::to_owned))
+}
+
 fn main() {
     // `config=FILE`: appended to every host's configuration (e.g.
     // `[plugins.takedown] path = …`, to measure another build of a policy).
-    let extra = std::env::args()
-        .find_map(|a| a.strip_prefix("config=").map(str::to_owned))
+    let extra = named_arg("config=")
         .map(|path| std::fs::read_to_string(&path).expect("the config= file reads"))
         .unwrap_or_default();
     // `workers=N`: worker loops per host (the server's default is 8).
-    let workers: u32 = std::env::args()
-        .find_map(|a| a.strip_prefix("workers=").map(str::to_owned))
+    let workers: u32 = named_arg("workers=")
         .map(|n| n.parse().expect("workers=N takes a number"))
         .unwrap_or(2);
     let mut args = std::env::args()

@@ -45,7 +45,9 @@ pub use worker::{
 use serde::{Deserialize, Serialize};
 
 use custodian_base::error::ErrorKind;
-use custodian_kv::{Answer, Batch, Kv, KvError, Outcome, Partition, Precondition, Read, Write};
+use custodian_kv::{
+    Answer, Batch, Kv, KvError, Outcome, Page, Partition, Precondition, Read, Write,
+};
 
 /// The partition holding timers.
 pub const PARTITION: &str = "custodian.timers";
@@ -521,22 +523,28 @@ pub async fn list(
 /// # Errors
 /// See [`TimerError`].
 pub async fn next_due_after(kv: &dyn Kv, now_ms: u64) -> Result<Option<u64>, TimerError> {
+    let page = due_after(kv, now_ms, 1).await?;
+    page.entries
+        .first()
+        .map(|(key, value)| parse_due(key, value).map(|t| t.due_ms))
+        .transpose()
+}
+
+/// The first page of at most `limit` due rows of timers due after
+/// `now_ms`, in due order.
+pub(crate) async fn due_after(kv: &dyn Kv, now_ms: u64, limit: u32) -> Result<Page, TimerError> {
     if now_ms == u64::MAX {
-        return Ok(None);
+        return Ok(Page::default());
     }
-    let page = kv
+    Ok(kv
         .scan(
             &partition(),
             &due_end(now_ms),
             Some(&due_end(u64::MAX)),
             None,
-            1,
+            limit,
         )
-        .await?;
-    page.entries
-        .first()
-        .map(|(key, value)| parse_due(key, value).map(|t| t.due_ms))
-        .transpose()
+        .await?)
 }
 
 /// A reference as people read it: the text if it is printable UTF-8 (and

@@ -881,19 +881,7 @@ impl Worker {
         let Some(in_flight) = self.in_flight.as_ref().filter(|_| self.claims.is_some()) else {
             return super::next_due_after(self.kv.as_ref(), now_ms).await;
         };
-        if now_ms == u64::MAX {
-            return Ok(None);
-        }
-        let page = self
-            .kv
-            .scan(
-                &partition(),
-                &due_end(now_ms),
-                Some(&due_end(u64::MAX)),
-                None,
-                self.config.page,
-            )
-            .await?;
+        let page = super::due_after(self.kv.as_ref(), now_ms, self.config.page).await?;
         let mut next: Option<u64> = None;
         let mut last_due = None;
         for (key, _) in &page.entries {

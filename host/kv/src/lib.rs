@@ -225,7 +225,7 @@ impl std::fmt::Display for Partition {
 }
 
 /// A condition that must hold when a batch commits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Precondition {
     /// The key has no value.
     Absent {
@@ -248,7 +248,7 @@ pub enum Precondition {
 }
 
 /// One write of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Write {
     /// Set `key` to `value`.
     Put {
@@ -269,7 +269,7 @@ pub enum Write {
 }
 
 /// Preconditions and writes applied together or not at all.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Batch {
     /// Checked in order; the first failure decides the outcome.
     pub preconditions: Vec<Precondition>,

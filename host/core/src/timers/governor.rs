@@ -3,10 +3,21 @@
 //!
 //! A step may ask to run again at once (a takedown with work does), so the
 //! worker alone cannot tell a busy plugin from one that reschedules into
-//! the past forever. The governor counts committed steps per timer and per
-//! kind in fixed windows of the worker's clock, and when either count
-//! passes its ceiling it quarantines the kind's plugin: a row naming the
-//! plugin (its handler's actor, which carries the plugin's hash) is
+//! the past forever by how often it steps: a takedown of many objects
+//! steps as fast as the host lets it, for as long as its work lasts (one
+//! request took 650 steps/s on tmpfs on the 2-core reference machine, and
+//! a request of 60 000 objects passed a ceiling of 30 000 steps a minute,
+//! which quarantined the takedown plugin of every request). What tells
+//! them apart is what a step commits: a step with work commits something
+//! new (its state moves on), while a timer spinning in place commits the
+//! same guards, writes and audit entries again and again.
+//!
+//! So the governor counts, in fixed windows of the worker's clock, each
+//! timer's run of steps in a row that committed exactly the same, and per
+//! kind the steps that committed nothing new (a step repeating its
+//! timer's last commit, or a timer's first step in the window); when
+//! either count passes its ceiling it quarantines the kind's plugin: a
+//! row naming the plugin (its handler's actor, which carries the plugin's hash) is
 //! written with a `plugin/quarantine` audit record, and every worker that
 //! reads the row skips that kind's timers while the same plugin drives
 //! them. Swapping (or rolling back) the plugin lifts it: the new handler's
@@ -22,11 +33,17 @@
 //! # Bounds
 //!
 //! Counts live in memory, one entry per timer stepped in the current
-//! window, cleared when the window turns: at most as many entries as
-//! steps fit in a window. Each host counts its own steps; the quarantine,
+//! window (its run and its last commit's 64-bit digest), cleared when the
+//! window turns: at most as many entries as steps fit in a window. Each
+//! host counts its own steps; the quarantine,
 //! once declared, is shared through the KV and read again at most every
 //! [`REFRESH_MS`]. Because windows are fixed, not sliding, a plugin may
 //! take up to twice a ceiling across one window boundary before it trips.
+//!
+//! What the ceilings do not catch: a runaway whose every commit differs
+//! (one writing the time or a counter at each step). The least step
+//! interval still bounds such a timer to one step a millisecond, on one
+//! worker loop at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -49,19 +66,20 @@ pub const REFRESH_MS: u64 = 1_000;
 pub struct GovernorConfig {
     /// The counting window, ms of the worker's clock.
     pub window_ms: u64,
-    /// Most committed steps of one timer in a window.
+    /// Most steps of one timer in a row in a window that each committed
+    /// what the step before it did.
     pub max_timer_steps: u32,
-    /// Most committed steps of one kind (one plugin's timers) in a window.
+    /// Most steps of one kind (one plugin's timers) in a window that
+    /// committed nothing new.
     pub max_kind_steps: u32,
 }
 
 impl Default for GovernorConfig {
-    /// One minute. A takedown with work steps at once, as fast as its
-    /// steps run: on the reference machine (2 cores) one request took
-    /// ~190 steps/s on the real clock and ten together ~790 steps/s, so
-    /// 30 000 steps a minute for one timer (500/s) and 120 000 for a kind
-    /// (2 000/s) leave headroom for faster machines while a timer spinning
-    /// into the past (~1 000 steps/s) trips within a minute.
+    /// One minute. A timer spinning into the past with the same commit
+    /// steps up to once a millisecond (the default least interval), so
+    /// 30 000 such steps in a row for one timer trip within a minute,
+    /// and 120 000 for a kind catch several spinning at once; a step with
+    /// work is never counted, however fast its timer goes.
     fn default() -> Self {
         Self {
             window_ms: 60_000,
@@ -183,6 +201,14 @@ fn bump<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, u32>, key: K) -> u32 {
     *count
 }
 
+/// A timer's run of steps in a window that each committed the same.
+struct Run {
+    /// Steps in the run.
+    steps: u32,
+    /// The digest of what each of them committed.
+    commit: u64,
+}
+
 /// Counts steps and holds the quarantines, for every worker of a host.
 pub struct Governor {
     config: GovernorConfig,
@@ -192,10 +218,11 @@ pub struct Governor {
 #[derive(Default)]
 struct State {
     window_start: u64,
-    /// Steps by (kind, plugin).
+    /// Steps that committed nothing new, by (kind, plugin).
     per_kind: HashMap<(String, String), u32>,
-    /// Steps by (kind, plugin, reference).
-    per_timer: HashMap<(String, String, Vec<u8>), u32>,
+    /// Each timer's run of steps committing the same, by (kind, plugin,
+    /// reference).
+    per_timer: HashMap<(String, String, Vec<u8>), Run>,
     /// The quarantines as last read (or declared here), by kind.
     quarantines: BTreeMap<String, Quarantine>,
     /// When the rows were last read; `None`: never.
@@ -273,8 +300,22 @@ impl Governor {
     }
 
     /// Counts a committed step of `(kind, reference)` run by `actor` at
-    /// `now_ms`; the ceiling it passed, if it is past one.
-    pub fn count(&self, kind: &str, actor: &str, reference: &[u8], now_ms: u64) -> Option<String> {
+    /// `now_ms`, whose commit has the digest `commit`; the ceiling it
+    /// passed, if it is past one.
+    ///
+    /// Only steps that commit nothing new count: a step committing what
+    /// its timer's step before it in the window committed extends the
+    /// timer's run of them, and the timer's first step in the window
+    /// counts for its kind. A step committing something else starts the
+    /// timer's run afresh and does not count for its kind.
+    pub fn count(
+        &self,
+        kind: &str,
+        actor: &str,
+        reference: &[u8],
+        commit: u64,
+        now_ms: u64,
+    ) -> Option<String> {
         let window = self.config.window_ms.max(1);
         let mut state = self.state();
         if now_ms < state.window_start || now_ms - state.window_start >= window {
@@ -282,22 +323,35 @@ impl Governor {
             state.per_kind.clear();
             state.per_timer.clear();
         }
-        let of_timer = bump(
-            &mut state.per_timer,
-            (kind.to_owned(), actor.to_owned(), reference.to_vec()),
-        );
-        let of_kind = bump(&mut state.per_kind, (kind.to_owned(), actor.to_owned()));
+        let run = state
+            .per_timer
+            .entry((kind.to_owned(), actor.to_owned(), reference.to_vec()))
+            .or_insert(Run { steps: 0, commit });
+        let repeated = run.steps == 0 || run.commit == commit;
+        if repeated {
+            run.steps = run.steps.saturating_add(1);
+        } else {
+            *run = Run { steps: 1, commit };
+        }
+        let of_timer = run.steps;
+        let of_kind = if repeated {
+            bump(&mut state.per_kind, (kind.to_owned(), actor.to_owned()))
+        } else {
+            0
+        };
         // Every step past a ceiling reports it; `quarantine` declares it
         // once per plugin.
         if of_timer > self.config.max_timer_steps {
             Some(format!(
-                "timer {kind}/{} took more than {} steps in {window} ms",
+                "timer {kind}/{} took more than {} steps in a row in {window} ms, each \
+                 committing what the step before it did",
                 super::display_reference(reference),
                 self.config.max_timer_steps
             ))
         } else if of_kind > self.config.max_kind_steps {
             Some(format!(
-                "timers of kind {kind} took more than {} steps in {window} ms",
+                "timers of kind {kind} took more than {} steps in {window} ms that committed \
+                 nothing new",
                 self.config.max_kind_steps
             ))
         } else {
@@ -388,6 +442,9 @@ impl Governor {
 mod tests {
     use super::*;
 
+    /// One commit's digest, repeated by every step that commits nothing new.
+    const SAME: u64 = 7;
+
     fn governor(timer: u32, kind: u32) -> Governor {
         Governor::new(GovernorConfig {
             window_ms: 1_000,
@@ -399,35 +456,66 @@ mod tests {
     #[test]
     fn a_timer_passing_its_ceiling_trips_until_the_window_turns() {
         let g = governor(3, 100);
-        let trips: Vec<_> = (0..6).map(|i| g.count("k", "p", b"r", 10 + i)).collect();
+        let trips: Vec<_> = (0..6)
+            .map(|i| g.count("k", "p", b"r", SAME, 10 + i))
+            .collect();
         assert!(trips[..3].iter().all(Option::is_none));
         assert!(trips[3].as_deref().unwrap().contains("timer k/r"));
         assert!(trips[4..].iter().all(Option::is_some));
         // A new window counts afresh.
-        assert!((0..3).all(|_| g.count("k", "p", b"r", 2_000).is_none()));
-        assert!(g.count("k", "p", b"r", 2_000).is_some());
+        assert!((0..3).all(|_| g.count("k", "p", b"r", SAME, 2_000).is_none()));
+        assert!(g.count("k", "p", b"r", SAME, 2_000).is_some());
     }
 
     #[test]
     fn many_timers_of_one_kind_trip_the_kind_ceiling() {
         let g = governor(100, 4);
-        let trips: Vec<_> = (0u8..5).map(|i| g.count("k", "p", &[i], 10)).collect();
+        let trips: Vec<_> = (0u8..5)
+            .map(|i| g.count("k", "p", &[i], SAME, 10))
+            .collect();
         assert!(trips[..4].iter().all(Option::is_none));
         assert!(trips[4].as_deref().unwrap().contains("kind k"));
-        assert!(g.count("k", "p", b"fresh", 10).is_some());
+        assert!(g.count("k", "p", b"fresh", SAME, 10).is_some());
         // Another plugin driving the kind (a swap) is counted afresh.
-        assert!(g.count("k", "swapped", b"fresh", 10).is_none());
-        assert!(g.count("other", "p", b"r", 10).is_none());
+        assert!(g.count("k", "swapped", b"fresh", SAME, 10).is_none());
+        assert!(g.count("other", "p", b"r", SAME, 10).is_none());
+    }
+
+    #[test]
+    fn a_timer_whose_every_step_commits_something_new_is_never_counted() {
+        let g = governor(3, 4);
+        for (i, commit) in (0..100u64).enumerate() {
+            let now = 10 + u64::try_from(i).unwrap();
+            assert_eq!(g.count("k", "p", b"r", commit, now), None, "step {i}");
+        }
+    }
+
+    #[test]
+    fn a_new_commit_ends_a_timers_run_and_only_repeats_count_for_its_kind() {
+        let g = governor(3, 5);
+        // A run of three, then a new commit: the run starts again.
+        assert!((0..3).all(|_| g.count("k", "p", b"r", SAME, 10).is_none()));
+        assert!(g.count("k", "p", b"r", SAME + 1, 10).is_none());
+        assert!((0..2).all(|_| g.count("k", "p", b"r", SAME + 1, 10).is_none()));
+        // The kind has counted five steps (the first and four repeats):
+        // the next repeat passes both ceilings, and the timer's is told.
+        let trip = g.count("k", "p", b"r", SAME + 1, 10).unwrap();
+        assert!(
+            trip.contains("timer k/r took more than 3 steps in a row"),
+            "{trip}"
+        );
+        // A step with a new commit passes neither.
+        assert!(g.count("k", "p", b"r", SAME + 2, 10).is_none());
     }
 
     #[test]
     fn a_clock_going_back_starts_a_new_window() {
         let g = governor(2, 100);
-        assert!(g.count("k", "p", b"r", 5_000).is_none());
-        assert!(g.count("k", "p", b"r", 5_000).is_none());
-        assert!(g.count("k", "p", b"r", 10).is_none());
-        assert!(g.count("k", "p", b"r", 10).is_none());
-        assert!(g.count("k", "p", b"r", 10).is_some());
+        assert!(g.count("k", "p", b"r", SAME, 5_000).is_none());
+        assert!(g.count("k", "p", b"r", SAME, 5_000).is_none());
+        assert!(g.count("k", "p", b"r", SAME, 10).is_none());
+        assert!(g.count("k", "p", b"r", SAME, 10).is_none());
+        assert!(g.count("k", "p", b"r", SAME, 10).is_some());
     }
 
     #[test]

@@ -1811,6 +1811,29 @@ async fn a_runaway_timer_quarantines_its_plugin_until_another_plugin_drives_the_
 }
 
 #[tokio::test]
+async fn a_timer_with_work_stepping_at_once_is_never_quarantined_however_many_steps_it_takes() {
+    let (kv, clock) = setup();
+    schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
+    let governor = Arc::new(Governor::new(GovernorConfig {
+        window_ms: 60_000,
+        max_timer_steps: 5,
+        max_kind_steps: 10,
+    }));
+    let worker = governed(&kv, &clock, &governor);
+    // Every step writes a row of its own: each commit is new.
+    worker.register(Arc::new(Handler::new("work", Mode::AtOnce { steps: 40 })));
+    let mut steps = 0;
+    for _ in 0..50 {
+        clock.set(clock.now_ms() + 10);
+        let report = worker.tick().await.unwrap();
+        assert!(report.quarantined.is_empty(), "{report:?}");
+        steps += report.fired.len();
+    }
+    assert_eq!(steps, 40);
+    assert!(governor::quarantined(kv.as_ref()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn many_busy_timers_of_one_plugin_trip_the_kind_ceiling() {
     let (kv, clock) = setup();
     for r in 0u8..4 {

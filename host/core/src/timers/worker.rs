@@ -55,7 +55,7 @@ pub struct DueTimer {
 }
 
 /// What a policy reports about a step, written in the step's transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AuditEntry {
     /// A stable event name.
     pub event: String,
@@ -66,7 +66,7 @@ pub struct AuditEntry {
 }
 
 /// The effects of one step.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct StepCommit {
     /// The policy's guarded writes, within the caller bounds.
     pub batch: Batch,
@@ -321,6 +321,12 @@ pub struct FiredTimer {
     pub actor: String,
     /// Time spent in the handler's step, in microseconds.
     pub step_us: u64,
+    /// A digest of what the step committed (the plugin's guards, writes
+    /// and audit entries), for the governor to tell a step that commits
+    /// exactly what its timer's last step did; `None` when the step's
+    /// commit did not land or no governor counts this worker's steps.
+    #[serde(skip)]
+    pub commit_digest: Option<u64>,
 }
 
 /// What one tick did.
@@ -749,8 +755,9 @@ impl Worker {
                 }
                 let outcome = fired.outcome;
                 if let Some(governor) = &self.governor
-                    && matches!(outcome, FireOutcome::Rescheduled | FireOutcome::Done)
-                    && let Some(reason) = governor.count(&counted.0, &fired.actor, &counted.1, now)
+                    && let Some(commit) = fired.commit_digest
+                    && let Some(reason) =
+                        governor.count(&counted.0, &fired.actor, &counted.1, commit, now)
                     && let Some(quarantine) = governor
                         .quarantine(self.kv.as_ref(), &counted.0, &fired.actor, reason, now)
                         .await?
@@ -985,6 +992,7 @@ impl Worker {
             }
             Fired::Done(commit) => (commit, None),
         };
+        let commit_digest = self.governor.is_some().then(|| digest(&commit));
         let host_guards: Vec<Precondition> =
             fence.iter().chain(handler.guards()).cloned().collect();
         let step = PlannedStep {
@@ -1023,6 +1031,7 @@ impl Worker {
                     None => FireOutcome::Done,
                 };
                 fired.next_due_ms = next_due;
+                fired.commit_digest = commit_digest;
                 Ok(fired)
             }
             Outcome::PreconditionFailed { index: 0 } => {
@@ -1307,8 +1316,18 @@ impl Ran {
             failed_plugin: None,
             actor: self.actor.clone(),
             step_us: self.step_us,
+            commit_digest: None,
         }
     }
+}
+
+/// A digest of a step's commit: equal for two commits of the same guards,
+/// writes and audit entries (see `governor`).
+fn digest(commit: &StepCommit) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    commit.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn truncate(message: &str) -> String {

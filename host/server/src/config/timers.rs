@@ -5,8 +5,8 @@
 //! [timers]
 //! min_step_interval_ms = 1     # least time between two steps of one timer
 //! window_ms = 60000            # the counting window
-//! max_timer_steps = 30000      # steps of one timer per window
-//! max_plugin_steps = 120000    # steps of one plugin's timers per window
+//! max_timer_steps = 30000      # steps of one timer in a row per window, each committing the same
+//! max_plugin_steps = 120000    # steps of one plugin's timers per window that committed nothing new
 //! ```
 
 use serde::Deserialize;
@@ -31,9 +31,11 @@ pub struct TimersConfig {
     pub min_step_interval_ms: Option<u64>,
     /// The window steps are counted in, ms (default 60000).
     pub window_ms: Option<u64>,
-    /// Most steps of one timer in a window (default 30000).
+    /// Most steps of one timer in a row in a window that each committed
+    /// what the step before it did (default 30000).
     pub max_timer_steps: Option<u32>,
-    /// Most steps of one plugin's timers in a window (default 120000).
+    /// Most steps of one plugin's timers in a window that committed
+    /// nothing new (default 120000).
     pub max_plugin_steps: Option<u32>,
 }
 

@@ -648,6 +648,7 @@ mod tests {
             failed_plugin: None,
             actor: "plugin:takedown@abc".into(),
             step_us: 2_000,
+            commit_digest: None,
         }
     }
 

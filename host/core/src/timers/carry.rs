@@ -140,6 +140,20 @@ impl Carried {
         *self.lock() = (!carry.rows.is_empty()).then_some(carry);
     }
 
+    /// When the earliest row the worker's own steps wrote is due, of
+    /// those carried (fresh or not; a row with a corrupt key is left to
+    /// the tick to report).
+    pub fn earliest_written_due(&self) -> Option<u64> {
+        self.lock()
+            .as_ref()?
+            .rows
+            .iter()
+            .filter(|row| row.written)
+            .filter_map(|row| super::parse_due_key(&row.key).ok())
+            .map(|(due_ms, _, _)| due_ms)
+            .min()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Carry>> {
         // Replaced whole; a panic cannot leave it half-changed.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -201,6 +215,22 @@ mod tests {
         assert!(carried.take(991 + MAX_AGE_MS).is_none(), "too old");
         carried.keep(Carry::default());
         assert!(carried.take(0).is_none(), "nothing to carry");
+    }
+
+    #[test]
+    fn only_rows_the_workers_own_steps_wrote_bound_its_idle_wait() {
+        let carried = Carried::default();
+        assert_eq!(carried.earliest_written_due(), None, "nothing carried");
+        let mut carry = Carry::default();
+        let written = |due: u64, reference: &[u8]| Row {
+            written: true,
+            ..row(&super::super::due_key(due, "kind", reference), 1_000)
+        };
+        carry.push(row(&super::super::due_key(900, "kind", b"scanned"), 1_000));
+        carry.push(written(1_003, b"a"));
+        carry.push(written(1_001, b"b"));
+        carried.keep(carry);
+        assert_eq!(carried.earliest_written_due(), Some(1_001));
     }
 
     #[test]

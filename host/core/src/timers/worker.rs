@@ -911,6 +911,15 @@ impl Worker {
         Ok(next)
     }
 
+    /// When the earliest of the due rows this worker's own steps wrote and
+    /// it carries is due (see `carry`): a step rescheduled for the next
+    /// millisecond is carried, not yet due, by a tick that then fires
+    /// nothing, and the KV's rows due after a later now no longer include
+    /// it. An idle loop sleeps no longer than this.
+    pub fn next_written_due(&self) -> Option<u64> {
+        self.carried.earliest_written_due()
+    }
+
     /// Ticks until a tick fires nothing and leaves nothing due for later,
     /// or `max_ticks` ticks ran, or the fence fails; `on_tick` sees each
     /// tick's report as it ends (progress for long runs). Returns the

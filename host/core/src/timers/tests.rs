@@ -1719,6 +1719,15 @@ impl TimerHandler for Runaway {
     }
 }
 
+/// A governor counting in windows of a minute, with these ceilings.
+fn ceilings(max_timer_steps: u32, max_kind_steps: u32) -> Arc<Governor> {
+    Arc::new(Governor::new(GovernorConfig {
+        window_ms: 60_000,
+        max_timer_steps,
+        max_kind_steps,
+    }))
+}
+
 fn governed(kv: &Arc<dyn Kv>, clock: &Arc<FixedClock>, governor: &Arc<Governor>) -> Worker {
     let mut worker = Worker::new(
         kv.clone(),
@@ -1750,11 +1759,7 @@ async fn a_reschedule_sooner_than_the_least_interval_waits_for_it() {
 async fn a_runaway_timer_quarantines_its_plugin_until_another_plugin_drives_the_kind() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
-    let governor = Arc::new(Governor::new(GovernorConfig {
-        window_ms: 60_000,
-        max_timer_steps: 5,
-        max_kind_steps: 1_000,
-    }));
+    let governor = ceilings(5, 1_000);
     let worker = governed(&kv, &clock, &governor);
     worker.register(Arc::new(Runaway { actor: "plugin:a" }));
     let mut steps = 0;
@@ -1814,11 +1819,7 @@ async fn a_runaway_timer_quarantines_its_plugin_until_another_plugin_drives_the_
 async fn a_timer_with_work_stepping_at_once_is_never_quarantined_however_many_steps_it_takes() {
     let (kv, clock) = setup();
     schedule(kv.as_ref(), "work", b"r", START).await.unwrap();
-    let governor = Arc::new(Governor::new(GovernorConfig {
-        window_ms: 60_000,
-        max_timer_steps: 5,
-        max_kind_steps: 10,
-    }));
+    let governor = ceilings(5, 10);
     let worker = governed(&kv, &clock, &governor);
     // Every step writes a row of its own: each commit is new.
     worker.register(Arc::new(Handler::new("work", Mode::AtOnce { steps: 40 })));
@@ -1841,11 +1842,7 @@ async fn many_busy_timers_of_one_plugin_trip_the_kind_ceiling() {
             .await
             .unwrap();
     }
-    let governor = Arc::new(Governor::new(GovernorConfig {
-        window_ms: 60_000,
-        max_timer_steps: 1_000,
-        max_kind_steps: 10,
-    }));
+    let governor = ceilings(1_000, 10);
     let worker = governed(&kv, &clock, &governor);
     worker.register(Arc::new(Runaway { actor: "plugin:a" }));
     let mut steps = 0;

@@ -319,8 +319,22 @@ mod tests {
     use custodian_base::clock::FixedClock;
     use custodian_kv::memory::MemoryKv;
 
-    /// Steps its timer at once, a fixed number of times.
+    /// Reschedules its timer at once at every step: a timer with work.
     struct AtOnce;
+
+    /// A worker over a fresh KV holding one timer, of kind `kind` and
+    /// `reference`, due at `due_ms`; and its clock, at 1 000.
+    async fn one_timer(reference: &[u8], due_ms: u64) -> (Worker, Arc<FixedClock>) {
+        let clock = Arc::new(FixedClock::new(1_000));
+        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
+        timers::schedule(kv.as_ref(), "kind", reference, due_ms)
+            .await
+            .unwrap();
+        (
+            Worker::new(kv, clock.clone(), WorkerConfig::default()),
+            clock,
+        )
+    }
 
     #[async_trait::async_trait]
     impl timers::TimerHandler for AtOnce {
@@ -347,12 +361,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_loop_wakes_for_the_row_its_own_step_rescheduled_for_the_next_millisecond() {
-        let clock = Arc::new(FixedClock::new(1_000));
-        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
-        timers::schedule(kv.as_ref(), "kind", b"busy", 1_000)
-            .await
-            .unwrap();
-        let worker = Worker::new(kv, clock.clone(), WorkerConfig::default());
+        let (worker, clock) = one_timer(b"busy", 1_000).await;
         worker.register(Arc::new(AtOnce));
         // The step at 1 000 is rescheduled for 1 001, the least interval.
         assert_eq!(worker.tick().await.unwrap().fired.len(), 1);
@@ -372,12 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_loop_sleeps_until_the_first_timer_due_after_now() {
-        let clock = Arc::new(FixedClock::new(1_000));
-        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
-        timers::schedule(kv.as_ref(), "kind", b"later", 1_040)
-            .await
-            .unwrap();
-        let worker = Worker::new(kv, clock, WorkerConfig::default());
+        let (worker, _) = one_timer(b"later", 1_040).await;
         assert_eq!(
             idle_wait(&worker, 1_002).await.unwrap(),
             Duration::from_millis(38)
@@ -388,12 +392,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_loop_sleeps_at_most_the_idle_poll_before_a_far_timer() {
-        let clock = Arc::new(FixedClock::new(1_000));
-        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(clock.clone()));
-        timers::schedule(kv.as_ref(), "kind", b"far", 3_600_000)
-            .await
-            .unwrap();
-        let worker = Worker::new(kv, clock, WorkerConfig::default());
+        let (worker, _) = one_timer(b"far", 3_600_000).await;
         assert_eq!(idle_wait(&worker, 1_000).await.unwrap(), IDLE_POLL);
     }
 

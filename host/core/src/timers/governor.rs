@@ -78,8 +78,8 @@ impl Default for GovernorConfig {
     /// One minute. A timer spinning into the past with the same commit
     /// steps up to once a millisecond (the default least interval), so
     /// 30 000 such steps in a row for one timer trip within a minute,
-    /// and 120 000 for a kind catch several spinning at once; a step with
-    /// work is never counted, however fast its timer goes.
+    /// and 120 000 for a kind catch several spinning at once. A timer with
+    /// work, however fast it goes, counts once a window, for its kind.
     fn default() -> Self {
         Self {
             window_ms: 60_000,

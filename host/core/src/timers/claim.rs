@@ -342,7 +342,7 @@ mod tests {
     }
 }
 
-/// Fuzz target of the claim row's codec/// Fuzz target of the claim row's codec (the codec is private to this
+/// Fuzz target of the claim row's codec (the codec is private to this
 /// module, hence here; see the README's "Fuzzing").
 #[cfg(test)]
 mod fuzz {

@@ -50,7 +50,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::{TimerError, partition};
+use super::{StepCommit, TimerError, partition};
 use crate::audit::{self, Record};
 use custodian_kv::{Batch, Kv, Outcome, Precondition, Write};
 
@@ -192,6 +192,15 @@ pub async fn release(
         ],
     };
     Ok(kv.apply(&batch).await? == Outcome::Committed)
+}
+
+/// What the governor compares a step's commit by: equal for two commits
+/// of the same guards, writes and audit entries.
+pub(super) fn digest(commit: &StepCommit) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    commit.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Adds one to `key`'s count in `counts`; the count now.

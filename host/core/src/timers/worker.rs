@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::carry::{Carried, Carry, MAX_AGE_MS, Row};
 use super::claim::{self, ClaimConfig, Claimed};
-use super::governor::{Governor, Quarantine};
+use super::governor::{self, Governor, Quarantine};
 use super::in_flight::{Firing, InFlight, Noted};
 use super::{
     Timer, TimerError, TimerState, display_reference, due_end, due_key, due_start, index_key,
@@ -1001,7 +1001,7 @@ impl Worker {
             }
             Fired::Done(commit) => (commit, None),
         };
-        let commit_digest = self.governor.is_some().then(|| digest(&commit));
+        let commit_digest = self.governor.is_some().then(|| governor::digest(&commit));
         let host_guards: Vec<Precondition> =
             fence.iter().chain(handler.guards()).cloned().collect();
         let step = PlannedStep {
@@ -1328,15 +1328,6 @@ impl Ran {
             commit_digest: None,
         }
     }
-}
-
-/// A digest of a step's commit: equal for two commits of the same guards,
-/// writes and audit entries (see `governor`).
-fn digest(commit: &StepCommit) -> u64 {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    commit.hash(&mut hasher);
-    hasher.finish()
 }
 
 fn truncate(message: &str) -> String {

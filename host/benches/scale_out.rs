@@ -17,12 +17,14 @@
 //! over that time. From each host's `/metrics` it then reads the KV calls
 //! and batch sizes, per step and per request: all of the run's, and
 //! those from the first filing on (without the hosts' start and the
-//! push).
+//! push), and those last by operation (`get`, `get_many`, `scan`,
+//! `read`, `apply`), to tell which reads grow as hosts are added.
 //!
 //! Every process (etcd members, moto, the hosts) shares this machine's
 //! cores: compare ratios between host counts, not absolutes, and expect
 //! the ratio to be bounded by the core count.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,7 +35,7 @@ use custodian_contract::denial::MAX_DENIALS;
 
 #[path = "support/metrics.rs"]
 mod metrics;
-use metrics::{failed_steps, kv_applies, kv_reads, metric};
+use metrics::{failed_steps, kv_applies, kv_reads, metric, series};
 
 const TOKEN: &str = "bench-token-0123456789abcdef";
 /// Files each request names.
@@ -112,6 +114,9 @@ struct Run {
     /// bootstrap principal) and the files' push.
     work_applies: u64,
     work_reads: u64,
+    /// KV calls from the first filing on, by operation, summed over the
+    /// hosts: which reads grow as hosts are added.
+    work_calls: BTreeMap<String, u64>,
 }
 
 /// `host`'s `/metrics` as text.
@@ -120,12 +125,19 @@ fn metrics_of(agent: &ureq::Agent, host: &Host) -> String {
     response.body_mut().read_to_string().unwrap()
 }
 
-/// Every host's KV applies and reads so far, summed.
-fn kv_calls(agent: &ureq::Agent, running: &[Host]) -> (u64, u64) {
-    running.iter().fold((0, 0), |(applies, reads), host| {
-        let text = metrics_of(agent, host);
-        (applies + kv_applies(&text), reads + kv_reads(&text))
-    })
+/// Every host's KV applies and reads so far, summed, and its KV calls by
+/// operation.
+fn kv_calls(agent: &ureq::Agent, running: &[Host]) -> (u64, u64, BTreeMap<String, u64>) {
+    running.iter().fold(
+        (0, 0, BTreeMap::new()),
+        |(applies, reads, mut calls), host| {
+            let text = metrics_of(agent, host);
+            for (labels, n) in series(&text, "custodian_kv_calls_total") {
+                *calls.entry(labels).or_default() += n;
+            }
+            (applies + kv_applies(&text), reads + kv_reads(&text), calls)
+        },
+    )
 }
 
 /// One round of `hosts` hosts, each running `workers` worker loops;
@@ -246,6 +258,7 @@ fn run(
         failed_steps: 0,
         work_applies: 0,
         work_reads: 0,
+        work_calls: BTreeMap::new(),
     };
     for host in &running {
         let text = metrics_of(&agent, host);
@@ -263,6 +276,15 @@ fn run(
     }
     out.work_applies = out.applies - before.0;
     out.work_reads = out.reads - before.1;
+    let (_, _, after) = kv_calls(&agent, &running);
+    out.work_calls = after
+        .into_iter()
+        .map(|(labels, n)| {
+            let earlier = before.2.get(&labels).copied().unwrap_or(0);
+            (labels, n - earlier)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
     out
 }
 
@@ -296,8 +318,17 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut reference = None;
+    let mut by_operation = Vec::new();
     for (round, hosts) in [1usize, 2, 3].into_iter().enumerate() {
         let r = run(hosts, takedowns, &etcd, round, (workers, &extra));
+        by_operation.push(format!(
+            "{hosts} host(s): {}",
+            r.work_calls
+                .iter()
+                .map(|(labels, n)| format!("{labels} {:.2}", *n as f64 / r.steps as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
         let rate = r.steps as f64 / r.seconds;
         let base = *reference.get_or_insert(rate);
         println!(
@@ -322,5 +353,9 @@ fn main() {
             r.max_bytes,
             r.failed_steps,
         );
+    }
+    println!("\nKV calls per step from the first filing, by operation:");
+    for line in by_operation {
+        println!("- {line}");
     }
 }

@@ -15,8 +15,8 @@ pub fn metric(text: &str, name: &str, labels: &str) -> u64 {
 
 /// Every series of family `name`: its labels (as written between the
 /// braces) and its value.
-// Only `takedown_scale` breaks a family down; every benchmark includes
-// this module whole.
+// Only `takedown_scale` and `scale_out` break a family down; every
+// benchmark includes this module whole.
 #[allow(dead_code)]
 pub fn series(text: &str, name: &str) -> std::collections::BTreeMap<String, u64> {
     let prefix = format!("{name}{{");

@@ -80,7 +80,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::carry::{LatestPage, MAX_AGE_MS};
+use super::carry::{DeepPasses, LatestPage, MAX_AGE_MS};
 
 /// A timer's identity: its kind and reference.
 type TimerId = (String, Vec<u8>);
@@ -112,6 +112,9 @@ pub struct InFlight {
     /// The first page of due rows the host's workers scanned last (see
     /// the `carry` module).
     latest_page: LatestPage,
+    /// When a worker of the host last read past that first page (see the
+    /// `carry` module).
+    deep_passes: DeepPasses,
 }
 
 impl InFlight {
@@ -205,6 +208,12 @@ impl InFlight {
     /// The first page of due rows the host's workers scanned last.
     pub(super) fn latest_page(&self) -> &LatestPage {
         &self.latest_page
+    }
+
+    /// When a worker of the host last read past the first page of due
+    /// rows.
+    pub(super) fn deep_passes(&self) -> &DeepPasses {
+        &self.deep_passes
     }
 
     fn stepped_record(&self) -> std::sync::MutexGuard<'_, HashMap<TimerId, u64>> {

@@ -2247,3 +2247,86 @@ async fn a_timer_its_host_holds_with_a_claim_created_is_fired_once_released_by_t
     );
     assert_eq!(handler.fires.load(Ordering::SeqCst), 1);
 }
+
+/// A worker over `kv` reading due rows two to a page, with its KV calls
+/// counted, firing `handlers` and sharing `in_flight`.
+fn counted_paging_worker(
+    kv: &Arc<dyn Kv>,
+    clock: &Arc<FixedClock>,
+    handlers: &[Arc<Handler>],
+    in_flight: &InFlight,
+) -> (Worker, Arc<Calls>) {
+    let calls = Arc::new(Calls::default());
+    let counted: Arc<dyn Kv> = Arc::new(Intercepted {
+        inner: kv.clone(),
+        hook: Counting(calls.clone()),
+    });
+    let mut worker = Worker::new(
+        counted,
+        clock.clone(),
+        WorkerConfig {
+            page: 2,
+            ..WorkerConfig::default()
+        },
+    );
+    for handler in handlers {
+        worker.register(handler.clone());
+    }
+    worker.share_in_flight(in_flight.clone());
+    (worker, calls)
+}
+
+#[tokio::test]
+async fn a_tick_that_fired_from_the_first_page_reads_past_it_only_for_the_hosts_deep_pass_once_a_window()
+ {
+    let (kv, clock) = setup();
+    // A capped kind's backlog of three pages, and a timer of an uncapped
+    // kind due just behind it.
+    schedule_due(&kv, "slow", &["a", "b", "c", "d", "e", "f"]).await;
+    schedule(kv.as_ref(), "fast", b"y", START + 1)
+        .await
+        .unwrap();
+    clock.set(START + 1);
+    let handlers = [
+        one_per_tick(2),
+        Arc::new(Handler::new("fast", Mode::Count { steps: 1 })),
+    ];
+    let in_flight = InFlight::new();
+    let (first, first_calls) = counted_paging_worker(&kv, &clock, &handlers, &in_flight);
+    let (second, second_calls) = counted_paging_worker(&kv, &clock, &handlers, &in_flight);
+
+    // The host's first deep pass: the first page fires `a`, and every
+    // page after it is read, so `y` behind the backlog fires too.
+    assert_eq!(
+        fired_references(&first.tick().await.unwrap()),
+        vec!["a", "y"]
+    );
+    assert_eq!(
+        first_calls.take(),
+        (6, 2),
+        "four pages, the rows of a and y, their steps"
+    );
+
+    // Within the window another worker fires from the shared first page
+    // and reads no further.
+    assert_eq!(fired_references(&second.tick().await.unwrap()), vec!["b"]);
+    assert_eq!(second_calls.take(), (1, 1), "b's row and its step: no page");
+
+    // A window later, the next tick to fire from a first page makes the
+    // next deep pass and finds a timer due behind the backlog since; a
+    // tick before that leaves it.
+    schedule(kv.as_ref(), "fast", b"z", START + 2)
+        .await
+        .unwrap();
+    clock.set(START + carry::DEEP_PASS_MS);
+    assert_eq!(
+        fired_references(&second.tick().await.unwrap()),
+        vec!["c"],
+        "within the window"
+    );
+    clock.set(START + 1 + carry::DEEP_PASS_MS);
+    assert_eq!(
+        fired_references(&first.tick().await.unwrap()),
+        vec!["d", "z"]
+    );
+}

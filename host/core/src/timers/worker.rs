@@ -567,7 +567,11 @@ impl Worker {
 
     /// Fires every timer due now (up to the caps), in due order: from the
     /// rows an earlier tick's caps left, while they are fresh and one of
-    /// them fires (the `carry` module), else from a scan.
+    /// them fires (the `carry` module), else from a scan. A worker sharing
+    /// its host's in-flight set that fired from the first page of due rows
+    /// reads past it only for the host's deep pass, made once every
+    /// 500 ms at most (the `carry` module); other ticks leave those rows
+    /// to it.
     ///
     /// # Errors
     /// A KV failure, or a corrupt timer row; steps that fail are not
@@ -788,6 +792,19 @@ impl Worker {
                 }
             }
             match next_page {
+                // Fired from the first page: the pages past it are read by
+                // the host's deep pass alone (see `carry`).
+                Some(_)
+                    if cursor.is_none()
+                        && steps > 0
+                        && self
+                            .in_flight
+                            .as_ref()
+                            .is_some_and(|in_flight| !in_flight.deep_passes().begin(now)) =>
+                {
+                    self.carried.keep(left);
+                    return Ok(report);
+                }
                 Some(next) => cursor = Some(next),
                 // Nothing carried could fire (all stepped, taken or
                 // claimed elsewhere): what is due now is elsewhere in the

@@ -43,8 +43,9 @@
 //! rows are only carried) and any timer of another kind that fell due
 //! behind it. Every such tick used to read them all, so each step of a
 //! busy host cost a scan for every page of due rows behind the first:
-//! 1.00–1.06 scans a step with 240 takedowns in flight against 0.45–0.47
-//! with 60 (`scale_out -- 240 3 workers=8`, one host). A due row past the
+//! 1.00–1.08 scans a step with 240 takedowns in flight against 0.43–0.47
+//! with 60 (`scale_out -- 240 3 workers=8`, one host; 0.49 with 240
+//! since). A due row past the
 //! first page is still read within [`DEEP_PASS_MS`] by the next tick
 //! that fires from a first page; and a tick that fired nothing from the
 //! first page reads on, as before, so a host never idles while due rows
@@ -68,10 +69,11 @@ use custodian_kv::Page;
 pub(super) const MAX_AGE_MS: u64 = 100;
 
 /// Least time between two of a host's deep passes (see the module
-/// documentation): the server's idle poll, so a timer due behind a capped
-/// kind's backlog waits no longer than one an idle host would find at its
-/// next poll. A pass reads a page per 64 due rows; at 100 ms apart, 240
-/// takedowns in flight cost each host ~40 scans a second.
+/// documentation): as long as the server's idle poll
+/// (`serve::workers::IDLE_POLL`), so a timer due behind a capped kind's
+/// backlog waits no longer than one an idle host would find at its next
+/// poll. A pass reads a page per 64 due rows; at [`MAX_AGE_MS`] apart,
+/// 240 takedowns in flight cost each host ~40 scans a second.
 pub(super) const DEEP_PASS_MS: u64 = 500;
 
 /// Most rows carried. A tick over thousands of due timers of a capped

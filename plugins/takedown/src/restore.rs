@@ -53,7 +53,10 @@
 //! and found put back when it went to restore it is counted and audited
 //! too: most often another run of the same chunk wrote it and lost the
 //! commit (both are guarded on the `denial` row), so the run that commits
-//! counts every copy that was missing and is served again.
+//! counts every copy that was missing and is served again. So is a copy
+//! this request removed (its `removed` row) that is already back when
+//! the pass looks: the losing run got to it first, and its count and
+//! audit entry went with its lost commit.
 //!
 //! With no usable copy the pass records `last_error` (in the `denial`
 //! row, shown by `status`) and goes on: the object's serving copy was not
@@ -134,14 +137,15 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
             hex(object)
         )));
     }
-    let mut missing = Vec::new();
+    let (mut missing, mut present) = (Vec::new(), Vec::new());
     for object in denials.keys() {
         match objects::head(SERVING, &keys::serving_key(object)) {
-            Ok(_) => {}
+            Ok(_) => present.push(*object),
             Err(Error::NotFound(_)) => missing.push(*object),
             Err(other) => return Err(other),
         }
     }
+    let put_back = put_back(id, &present)?;
     let needed = needed(id, &missing, &denials, &held)?;
     let index: BTreeMap<Id, Option<ObjectRow>> = needed
         .iter()
@@ -153,7 +157,18 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
     let mut last = None;
     let mut stopped = false;
     for (object, key) in &entries {
-        if let Some(row) = index.get(object) {
+        if put_back.contains(object) {
+            state.restored += 1;
+            events.push(Entry {
+                event: "ServingCopyRestored".into(),
+                targets: vec![hex(id), hex(object)],
+                detail: Some(format!(
+                    "{} was put back by another writer after this request removed it \
+                     (present when this pass looked)",
+                    keys::serving_key(object)
+                )),
+            });
+        } else if let Some(row) = index.get(object) {
             let size = row.map_or(0, |row| row.size);
             if tried == RESTORES_PER_CHUNK || (tried > 0 && bytes + size > BYTES_PER_CHUNK) {
                 stopped = true;
@@ -220,6 +235,25 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
         state.restore_after = Some(hex(key));
     }
     Ok(events)
+}
+
+/// Which of `present` serving copies this request removed (its `removed`
+/// rows): put back since by another writer, most often a run of the same
+/// chunk that then lost its commit to this one (the withdrawal's own call
+/// and the request's timer step both run it). Counted and audited here,
+/// or nobody would: the losing run's count and audit entry went with its
+/// commit. One `get-many`.
+fn put_back(id: &Id, present: &[Id]) -> Result<BTreeSet<Id>, Error> {
+    if present.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let rows = kv::get_many(PARTITION, &keys::object_keys(id, present, &[keys::REMOVED]))?;
+    Ok(present
+        .iter()
+        .zip(rows)
+        .filter(|(_, row)| row.is_some())
+        .map(|(object, _)| *object)
+        .collect())
 }
 
 /// Which of `missing` the content needs back (see the module doc).

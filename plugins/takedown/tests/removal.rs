@@ -561,3 +561,46 @@ fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
     assert_eq!(status.denial.restored, 2, "{status:?}");
     assert_eq!(status.last_error, None);
 }
+
+#[test]
+fn a_serving_copy_a_losing_run_put_back_before_the_committing_run_looked_counts_as_restored() {
+    setup();
+    let (a_body, b_body) = (bytes(1, 100), bytes(2, 300));
+    let (a, b) = (blob(&a_body), blob(&b_body));
+    for object in [a, b] {
+        hold(&object, REPO);
+    }
+    let mut driver = file(actions(request_id(1), REPO, &[a, b]));
+    driver.until("retain", 40);
+    assert_eq!(driver.status().denial.removed, 2);
+
+    driver.withdraw().unwrap();
+    // The withdrawal's own call and the request's timer step run the same
+    // restore chunk: the call put `a` back, then lost its commit to the
+    // step, which looks only now.
+    behind_the_host(|| {
+        objects::put(
+            "serving",
+            &format!("content/{}", hex(&a)),
+            &a_body,
+            &objects::PutCondition::Unconditional,
+            None,
+            &[],
+        )
+    })
+    .expect("the losing run's put");
+    driver.settle_denial(5);
+    for (object, body) in [(a, bytes(1, 100)), (b, b_body)] {
+        assert_eq!(served(&object), body);
+        assert!(denied_by(&object).is_empty());
+        assert_eq!(
+            events_about(&driver, "ServingCopyRestored", &object),
+            1,
+            "{}",
+            hex(&object)
+        );
+    }
+    let status = driver.status();
+    assert_eq!(status.denial.restored, 2, "{status:?}");
+    assert_eq!(status.last_error, None);
+}

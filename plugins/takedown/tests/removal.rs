@@ -529,8 +529,10 @@ fn put_back_meanwhile(
     host_locked_objects(store, key, write)
 }
 
-#[test]
-fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
+/// A request for two blobs `a` and `b` of another repository's content,
+/// their serving copies removed, then withdrawn: the driver and each
+/// blob with its bytes.
+fn two_removed_then_withdrawn() -> (Driver, (Id, Vec<u8>), (Id, Vec<u8>)) {
     setup();
     let (a_body, b_body) = (bytes(1, 100), bytes(2, 300));
     let (a, b) = (blob(&a_body), blob(&b_body));
@@ -540,8 +542,13 @@ fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
     let mut driver = file(actions(request_id(1), REPO, &[a, b]));
     driver.until("retain", 40);
     assert_eq!(driver.status().denial.removed, 2);
-
     driver.withdraw().unwrap();
+    (driver, (a, a_body), (b, b_body))
+}
+
+#[test]
+fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
+    let (mut driver, (a, a_body), (b, b_body)) = two_removed_then_withdrawn();
     PUT_FIRST.with(|p| *p.borrow_mut() = Some((format!("content/{}", hex(&a)), a_body)));
     custodian_sdk::testing::set_guard(custodian_sdk::testing::Guard {
         batch: host_lock_rows,
@@ -564,17 +571,7 @@ fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
 
 #[test]
 fn a_serving_copy_a_losing_run_put_back_before_the_committing_run_looked_counts_as_restored() {
-    setup();
-    let (a_body, b_body) = (bytes(1, 100), bytes(2, 300));
-    let (a, b) = (blob(&a_body), blob(&b_body));
-    for object in [a, b] {
-        hold(&object, REPO);
-    }
-    let mut driver = file(actions(request_id(1), REPO, &[a, b]));
-    driver.until("retain", 40);
-    assert_eq!(driver.status().denial.removed, 2);
-
-    driver.withdraw().unwrap();
+    let (mut driver, (a, a_body), (b, b_body)) = two_removed_then_withdrawn();
     // The withdrawal's own call and the request's timer step run the same
     // restore chunk: the call put `a` back, then lost its commit to the
     // step, which looks only now.

@@ -529,10 +529,13 @@ fn put_back_meanwhile(
     host_locked_objects(store, key, write)
 }
 
+/// A blob's id and its bytes.
+type Blob = (Id, Vec<u8>);
+
 /// A request for two blobs `a` and `b` of another repository's content,
 /// their serving copies removed, then withdrawn: the driver and each
-/// blob with its bytes.
-fn two_removed_then_withdrawn() -> (Driver, (Id, Vec<u8>), (Id, Vec<u8>)) {
+/// blob.
+fn two_removed_then_withdrawn() -> (Driver, Blob, Blob) {
     setup();
     let (a_body, b_body) = (bytes(1, 100), bytes(2, 300));
     let (a, b) = (blob(&a_body), blob(&b_body));

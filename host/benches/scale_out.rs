@@ -132,12 +132,18 @@ fn kv_calls(agent: &ureq::Agent, running: &[Host]) -> (u64, u64, BTreeMap<String
         (0, 0, BTreeMap::new()),
         |(applies, reads, mut calls), host| {
             let text = metrics_of(agent, host);
-            for (labels, n) in series(&text, "custodian_kv_calls_total") {
-                *calls.entry(labels).or_default() += n;
-            }
+            add_calls(&mut calls, &text);
             (applies + kv_applies(&text), reads + kv_reads(&text), calls)
         },
     )
+}
+
+/// Adds a host's KV calls by operation, from its metrics `text`, to
+/// `calls`.
+fn add_calls(calls: &mut BTreeMap<String, u64>, text: &str) {
+    for (labels, n) in series(text, "custodian_kv_calls_total") {
+        *calls.entry(labels).or_default() += n;
+    }
 }
 
 /// One round of `hosts` hosts, each running `workers` worker loops;
@@ -260,8 +266,10 @@ fn run(
         work_reads: 0,
         work_calls: BTreeMap::new(),
     };
+    let mut calls = BTreeMap::<String, u64>::new();
     for host in &running {
         let text = metrics_of(&agent, host);
+        add_calls(&mut calls, &text);
         out.applies += kv_applies(&text);
         out.reads += kv_reads(&text);
         out.batch_ops += metric(&text, "custodian_kv_batch_ops_total", "");
@@ -276,8 +284,7 @@ fn run(
     }
     out.work_applies = out.applies - before.0;
     out.work_reads = out.reads - before.1;
-    let (_, _, after) = kv_calls(&agent, &running);
-    out.work_calls = after
+    out.work_calls = calls
         .into_iter()
         .map(|(labels, n)| {
             let earlier = before.2.get(&labels).copied().unwrap_or(0);

@@ -7,7 +7,30 @@
 use custodian_sdk::Error;
 use custodian_sdk::kv::{self, KeyRef, MAX_READS, Page, ReadAnswer, ReadOp, ScanRange};
 
-use crate::codec::corrupt;
+use std::collections::BTreeSet;
+
+use crate::codec::{Id, corrupt};
+use crate::keys::{self, PARTITION};
+
+/// Which of `objects` have a row tagged `tag` of request `id`, in one
+/// `get-many`.
+pub fn tagged<'a>(
+    tag: &str,
+    id: &Id,
+    objects: impl IntoIterator<Item = &'a Id>,
+) -> Result<BTreeSet<Id>, Error> {
+    let objects: Vec<Id> = objects.into_iter().copied().collect();
+    if objects.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let rows = kv::get_many(PARTITION, &keys::object_keys(id, &objects, &[tag]))?;
+    Ok(objects
+        .into_iter()
+        .zip(rows)
+        .filter(|(_, row)| row.is_some())
+        .map(|(object, _)| object)
+        .collect())
+}
 
 /// Reads to make together, in the order added.
 #[derive(Debug, Default)]

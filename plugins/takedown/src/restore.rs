@@ -84,6 +84,7 @@ use crate::content::{self, ObjectRow, SERVING};
 use crate::denial::DenialState;
 use crate::keys::{self, PARTITION};
 use crate::preserved::{self, ReadError};
+use crate::reads;
 use crate::survey::{self, Held};
 
 /// `denied` rows visited per chunk.
@@ -145,7 +146,13 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
             Err(other) => return Err(other),
         }
     }
-    let put_back = put_back(id, &present)?;
+    // Copies this request removed (its `removed` rows) that are back:
+    // put back since by another writer, most often a run of the same chunk
+    // that then lost its commit to this one (the withdrawal's own call and
+    // the request's timer step both run it). Counted and audited here, or
+    // nobody would: the losing run's count and audit entry went with its
+    // commit.
+    let put_back = reads::tagged(keys::REMOVED, id, &present)?;
     let needed = needed(id, &missing, &denials, &held)?;
     let index: BTreeMap<Id, Option<ObjectRow>> = needed
         .iter()
@@ -235,25 +242,6 @@ pub fn chunk(id: &Id, state: &mut DenialState) -> Result<Vec<Entry>, Error> {
         state.restore_after = Some(hex(key));
     }
     Ok(events)
-}
-
-/// Which of `present` serving copies this request removed (its `removed`
-/// rows): put back since by another writer, most often a run of the same
-/// chunk that then lost its commit to this one (the withdrawal's own call
-/// and the request's timer step both run it). Counted and audited here,
-/// or nobody would: the losing run's count and audit entry went with its
-/// commit. One `get-many`.
-fn put_back(id: &Id, present: &[Id]) -> Result<BTreeSet<Id>, Error> {
-    if present.is_empty() {
-        return Ok(BTreeSet::new());
-    }
-    let rows = kv::get_many(PARTITION, &keys::object_keys(id, present, &[keys::REMOVED]))?;
-    Ok(present
-        .iter()
-        .zip(rows)
-        .filter(|(_, row)| row.is_some())
-        .map(|(object, _)| *object)
-        .collect())
 }
 
 /// Which of `missing` the content needs back (see the module doc).

@@ -11,6 +11,7 @@ use crate::content;
 use crate::context::Step;
 use crate::keys::{self, PARTITION};
 use crate::queue;
+use crate::reads;
 use crate::source;
 use crate::state::Phase;
 
@@ -91,7 +92,7 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
         .filter(|(_, sealed)| *sealed)
         .map(|(id, _)| *id)
         .collect();
-    let seen = already_seen(step, &sealed)?;
+    let seen = reads::tagged(keys::PACK_SEEN, &step.id, &sealed)?;
     let mut walk_next = BTreeSet::new();
     let mut objects = Vec::new();
     for (member, kind) in members {
@@ -125,21 +126,4 @@ fn walk(step: &mut Step, root: Id) -> Result<(), Error> {
         step.put(entry.key, encode(&cursor)?);
     }
     Ok(())
-}
-
-fn already_seen(step: &Step, packs: &BTreeSet<Id>) -> Result<BTreeSet<Id>, Error> {
-    if packs.is_empty() {
-        return Ok(BTreeSet::new());
-    }
-    let keys: Vec<Vec<u8>> = packs
-        .iter()
-        .map(|p| keys::object_key(keys::PACK_SEEN, &step.id, p))
-        .collect();
-    let rows = kv::get_many(PARTITION, &keys)?;
-    Ok(packs
-        .iter()
-        .zip(rows)
-        .filter(|(_, row)| row.is_some())
-        .map(|(p, _)| *p)
-        .collect())
 }

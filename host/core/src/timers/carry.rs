@@ -45,11 +45,10 @@
 //! busy host cost a scan for every page of due rows behind the first:
 //! 1.00–1.08 scans a step with 240 takedowns in flight against 0.43–0.47
 //! with 60 (`scale_out -- 240 3 workers=8`, one host; 0.49 with 240
-//! since). A due row past the
-//! first page is still read within [`DEEP_PASS_MS`] by the next tick
-//! that fires from a first page; and a tick that fired nothing from the
-//! first page reads on, as before, so a host never idles while due rows
-//! it could fire lie further on.
+//! since). A due row past the first page is still read within
+//! [`DEEP_PASS_MS`] by the next tick that fires from a first page; and a
+//! tick that fired nothing from the first page reads on, as before, so a
+//! host never idles while due rows it could fire lie further on.
 //!
 //! What a carry delays, by at most [`MAX_AGE_MS`]: a timer that became
 //! due after its page was read fires at the first scan after; and a
@@ -219,7 +218,8 @@ pub(super) struct DeepPasses(Arc<AtomicU64>);
 
 impl Default for DeepPasses {
     fn default() -> Self {
-        // No pass yet: the first tick to ask makes one.
+        // No pass yet: any now is before it, so the first tick to ask
+        // makes one.
         Self(Arc::new(AtomicU64::new(u64::MAX)))
     }
 }
@@ -231,9 +231,7 @@ impl DeepPasses {
     pub fn begin(&self, now_ms: u64) -> bool {
         let mut last = self.0.load(Ordering::Relaxed);
         loop {
-            let due =
-                last == u64::MAX || now_ms < last || now_ms.saturating_sub(last) >= DEEP_PASS_MS;
-            if !due {
+            if now_ms >= last && now_ms - last < DEEP_PASS_MS {
                 return false;
             }
             match self

@@ -294,10 +294,7 @@ async fn run(worker: Worker, mut lp: Loop) {
 /// (`scale_out -- 60 3 workers=8`).
 async fn idle_wait(worker: &Worker, now_ms: u64) -> Result<Duration, TimerError> {
     let stored = worker.next_due_after(now_ms).await?;
-    let next = match (stored, worker.next_written_due()) {
-        (Some(stored), Some(written)) => Some(stored.min(written)),
-        (stored, written) => stored.or(written),
-    };
+    let next = stored.into_iter().chain(worker.next_written_due()).min();
     Ok(next.map_or(IDLE_POLL, |due| {
         Duration::from_millis(due.saturating_sub(now_ms)).min(IDLE_POLL)
     }))

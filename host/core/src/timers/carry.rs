@@ -68,12 +68,12 @@ use custodian_kv::Page;
 pub(super) const MAX_AGE_MS: u64 = 100;
 
 /// Least time between two of a host's deep passes (see the module
-/// documentation): as long as the server's idle poll
-/// (`serve::workers::IDLE_POLL`), so a timer due behind a capped kind's
-/// backlog waits no longer than one an idle host would find at its next
-/// poll. A pass reads a page per 64 due rows; at [`MAX_AGE_MS`] apart,
-/// 240 takedowns in flight cost each host ~40 scans a second.
-pub(super) const DEEP_PASS_MS: u64 = 500;
+/// documentation): the idle poll ([`super::IDLE_POLL_MS`]), so a timer
+/// due behind a capped kind's backlog waits no longer than one an idle
+/// host would find at its next poll. A pass reads a page per 64 due
+/// rows; at [`MAX_AGE_MS`] apart, 240 takedowns in flight cost each host
+/// ~40 scans a second.
+pub(super) const DEEP_PASS_MS: u64 = super::IDLE_POLL_MS;
 
 /// Most rows carried. A tick over thousands of due timers of a capped
 /// kind leaves thousands; the rest wait for the next scan. A due row is a

@@ -62,6 +62,13 @@ pub const MAX_REFERENCE_BYTES: usize = 256;
 /// Longest error message kept on a timer row: an operator needs the
 /// message, not an unbounded guest-controlled string in a hot row.
 pub const MAX_ERROR_BYTES: usize = 1024;
+/// Longest a host's idle worker loop sleeps between looks for due timers
+/// (the server's idle poll), so a timer scheduled by another writer (a
+/// `custodian takedown create` against the same data is impossible while
+/// the server holds it, but a timer rescheduled for "now" is not) is
+/// picked up within this. A busy host's deep pass (the `carry` module)
+/// keeps the same bound for timers behind a backlog.
+pub const IDLE_POLL_MS: u64 = 500;
 /// Attempts to move a timer under contention before giving up.
 const SCHEDULE_ATTEMPTS: usize = 8;
 

@@ -25,11 +25,9 @@ use custodian_core::timers::{self, Handlers, TimerError, Worker, WorkerConfig};
 use custodian_kv::Kv;
 use custodian_runtime::policy::requests::FirstSteps;
 
-/// Longest idle sleep between scans for due timers: a timer scheduled by
-/// another process (a `custodian takedown create` against the same data
-/// is impossible while the server holds it, but a timer rescheduled for
-/// "now" is not) is picked up within this.
-const IDLE_POLL: Duration = Duration::from_millis(500);
+/// Longest idle sleep between scans for due timers (see
+/// [`timers::IDLE_POLL_MS`]).
+const IDLE_POLL: Duration = Duration::from_millis(timers::IDLE_POLL_MS);
 
 /// Pause after a tick failed (the KV unavailable, a corrupt timer row):
 /// long enough not to spin on a persistent fault.

@@ -53,6 +53,8 @@ pub mod redb;
 pub mod conformance;
 pub mod intercept;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use custodian_base::error::ErrorKind;
 
@@ -180,8 +182,12 @@ impl std::error::Error for KvError {
 }
 
 /// A validated partition name: 1..=64 bytes of `[a-z0-9._-]`.
+///
+/// Shared, not owned: every write, precondition and stored row of a batch
+/// names its partition, so a clone is a reference count, not an
+/// allocation (a plugin step's commit clones one per row).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Partition(String);
+pub struct Partition(Arc<str>);
 
 impl Partition {
     /// Validates `name`.
@@ -192,7 +198,7 @@ impl Partition {
     pub fn new(name: impl Into<String>) -> Result<Self, KvError> {
         let name = name.into();
         if custodian_contract::name::is_name(&name, MAX_PARTITION_BYTES) {
-            Ok(Self(name))
+            Ok(Self(name.into()))
         } else {
             Err(KvError::InvalidArgument(format!(
                 "{name:?} is not a partition name (1..={MAX_PARTITION_BYTES} bytes of [a-z0-9._-])"

@@ -305,3 +305,29 @@ fn a_plugin_built_against_1_0_is_refused_naming_the_import() {
     );
     assert!(message.contains("compatible: 0.1.x or 0.2.x"), "{message}");
 }
+
+#[test]
+fn a_plugins_blake3_is_the_reference_hash_across_chunk_and_simd_boundaries() {
+    let host = Host::new();
+    let plugin = runtime().load_file(support::probe()).unwrap();
+    let function = plugin.function(PROBE, "blake3").unwrap();
+    // BLAKE3's chunk is 1 KiB and its widest SIMD hashes 16 chunks at
+    // once: lengths either side of both, of a tree of many, and empty.
+    for len in [
+        0usize,
+        1,
+        1023,
+        1024,
+        1025,
+        4096,
+        16 * 1024 + 1,
+        (1 << 20) + 3,
+    ] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 131 + len) as u8).collect();
+        let got = function
+            .call_json(host.call(Grants::none()), &json!({ "data": data }))
+            .unwrap();
+        let want = blake3::hash(&data);
+        assert_eq!(got, json!(want.as_bytes().to_vec()), "{len} bytes");
+    }
+}

@@ -632,7 +632,7 @@ fn read_source(object: &Id, source: &Source) -> Result<Vec<u8>, Result<Unusable,
     if bytes.len() as u64 != source.size {
         return unusable("the preserved copy's size differs from the index".into());
     }
-    if blake3::hash(&bytes).as_bytes() != object {
+    if checksum::blake3(&bytes) != *object {
         let what = if source.request.is_some() {
             "preserved"
         } else {

@@ -346,7 +346,7 @@ fn restore(
             }
             Err(ReadError::Host(error)) => return Err(error),
         };
-        if blake3::hash(&bytes).as_bytes() != object {
+        if checksum::blake3(&bytes) != *object {
             reasons.push(format!(
                 "request {}'s preserved copy does not hash to the object id (BLAKE3)",
                 hex(&source)

@@ -5,6 +5,7 @@ mod support;
 
 use custodian_plugin_retention::Policy as RetentionPolicy;
 use custodian_sdk::Error;
+use custodian_sdk::audit::Entry;
 use custodian_sdk::contract::invalidation;
 use custodian_sdk::objects::{self, PutCondition};
 use custodian_sdk::retention::{Assessment, Item, RetentionRules, Settings};
@@ -131,6 +132,16 @@ fn a_chunked_manifest_is_verified_by_reassembling_its_preserved_chunks() {
     assert!(driver.rows("closure").is_empty());
 }
 
+/// Asserts that `mismatch` blames `chunk` of manifest `m` of the
+/// driver's request, its detail saying `why`.
+fn assert_blames(driver: &Driver, mismatch: &Entry, m: &Id, chunk: &Id, why: &str) {
+    assert_eq!(mismatch.targets, [hex(&driver.id), hex(m), hex(chunk)]);
+    assert!(
+        mismatch.detail.as_deref().unwrap().contains(why),
+        "{mismatch:?}"
+    );
+}
+
 #[test]
 fn a_preserved_chunk_that_no_longer_matches_is_recorded_once_and_the_request_reaches_retain() {
     setup();
@@ -165,15 +176,7 @@ fn a_preserved_chunk_that_no_longer_matches_is_recorded_once_and_the_request_rea
         .iter()
         .find(|e| e.event == "PreservationClosureMismatch")
         .expect("the mismatch is recorded");
-    assert_eq!(mismatch.targets, [hex(&driver.id), hex(&m), hex(&chunk)]);
-    assert!(
-        mismatch
-            .detail
-            .as_deref()
-            .unwrap()
-            .contains("differs from its intent"),
-        "{mismatch:?}"
-    );
+    assert_blames(&driver, mismatch, &m, &chunk, "differs from its intent");
     driver.until("retain", 30);
     let names = driver.event_names();
     let recorded = names
@@ -188,6 +191,49 @@ fn a_preserved_chunk_that_no_longer_matches_is_recorded_once_and_the_request_rea
     assert_eq!(status.counts.corrupt, 1);
     assert!(status.last_error.unwrap().contains(&hex(&m)));
     assert!(driver.rows("closure").is_empty());
+}
+
+#[test]
+fn a_preserved_chunk_whose_pieces_match_their_intents_but_not_its_id_is_a_mismatch_naming_the_hash()
+{
+    setup();
+    let chunks = vec![bytes(1, 300), bytes(2, MIB + 400)];
+    let (m, _) = manifest(&chunks);
+    hold(&m, REPO);
+    let mut driver = file(actions(request_id(2), REPO, &[m]));
+    driver.until("closure", 30);
+    let chunk = id_of(&chunks[1]);
+    // Its second piece and that piece's intent both changed alike, past
+    // the host: every piece checks out, and only the chunk's BLAKE3
+    // (hashed by the host) can tell.
+    let forged = bytes(9, 400);
+    let (row, intent) = driver
+        .rows("piece")
+        .into_iter()
+        .find_map(|(key, value)| {
+            let intent: serde_json::Value = serde_json::from_slice(&value).unwrap();
+            (intent["object"] == hex(&chunk) && intent["offset"] == MIB).then_some((key, intent))
+        })
+        .expect("the chunk's second piece intent");
+    let mut changed = intent.clone();
+    changed["crc64"] = custodian_sdk::checksum::crc64_nvme(&forged).into();
+    put_row(row, serde_json::to_vec(&changed).unwrap());
+    let key = intent["key"].as_str().unwrap().to_owned();
+    behind_the_host(|| {
+        objects::put(
+            "preserved",
+            &key,
+            &forged,
+            &PutCondition::Unconditional,
+            None,
+            &[],
+        )
+    })
+    .unwrap();
+    let mismatch = driver.until_event("PreservationClosureMismatch", 10);
+    assert_blames(&driver, &mismatch, &m, &chunk, "does not hash to its id");
+    driver.until("retain", 30);
+    assert_eq!(driver.status().verification, "closure-mismatch");
 }
 
 #[test]

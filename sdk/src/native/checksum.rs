@@ -14,6 +14,11 @@ pub fn combine(crc_a: u64, crc_b: u64, len_b: u64) -> u64 {
     crc_fast::checksum_combine(CrcAlgorithm::Crc64Nvme, crc_a, crc_b, len_b)
 }
 
+/// The native host's `checksum.blake3`; see `wit/deps/host/checksum.wit`.
+pub fn blake3(data: &[u8]) -> [u8; 32] {
+    *blake3::hash(data).as_bytes()
+}
+
 /// The native host's `checksum.to-wire`; see `wit/deps/host/checksum.wit`.
 pub fn to_wire(crc: u64) -> String {
     STANDARD.encode(crc.to_be_bytes())

@@ -16,6 +16,10 @@ impl wit::Host for HostView<'_> {
         Ok(checksum::combine(crc_a, crc_b, len_b))
     }
 
+    fn blake3(&mut self, data: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
+        Ok(blake3::hash(&data).as_bytes().to_vec())
+    }
+
     fn to_wire(&mut self, crc: u64) -> wasmtime::Result<String> {
         Ok(checksum::to_wire(crc))
     }

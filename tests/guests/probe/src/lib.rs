@@ -27,6 +27,10 @@ impl exports::custodian_test::probe::probe::Guest for Probe {
         7
     }
 
+    fn blake3(data: Vec<u8>) -> Vec<u8> {
+        custodian_sdk::bindings::host::custodian::host::checksum::blake3(&data)
+    }
+
     fn read_twice(partition: String) -> u32 {
         let read = |key: &[u8]| match kv::get(&partition, key) {
             Ok(value) => u32::from(value.is_some()),

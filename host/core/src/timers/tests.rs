@@ -56,6 +56,8 @@ struct Handler {
     /// Logs each step's decision (see [`TimerHandler::decision`]), and
     /// plans as many audit entries as a step may.
     decides: bool,
+    /// Moves this clock on by this many ms during each fire: a slow step.
+    slow: Option<(Arc<FixedClock>, u64)>,
 }
 
 impl Handler {
@@ -69,6 +71,7 @@ impl Handler {
             actor: None,
             guards: Vec::new(),
             decides: false,
+            slow: None,
         }
     }
 }
@@ -122,6 +125,9 @@ impl TimerHandler for Handler {
     ) -> Result<Fired, StepFailure> {
         if let Some(barrier) = &self.barrier {
             barrier.wait().await;
+        }
+        if let Some((clock, ms)) = &self.slow {
+            clock.set(clock.now_ms() + ms);
         }
         let fire = self.fires.fetch_add(1, Ordering::SeqCst);
         let row = |key: Vec<u8>| Write::Put {
@@ -2328,5 +2334,36 @@ async fn a_tick_that_fired_from_the_first_page_reads_past_it_only_for_the_hosts_
     assert_eq!(
         fired_references(&first.tick().await.unwrap()),
         vec!["d", "z"]
+    );
+}
+
+#[tokio::test]
+async fn a_tick_asks_for_the_deep_pass_by_the_clock_at_the_end_of_its_step() {
+    let (kv, clock) = setup();
+    schedule_due(&kv, "slow", &["a", "b", "c", "d", "e", "f"]).await;
+    // Each step takes 800 ms: a loaded host's steps can.
+    let handlers = [Arc::new(Handler {
+        max_per_tick: Some(1),
+        slow: Some((clock.clone(), 800)),
+        ..Handler::new("slow", Mode::Count { steps: 2 })
+    })];
+    let in_flight = InFlight::new();
+    let (worker, calls) = counted_paging_worker(&kv, &clock, &handlers, &in_flight);
+    // Another loop of the host made a pass at START + 700, while this
+    // tick, begun at START, was stepping `a`. Asked by the clock at its
+    // start, the tick would read that pass as one from more than a window
+    // ahead (a clock gone back) and make a pass of its own; asked by the
+    // clock at the end of its step, it is within that pass's window.
+    assert!(in_flight.deep_passes().begin(START + 700));
+    clock.set(START);
+    assert_eq!(fired_references(&worker.tick().await.unwrap()), vec!["a"]);
+    assert_eq!(calls.take(), (2, 1), "the first page and a's row: no pass");
+    // A window after that pass, the next tick makes one.
+    clock.set(START + 1_300);
+    assert_eq!(fired_references(&worker.tick().await.unwrap()), vec!["b"]);
+    assert_eq!(
+        calls.take(),
+        (4, 1),
+        "the first page (its shared copy too old), b's row and the two pages past it"
     );
 }

@@ -797,10 +797,9 @@ impl Worker {
                 Some(_)
                     if cursor.is_none()
                         && steps > 0
-                        && self
-                            .in_flight
-                            .as_ref()
-                            .is_some_and(|in_flight| !in_flight.deep_passes().begin(now)) =>
+                        && self.in_flight.as_ref().is_some_and(|in_flight| {
+                            !in_flight.deep_passes().begin(self.clock.now_ms())
+                        }) =>
                 {
                     self.carried.keep(left);
                     return Ok(report);

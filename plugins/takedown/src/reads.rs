@@ -4,10 +4,10 @@
 //! the answers, asks it at once, and takes the answers by the index each
 //! read was given.
 
+use std::collections::BTreeSet;
+
 use custodian_sdk::Error;
 use custodian_sdk::kv::{self, KeyRef, MAX_READS, Page, ReadAnswer, ReadOp, ScanRange};
-
-use std::collections::BTreeSet;
 
 use crate::codec::{Id, corrupt};
 use crate::keys::{self, PARTITION};

@@ -552,7 +552,7 @@ fn two_removed_then_withdrawn() -> (Driver, Blob, Blob) {
 #[test]
 fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
     let (mut driver, (a, a_body), (b, b_body)) = two_removed_then_withdrawn();
-    PUT_FIRST.with(|p| *p.borrow_mut() = Some((format!("content/{}", hex(&a)), a_body)));
+    PUT_FIRST.with(|p| *p.borrow_mut() = Some((format!("content/{}", hex(&a)), a_body.clone())));
     custodian_sdk::testing::set_guard(custodian_sdk::testing::Guard {
         batch: host_lock_rows,
         object: put_back_meanwhile,
@@ -562,7 +562,7 @@ fn a_serving_copy_put_back_meanwhile_by_a_concurrent_pass_counts_as_restored() {
         PUT_FIRST.with(|p| p.borrow().is_none()),
         "the concurrent put never ran; the test proves nothing"
     );
-    for (object, body) in [(a, bytes(1, 100)), (b, b_body)] {
+    for (object, body) in [(a, a_body), (b, b_body)] {
         assert_eq!(served(&object), body);
         assert!(denied_by(&object).is_empty());
         assert_eq!(events_about(&driver, "ServingCopyRestored", &object), 1);
@@ -590,7 +590,7 @@ fn a_serving_copy_a_losing_run_put_back_before_the_committing_run_looked_counts_
     })
     .expect("the losing run's put");
     driver.settle_denial(5);
-    for (object, body) in [(a, bytes(1, 100)), (b, b_body)] {
+    for (object, body) in [(a, a_body), (b, b_body)] {
         assert_eq!(served(&object), body);
         assert!(denied_by(&object).is_empty());
         assert_eq!(

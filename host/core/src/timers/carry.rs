@@ -223,8 +223,8 @@ pub(super) struct DeepPasses(Arc<AtomicU64>);
 
 impl Default for DeepPasses {
     fn default() -> Self {
-        // No pass yet: any now is before it, so the first tick to ask
-        // makes one.
+        // No pass yet: any now is more than a window from it, so the
+        // first tick to ask makes one.
         Self(Arc::new(AtomicU64::new(u64::MAX)))
     }
 }

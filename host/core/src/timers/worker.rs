@@ -569,9 +569,9 @@ impl Worker {
     /// rows an earlier tick's caps left, while they are fresh and one of
     /// them fires (the `carry` module), else from a scan. A worker sharing
     /// its host's in-flight set that fired from the first page of due rows
-    /// reads past it only for the host's deep pass, made once every
-    /// 500 ms at most (the `carry` module); other ticks leave those rows
-    /// to it.
+    /// reads past it only for the host's deep pass, made at most once
+    /// every idle poll ([`super::IDLE_POLL_MS`]; the `carry` module);
+    /// other ticks leave those rows to it.
     ///
     /// # Errors
     /// A KV failure, or a corrupt timer row; steps that fail are not

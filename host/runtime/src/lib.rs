@@ -25,7 +25,6 @@ mod call;
 pub mod cases;
 mod context;
 mod engine;
-pub mod heap;
 pub(crate) mod host;
 mod json;
 mod limits;

@@ -207,8 +207,6 @@ fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 pub(super) fn run(global: &Global, args: &ServeArgs) -> Outcome {
-    // Before any thread of the server starts (see the function's docs).
-    custodian::runtime::heap::bound_arenas();
     let plan = plan(global, args)?;
     let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(

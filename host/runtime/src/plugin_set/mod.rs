@@ -81,7 +81,6 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::heap;
 use crate::policy::PolicyError;
 use crate::policy::access::{AccessJudge, AccessPolicy, AccessRequest, Decision, Unanswered};
 use crate::policy::archive::ArchivePolicy;
@@ -1071,8 +1070,6 @@ impl PluginSet {
             // Attached where no host published a set: nothing to follow.
             (None, None) => return Ok(Vec::new()),
         };
-        // The set moved on: what adopting it allocates is freed at the end.
-        let _trim = heap::TrimOnDrop;
         let prover = self.prover();
         let mut adopted = Vec::new();
         for world in World::ALL {
@@ -1161,7 +1158,6 @@ impl PluginSet {
         signature: Option<Signature>,
         actor: &str,
     ) -> Result<SwapReport, SwapError> {
-        let _trim = heap::TrimOnDrop;
         let started = Instant::now();
         let proven = self
             .prover()

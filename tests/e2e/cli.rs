@@ -31,6 +31,33 @@ fn help_explains_every_command() {
     );
 }
 
+/// jemalloc prints its options at exit when its own variable asks: the
+/// settings `.cargo/config.toml` compiles into the binary's allocator
+/// must be the ones in force (`host/src/allocator.rs` says why each).
+#[cfg(not(target_env = "msvc"))]
+#[test]
+fn the_binary_allocates_with_jemalloc_under_its_compiled_in_settings() {
+    let output = custodian()
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .arg("--version")
+        .output()
+        .expect("custodian runs");
+    let (code, stdout, stderr) = outcome(&output);
+    assert_eq!(code, 0, "{stderr}");
+    let printed = format!("{stdout}{stderr}");
+    for option in [
+        "opt.narenas: 2",
+        "opt.background_thread: true",
+        "opt.dirty_decay_ms: 1000",
+        "opt.muzzy_decay_ms: 0",
+    ] {
+        assert!(
+            printed.contains(option),
+            "jemalloc's options lack {option}: {printed}"
+        );
+    }
+}
+
 #[test]
 fn plugin_inspect_describes_a_plugin_as_json() {
     let (code, stdout, stderr) = outcome(&run(&[

@@ -462,3 +462,10 @@ fn main() {
         );
     }
 }
+
+/// The server's allocator (`host/src/allocator.rs`), with the settings
+/// `.cargo/config.toml` compiles in, so both builds allocate as the
+/// server's steps do.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -41,6 +41,11 @@ use custodian::timers::{DueTimer, Fired};
 use custodian_sdk::retention::RetentionRules;
 use custodian_sdk::takedown::TakedownSteps;
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so both builds allocate as the server's steps do.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const OBJECTS: usize = 256;
 const BLOB_BYTES: usize = 4096;
 const ROUNDS: usize = 5;
@@ -462,10 +467,3 @@ fn main() {
         );
     }
 }
-
-/// The server's allocator (`host/src/allocator.rs`), with the settings
-/// `.cargo/config.toml` compiles in, so both builds allocate as the
-/// server's steps do.
-#[cfg(not(target_env = "msvc"))]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

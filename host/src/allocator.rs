@@ -29,8 +29,9 @@
 //!
 //! Figures, method and the memory soak: README, "The allocator".
 
-/// The global allocator of the `custodian` binary (only: the libraries
-/// leave the choice to whoever links them).
+/// The global allocator of the `custodian` binary, and of the benchmarks
+/// that measure in process what it runs (`takedown_step` includes this
+/// module); the libraries leave the choice to whoever links them.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -21,6 +21,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use crc_fast::{CrcAlgorithm, Digest};
 
+use crate::buffer;
+
 /// The CRC-64/NVME of `data` in one pass.
 pub fn crc64_nvme(data: &[u8]) -> u64 {
     crc_fast::checksum(CrcAlgorithm::Crc64Nvme, data)
@@ -295,7 +297,7 @@ fn read_in_blocks<R: Read>(
     block_len: usize,
     mut progress: impl FnMut(u64),
 ) -> io::Result<ReadCrc> {
-    let mut first = vec![0; block_len];
+    let mut first = buffer::zeroed(block_len);
     let len = fill(&mut reader, &mut first)?;
     if len < block_len {
         // All of it fits in one block: no pipeline is worth starting.
@@ -343,7 +345,7 @@ fn read_in_blocks<R: Read>(
 
         // Two blocks, and never more: `current` is hashed by the workers
         // while the other is filled; then they swap.
-        let mut blocks = [Arc::new(first), Arc::new(vec![0; block_len])];
+        let mut blocks = [Arc::new(first), Arc::new(buffer::zeroed(block_len))];
         let mut current = 0;
         let mut len = len;
         let mut part_crcs = vec![0; workers.len()];

@@ -30,7 +30,7 @@ use super::{
     CompleteOptions, HeadOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, ObjectStore,
     PartData, PutCondition, UploadOptions,
 };
-use custodian_base::checksum;
+use custodian_base::{buffer, checksum};
 
 /// One part of a composed generation, in object order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +158,7 @@ fn read_local(
         ObjectError::Io(Detail::caused_by(format!("reading {}", path.display()), e))
     };
     let len = usize::try_from(len).map_err(|_| invalid(format!("a part of {len} bytes")))?;
-    let mut buffer = vec![0; len];
+    let mut buffer = buffer::zeroed(len);
     file.seek(SeekFrom::Start(offset)).map_err(io)?;
     file.read_exact(&mut buffer).map_err(io)?;
     Ok(Bytes::from(buffer))

@@ -42,6 +42,7 @@ use super::pins::Pin;
 use super::registry::{Registries, resolve};
 use super::target::Target;
 use super::verify::{Checked, Problem, VerifyReport, Via, WORKERS, meta_mismatches, verify};
+use custodian_base::buffer;
 use custodian_object::ObjectStoreExt;
 use custodian_object::{ObjectError, ObjectStore};
 
@@ -309,7 +310,7 @@ fn cached(path: &Path, digest: &Digest, size: Option<u64>) -> bool {
         _ => return false,
     }
     let mut hasher = digest.hasher();
-    let mut buffer = vec![0; 1 << 20];
+    let mut buffer = buffer::zeroed(1 << 20);
     loop {
         match file.read(&mut buffer) {
             Ok(0) => break,

@@ -28,6 +28,7 @@ use crate::{
     CompleteOptions, Metadata, ObjectError, ObjectKey, ObjectMeta, PendingUpload, UploadedPart,
     validate_metadata,
 };
+use custodian_base::buffer;
 use custodian_base::checksum::{Crc64Nvme, crc64_nvme};
 
 use super::durable::{NewDirs, Staged, Target};
@@ -412,7 +413,7 @@ impl FsStore {
         let mut staged = Staged::create(&self.layout, &self.ids)?;
         staged.write(&header.encode())?;
         let mut crcs = BlockCrcs::default();
-        let mut buffer = vec![0u8; COPY_CHUNK];
+        let mut buffer = buffer::zeroed(COPY_CHUNK);
         for (&number, &len) in present.iter().zip(&sizes) {
             let part = Part::open(&dir, number, key, upload_id)?;
             if part.len != len {

@@ -42,6 +42,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::{Metadata, ObjectError};
+use custodian_base::buffer;
 use custodian_base::checksum::{Crc64Nvme, PARALLEL_THRESHOLD, combine, crc64_nvme};
 
 use super::io_error;
@@ -396,7 +397,7 @@ impl VersionFile {
         let len = usize::try_from(len).map_err(|_| {
             ObjectError::InvalidArgument(format!("{len} bytes do not fit in memory").into())
         })?;
-        Ok(vec![0u8; len])
+        Ok(buffer::zeroed(len))
     }
 
     /// The whole body, checked against the full-object CRC.

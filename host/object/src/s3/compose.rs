@@ -24,6 +24,7 @@ use super::super::compose::{ComposeSpec, PartSource, validate};
 use super::super::{ObjectError, ObjectMeta};
 use super::multipart::{Landed, RangeCopy, Upload};
 use super::{MAX_PART_NUMBER, MIN_PART_SIZE, S3Store, meta};
+use custodian_base::buffer;
 use custodian_base::checksum::{self, crc64_nvme};
 
 /// Most bytes of local parts held in memory at once. Bounds a compose's
@@ -86,7 +87,7 @@ async fn read_local(path: PathBuf, offset: u64, len: u64) -> Result<(Bytes, u64)
             .map_err(|_| ObjectError::InvalidArgument(format!("a part of {len} bytes").into()))?;
         let mut file = std::fs::File::open(&path).map_err(io)?;
         file.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut buffer = vec![0; size];
+        let mut buffer = buffer::zeroed(size);
         file.read_exact(&mut buffer).map_err(io)?;
         let crc = crc64_nvme(&buffer);
         Ok((Bytes::from(buffer), crc))

@@ -29,6 +29,11 @@ use custodian::checksum::{
     crc64_nvme_read,
 };
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const BATCHES: usize = 9;
 
 /// The reflected CRC-64/NVME polynomial: bit `63 - i` is the coefficient

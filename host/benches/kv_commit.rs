@@ -29,6 +29,11 @@ use custodian::kv::redb::RedbKv;
 use custodian::kv::{Batch, Kv, Outcome, Partition, Precondition, Write};
 use redb::{Database, Durability, ReadableTable, TableDefinition};
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const BATCHES: usize = 7;
 /// Commits per batch of the rows that wait for an fsync each.
 const PER_BATCH: usize = 100;

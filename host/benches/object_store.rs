@@ -64,6 +64,11 @@ use custodian::object::{Metadata, ObjectStoreExt, PutCondition};
 mod disk;
 use disk::syncfs;
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const BATCHES: usize = 7;
 
 fn wanted(what: &str) -> bool {

@@ -28,6 +28,11 @@ use custodian_plugin_retention::Policy;
 use custodian_sdk::access::AccessRules;
 use custodian_sdk::retention::RetentionRules;
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 include!("../runtime/build/wasm.rs");
 
 const PROBE: &str = "custodian-test:probe/probe@0.1.0";

@@ -23,6 +23,11 @@ use custodian::object::{
     ComposeSpec, GetOptions, Metadata, ObjectKey, ObjectStore, PartSource, PutCondition,
 };
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 256 * MIB;
 const PART: u64 = 16 * MIB;

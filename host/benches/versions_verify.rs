@@ -29,6 +29,11 @@ use custodian::versions::pins::Pin;
 use custodian::versions::verify::{VerifyOptions, VerifyReport, verify_with};
 use futures::StreamExt;
 
+// The server's allocator, with the settings `.cargo/config.toml` compiles
+// in, so these figures are what the `custodian` binary's calls cost.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 const PREFIXES: usize = 100;
 const PER_PREFIX: usize = 100;
 /// Publishes in flight while setting up.

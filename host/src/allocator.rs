@@ -27,11 +27,17 @@
 //! `MALLOC_CONF` (jemalloc's, prefixed `_RJEM_MALLOC_CONF` in this
 //! build) still overrides them for an operator who needs otherwise.
 //!
+//! One thing it does differently that code must know: asked for zeroed
+//! memory of 16 KiB or more, jemalloc zeroes a recycled block with
+//! `madvise`, which flushes every core's TLB and faults each page back
+//! in. Buffers a read fills come from `custodian_base::buffer::zeroed`
+//! instead (64 KiB GETs ran at 0.55–0.65× glibc's rate before).
+//!
 //! Figures, method and the memory soak: README, "The allocator".
 
 /// The global allocator of the `custodian` binary, and of the benchmarks
-/// that measure in process what it runs (`takedown_step` includes this
-/// module); the libraries leave the choice to whoever links them.
+/// that measure in process what it runs (each includes this module); the
+/// libraries leave the choice to whoever links them.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -6,8 +6,8 @@
 /// jemalloc (the `custodian` binary's allocator) zeroes a recycled extent
 /// of this size (16 KiB and up) with `madvise(MADV_DONTNEED)`. That
 /// interrupts every core to flush its TLB, and the read then faults each
-/// page back in: 64 KiB GETs ran at 0.55–0.6× their rate under glibc,
-/// with ~200 page faults a request. Writing zeros into memory the
+/// page back in: 64 KiB GETs ran at 0.55–0.65× their rate under glibc,
+/// with 17 page faults a request. Writing zeros into memory the
 /// allocator already holds costs a few microseconds per 64 KiB.
 #[expect(
     clippy::slow_vector_initialization,

@@ -27,11 +27,8 @@
 //! `MALLOC_CONF` (jemalloc's, prefixed `_RJEM_MALLOC_CONF` in this
 //! build) still overrides them for an operator who needs otherwise.
 //!
-//! One thing it does differently that code must know: asked for zeroed
-//! memory of 16 KiB or more, jemalloc zeroes a recycled block with
-//! `madvise`, which flushes every core's TLB and faults each page back
-//! in. Buffers a read fills come from `custodian_base::buffer::zeroed`
-//! instead (64 KiB GETs ran at 0.55–0.65× glibc's rate before).
+//! Code must not ask it for large zeroed buffers to read into:
+//! `custodian_base::buffer` says why and is where they come from.
 //!
 //! Figures, method and the memory soak: README, "The allocator".
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::server::{Server, agent, answer, bearer, json_body};
+use crate::server::{Server, agent, answer, answer_bytes, bearer, json_body};
 use crate::support::stepper;
 
 /// The server's address.
@@ -519,18 +519,9 @@ fn reading_a_64_kib_object_again_and_again_does_not_fault_its_buffer_in_each_tim
     );
     assert_eq!(status, 201);
     let get = || {
-        let mut response = agent
-            .get(&url)
-            .header("Authorization", &bearer())
-            .call()
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let read = response
-            .body_mut()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_vec()
-            .unwrap();
+        let (status, read) =
+            answer_bytes(agent.get(&url).header("Authorization", &bearer()).call());
+        assert_eq!(status, 200);
         assert!(read == body, "the object reads back as written");
     };
     for _ in 0..20 {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::plugin_rollout::Cluster;
-use crate::server::{Server, agent, answer, bearer, json_body, wait_for};
+use crate::server::{Server, agent, answer, answer_bytes, bearer, json_body, wait_for};
 use crate::support::{outcome, run};
 use crate::takedown::{MINUTE, T0, noise, ok, status, tick};
 
@@ -20,19 +20,12 @@ const CHUNK: usize = 4 << 20;
 /// GET `path` of `base`: the status, the body, and the JSON error body
 /// if it is one.
 fn get(base: &str, path: &str) -> (u16, Vec<u8>) {
-    let mut response = agent()
-        .get(&format!("{base}{path}"))
-        .header("authorization", &bearer())
-        .call()
-        .expect("the server answers");
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(64 << 20)
-        .read_to_vec()
-        .unwrap();
-    (status, body)
+    answer_bytes(
+        agent()
+            .get(&format!("{base}{path}"))
+            .header("authorization", &bearer())
+            .call(),
+    )
 }
 
 fn put(base: &str, path: &str, bytes: &[u8]) -> (u16, Value) {

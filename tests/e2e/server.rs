@@ -224,6 +224,21 @@ pub fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -
     )
 }
 
+/// Status and raw body of a response (up to 64 MiB).
+pub fn answer_bytes(
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> (u16, Vec<u8>) {
+    let mut response = response.expect("the server answers");
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    (status, body)
+}
+
 /// `value` as a request body.
 pub fn json_body(value: Value) -> Vec<u8> {
     value.to_string().into_bytes()

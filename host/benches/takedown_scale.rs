@@ -30,8 +30,9 @@
 //! run), each with the server's CPU time over it (CPU near cores × wall
 //! is bound by the cores; far below, by syncs) and what the server did
 //! per object over it (steps, failed steps, KV calls in all and by
-//! operation, store calls in all and by store and operation, from its
-//! `/metrics`), and then how long a `syncfs` of the data's filesystem
+//! operation, store calls in all and by store and operation, and the
+//! durable writes: the KV's commits and the stores' syncs by kind, from
+//! its `/metrics`), and then how long a `syncfs` of the data's filesystem
 //! takes (what the part left the kernel to write back: a journaled
 //! publish syncs only its record), with the ratio counted both ways.
 //! `workers=N` starts the server with `--workers N`;
@@ -317,6 +318,10 @@ struct Work {
     store_calls: BTreeMap<String, u64>,
     /// KV calls by their label (operation).
     kv_calls: BTreeMap<String, u64>,
+    /// The filesystem stores' syncs by their label (what they made durable).
+    syncs: BTreeMap<String, u64>,
+    /// The embedded KV's commits (each one durable write).
+    kv_commits: u64,
 }
 
 impl Work {
@@ -333,12 +338,15 @@ impl Work {
             kv_reads: kv_reads(&text),
             store_calls: series(&text, "custodian_store_calls_total"),
             kv_calls: series(&text, "custodian_kv_calls_total"),
+            syncs: series(&text, "custodian_fs_syncs_total"),
+            kv_commits: metric(&text, "custodian_redb_commits_total", ""),
         }
     }
 
     /// What happened between `self` and `later`, per object of
-    /// `objects`: one line of totals, one of KV calls by operation and one
-    /// of store calls by store and operation.
+    /// `objects`: one line of totals, one of KV calls by operation, one
+    /// of store calls by store and operation, and one of durable writes
+    /// (the stores' syncs by kind and the KV's commits).
     fn lines(&self, later: &Self, objects: usize) -> String {
         let per = |n: u64, m: u64| (m - n) as f64 / objects as f64;
         let calls = |work: &Self| work.store_calls.values().sum::<u64>();
@@ -353,7 +361,7 @@ impl Work {
                 .join(", ")
         };
         format!(
-            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls\n    KV calls per object: {}\n    store calls per object: {}",
+            "{} steps ({} failed or lost); per object: {:.2} steps, {:.2} KV applies, {:.2} KV reads, {:.2} store calls\n    KV calls per object: {}\n    store calls per object: {}\n    durable writes per object: {:.2} KV commits; store syncs: {}",
             later.steps - self.steps,
             later.failed - self.failed,
             per(self.steps, later.steps),
@@ -362,6 +370,8 @@ impl Work {
             per(calls(self), calls(later)),
             by_label(&self.kv_calls, &later.kv_calls),
             by_label(&self.store_calls, &later.store_calls),
+            per(self.kv_commits, later.kv_commits),
+            by_label(&self.syncs, &later.syncs),
         )
     }
 }

@@ -810,3 +810,47 @@ fn the_bundled_plugin_swaps_back_in_by_name_and_is_named_builtin_however_its_byt
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+#[test]
+fn metrics_count_the_syncs_of_each_publish_by_what_they_made_durable() {
+    let server = Server::start("");
+    let syncs = |what: &str| {
+        metric(
+            &server,
+            &format!("custodian_fs_syncs_total{{what=\"{what}\"}}"),
+        )
+    };
+    let put = |key: &str, len: usize| {
+        let (status, _) = answer(
+            agent()
+                .put(&server.url(&format!("/v1/stores/serving/objects/{key}")))
+                .header("Authorization", &bearer())
+                .header("If-None-Match", "*")
+                .send(&vec![7u8; len][..]),
+        );
+        assert_eq!(status, 201, "PUT {key}");
+    };
+    let (journal, file) = (syncs("journal"), syncs("file"));
+    put("syncs/small", 4096);
+    assert_eq!(
+        syncs("journal") - journal,
+        1,
+        "a small publish is one journal record under one sync"
+    );
+    assert_eq!(syncs("file") - file, 0, "and syncs no file of its own");
+    let (file, directory) = (syncs("file"), syncs("directory"));
+    put("syncs/large", 64 * 1024);
+    assert_eq!(
+        syncs("file") - file,
+        1,
+        "a large publish syncs its own file"
+    );
+    assert!(
+        syncs("directory") > directory,
+        "and the directories that hold the new key's names"
+    );
+    assert!(
+        metric(&server, "custodian_redb_commits_total") > 0,
+        "the server's start committed to its embedded KV"
+    );
+}

@@ -141,6 +141,16 @@ impl std::fmt::Debug for RedbKv {
     }
 }
 
+/// Write transactions the redb stores of this process have committed
+/// since it began: one per group commit that wrote anything, each one
+/// durable write however many batches it carried, so applies ÷ commits
+/// is about how many batches a sync served. Process-wide: the stores
+/// share the device.
+#[must_use]
+pub fn commits() -> u64 {
+    writer::commits()
+}
+
 /// Bytes of pages a store keeps in memory unless its opener says
 /// otherwise: enough for the working set of a host's own rows (requests,
 /// timers, locks, the content index of a few hundred thousand objects),

@@ -499,3 +499,16 @@ async fn an_apply_dropped_before_its_batch_was_taken_never_commits() {
     assert_eq!(kv.get(&p("a"), b"dropped").await, Ok(None));
     assert_eq!(kv.get(&p("a"), b"later").await, Ok(Some(b"y".to_vec())));
 }
+
+#[tokio::test]
+async fn a_group_that_writes_is_counted_as_a_commit_of_the_process() {
+    let kv = RedbKv::temporary(clock());
+    let before = super::commits();
+    let batch = Batch {
+        preconditions: Vec::new(),
+        writes: vec![put("a", b"counted", b"v")],
+    };
+    assert_eq!(kv.apply(&batch).await, Ok(Outcome::Committed));
+    // Other tests commit in this process too: at least this one counted.
+    assert!(super::commits() > before, "the commit was counted");
+}

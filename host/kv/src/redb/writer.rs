@@ -30,7 +30,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ::redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
@@ -38,6 +38,18 @@ use ::redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, 
 use super::error::{describe_panic, redb_error};
 use super::{Rows, table_name};
 use crate::{Batch, KvError, MAX_COMMIT_BYTES, Outcome, Partition, Precondition, Write};
+
+/// Groups committed by every store of this process (see [`commits`]).
+static COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// Write transactions the redb stores of this process have committed so
+/// far: one per group that wrote anything (a group whose guards all
+/// failed commits nothing), each one durable write (redb's commit and
+/// its fsync) however many batches it carried. Process-wide, like the
+/// filesystem stores' sync counts, since the stores share the device.
+pub(super) fn commits() -> u64 {
+    COMMITS.load(Ordering::Relaxed)
+}
 use custodian_base::clock::Clock;
 
 /// Most batches in one group. Past a few dozen, one fsync is already
@@ -248,6 +260,8 @@ fn commit_group(db: &Database, clock: &dyn Clock, path: &Path, group: &[&Batch])
         let _ = txn.abort();
         return outcomes.into_iter().map(Ok).collect();
     }
+    // A statistic that orders nothing: relaxed is enough.
+    COMMITS.fetch_add(1, Ordering::Relaxed);
     match txn.commit() {
         Ok(()) => outcomes.into_iter().map(Ok).collect(),
         // redb commits a failed commit whole or not at all, but cannot say

@@ -71,6 +71,7 @@ use super::journal::Synced;
 use super::layout::Layout;
 use super::lock::Held;
 use super::syncer::{self, fsync_dir};
+use super::syncs;
 
 /// What a test runs between a staging file's create and its lock.
 #[cfg(test)]
@@ -300,6 +301,7 @@ impl Staged {
 
     /// Makes the bytes written so far durable.
     pub fn seal(self) -> Result<Sealed, ObjectError> {
+        syncs::count(syncs::Kind::File);
         self.0
             .file
             .sync_data()

@@ -86,6 +86,7 @@ use super::ids::Ids;
 use super::layout::OBJECTS;
 use super::lock::Held;
 use super::syncer::fsync_dir;
+use super::syncs;
 use super::{io_error, locked};
 
 /// Largest body a publish sends through the journal. Larger ones sync
@@ -285,7 +286,10 @@ impl Journal {
         let written = segment
             .file
             .write_all_at(&buffer, segment.len)
-            .and_then(|()| segment.file.sync_data());
+            .and_then(|()| {
+                syncs::count(syncs::Kind::Journal);
+                segment.file.sync_data()
+            });
         if let Err(e) = written {
             let path = segment.path.clone();
             own.segment = None;
@@ -359,6 +363,7 @@ impl Journal {
     /// made before this call is durable after it. Needs no arbiter.
     pub fn flush(&self) -> Result<(), ObjectError> {
         let dir = File::open(&self.dir).map_err(|e| io_error("opening", &self.dir, e))?;
+        syncs::count(syncs::Kind::Filesystem);
         rustix::fs::syncfs(&dir).map_err(|e| {
             io_error(
                 "flushing the filesystem holding",

@@ -93,6 +93,7 @@ mod lock;
 mod publish;
 mod recovery;
 mod syncer;
+mod syncs;
 mod uploads;
 mod version_file;
 mod versions;
@@ -103,6 +104,8 @@ mod journal_tests;
 mod process_tests;
 #[cfg(test)]
 mod tests;
+
+pub use syncs::{Syncs, syncs};
 
 use custodian_base::detail::Detail;
 use std::path::Path;

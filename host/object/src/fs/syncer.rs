@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use crate::ObjectError;
 
-use super::{io_error, locked};
+use super::{io_error, locked, syncs};
 
 /// Helper threads per process. Syncs of different directories overlap
 /// on the device; beyond a handful the waits gain little more on this
@@ -194,7 +194,9 @@ pub(super) fn fsync_dir(dir: &Path) -> Result<(), ObjectError> {
 /// [`fsync_dir`] with the system's error, for a caller that tells a
 /// directory gone meanwhile from a failed sync.
 pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir).and_then(|d| d.sync_all())?;
+    let dir_file = File::open(dir)?;
+    syncs::count(syncs::Kind::Directory);
+    dir_file.sync_all()?;
     #[cfg(test)]
     locked(&SYNCED).push(dir.to_path_buf());
     Ok(())

@@ -17,8 +17,7 @@ use crate::takedown::{MINUTE, T0, noise, ok, status, tick};
 /// 4 MiB: a file larger than this is chunked under a manifest.
 const CHUNK: usize = 4 << 20;
 
-/// GET `path` of `base`: the status, the body, and the JSON error body
-/// if it is one.
+/// GET `path` of `base`: the status and the raw body.
 fn get(base: &str, path: &str) -> (u16, Vec<u8>) {
     answer_bytes(
         agent()

@@ -39,17 +39,10 @@ use super::error::{describe_panic, redb_error};
 use super::{Rows, table_name};
 use crate::{Batch, KvError, MAX_COMMIT_BYTES, Outcome, Partition, Precondition, Write};
 
-/// Groups committed by every store of this process (see [`commits`]).
-static COMMITS: AtomicU64 = AtomicU64::new(0);
-
-/// Write transactions the redb stores of this process have committed so
-/// far: one per group that wrote anything (a group whose guards all
-/// failed commits nothing), each one durable write (redb's commit and
-/// its fsync) however many batches it carried. Process-wide, like the
-/// filesystem stores' sync counts, since the stores share the device.
-pub(super) fn commits() -> u64 {
-    COMMITS.load(Ordering::Relaxed)
-}
+/// Groups that wrote anything, committed by every store of this process
+/// (a group whose guards all failed commits nothing): read by
+/// [`super::commits`].
+pub(super) static COMMITS: AtomicU64 = AtomicU64::new(0);
 use custodian_base::clock::Clock;
 
 /// Most batches in one group. Past a few dozen, one fsync is already

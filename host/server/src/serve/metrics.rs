@@ -615,39 +615,39 @@ impl Metrics {
                 "custodian_invalidation_deliveries_total{{outcome=\"{outcome}\"}} {n}"
             );
         }
-        render_syncs(&mut out);
+        // The process's durable writes, which its stores count themselves
+        // (the embedded KV's commits are 0 on a host whose KV is etcd).
+        // Divided by the work done meanwhile (requests, steps, objects),
+        // they show how much the journal and group commits shared.
+        let syncs = custodian_object::fs::syncs();
+        header(
+            &mut out,
+            "custodian_fs_syncs_total",
+            "counter",
+            "Syncs the filesystem stores made, by what they made durable (file: a file's bytes; \
+             directory: names; journal: a group's records; filesystem: a journal's settle).",
+        );
+        for (what, n) in [
+            ("file", syncs.file),
+            ("directory", syncs.directory),
+            ("journal", syncs.journal),
+            ("filesystem", syncs.filesystem),
+        ] {
+            let _ = writeln!(out, "custodian_fs_syncs_total{{what=\"{what}\"}} {n}");
+        }
+        header(
+            &mut out,
+            "custodian_redb_commits_total",
+            "counter",
+            "Write transactions the embedded KV committed, one durable write per group of batches.",
+        );
+        let _ = writeln!(
+            out,
+            "custodian_redb_commits_total {}",
+            custodian_kv::redb::commits()
+        );
         out
     }
-}
-
-/// The process's durable writes, which its stores count themselves:
-/// the filesystem stores' syncs by what they made durable, and the
-/// embedded KV's commits (0 on a host whose KV is etcd). Divided by the
-/// work done meanwhile (requests, steps, objects), they show how much
-/// the journal and group commits shared.
-fn render_syncs(out: &mut String) {
-    let syncs = custodian_object::fs::syncs();
-    let _ = writeln!(
-        out,
-        "# HELP custodian_fs_syncs_total Syncs the filesystem stores made, by what they made \
-         durable (file: a file's bytes; directory: names; journal: a group's records; \
-         filesystem: a journal's settle).\n# TYPE custodian_fs_syncs_total counter"
-    );
-    for (what, n) in [
-        ("file", syncs.file),
-        ("directory", syncs.directory),
-        ("journal", syncs.journal),
-        ("filesystem", syncs.filesystem),
-    ] {
-        let _ = writeln!(out, "custodian_fs_syncs_total{{what=\"{what}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP custodian_redb_commits_total Write transactions the embedded KV committed, one \
-         durable write per group of batches.\n# TYPE custodian_redb_commits_total counter\n\
-         custodian_redb_commits_total {}",
-        custodian_kv::redb::commits()
-    );
 }
 
 /// The plugin set's events, counted for `/metrics`.
